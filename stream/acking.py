@@ -1,0 +1,52 @@
+"""Commit only past finished work, while many traces are scored at once.
+
+faust-streaming commits the first run of consecutive acked offsets of a partition. With
+agent ``concurrency > 1`` a fast actor acks a later offset while a slow one still holds an
+earlier one, and the commit can pass it (faust-streaming issue 606); and an exception in an
+agent acks the event that raised. So the trace agent runs one actor with manual acks, scores
+traces in background tasks, and acks each partition strictly in offset order: an offset is
+acked only when it and every earlier offset of its partition are done.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Pending:
+    event: Any
+    offset: int
+    done: bool = False
+
+
+@dataclass
+class InOrderAcker:
+    ack: Callable[[Any], Awaitable[Any]]
+    _queues: dict[Any, deque[Pending]] = field(default_factory=dict)
+
+    def track(self, event: Any, tp: Any, offset: int) -> Pending:
+        """Register an event as in flight, in arrival (= offset) order for its partition."""
+        entry = Pending(event, offset)
+        self._queues.setdefault(tp, deque()).append(entry)
+        return entry
+
+    async def finish(self, tp: Any, entry: Pending) -> int:
+        """Mark ``entry`` done and ack every done event at the head of its partition."""
+        entry.done = True
+        queue = self._queues[tp]
+        acked = 0
+        while queue and queue[0].done:
+            await self.ack(queue.popleft().event)
+            acked += 1
+        return acked
+
+    def in_flight(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def oldest_pending(self, tp: Any) -> int | None:
+        queue = self._queues.get(tp)
+        return queue[0].offset if queue else None

@@ -1,0 +1,97 @@
+"""The ``scorer`` command line: demo, worker, replay, rules check."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+
+from .errors import ScorerError
+from .settings import Settings
+
+app = typer.Typer(help="Kafka-native streaming scorer for LLM traces.", no_args_is_help=True)
+rules_app = typer.Typer(help="Work with rule packs.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+console = Console()
+
+
+@app.command()
+def demo(
+    traces: Annotated[Path | None, typer.Option(help="Traces to produce (default: bundled samples)")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every score")] = 120.0,
+) -> None:
+    """Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set) and a worker, produce
+    the sample traces and print a summary of the scores that come back."""
+    from .demo import run_demo
+
+    raise typer.Exit(run_demo(Settings(), traces, timeout, console))
+
+
+@app.command()
+def worker(
+    loglevel: Annotated[str, typer.Option(help="crit, error, warn, info or debug")] = "info",
+) -> None:
+    """Run a long-lived worker (embedded broker if KAFKA_BOOTSTRAP_SERVERS is not set)."""
+    from .worker import run_worker
+
+    logging.basicConfig(level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"))
+    run_worker(Settings(), loglevel=loglevel)
+
+
+@app.command()
+def replay(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL or an Opik trace export")],
+    topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
+) -> None:
+    """Produce traces from a file, for backfills and demos (needs KAFKA_BOOTSTRAP_SERVERS)."""
+    from .kafka_io import produce, read_traces
+
+    settings = Settings()
+    if not settings.kafka_bootstrap_servers:
+        console.print("[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/]")
+        raise typer.Exit(2)
+    items = read_traces(file)
+    target = topic or settings.traces_topic
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"replaying into {target}", total=len(items))
+        n = asyncio.run(
+            produce(settings.kafka_bootstrap_servers, target, items, lambda: progress.advance(task))
+        )
+    console.print(f"produced {n} traces to {target}")
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[Path | None, typer.Argument(help="Rules directory (default: the configured one)")] = None,
+    pack: Annotated[list[str] | None, typer.Option(help="Only these packs")] = None,
+) -> None:
+    """Validate rule files; print each file, field and problem. Exit 1 if any is wrong."""
+    from .rules import check_rules
+
+    rules_dir = directory or Settings().rules_dir
+    ruleset, errors = check_rules(rules_dir, pack)
+    for rule in ruleset.rules:
+        kind = "judge" if rule.kind == "llm_judge" else f"check:{rule.check}"  # type: ignore[union-attr]
+        console.print(f"[green]ok[/]  {rule.pack}/{rule.id} v{rule.version} ({rule.scope}, {kind})")
+    for error in errors:
+        for problem in error.problems:
+            console.print(f"[red]error[/] {error.path}: {problem}", highlight=False)
+    console.print(f"{len(ruleset.rules)} rules ok, {len(errors)} files with errors")
+    raise typer.Exit(1 if errors or not ruleset.rules else 0)
+
+
+def main() -> None:
+    try:
+        app()
+    except ScorerError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

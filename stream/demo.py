@@ -1,0 +1,115 @@
+"""``scorer demo``: broker, worker, sample traces in, a summary of the scores out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .broker import EmbeddedBroker, free_port
+from .judge import NO_JUDGE_REASON
+from .kafka_io import collect_scores, ensure_topics, produce, read_traces
+from .models import Trace
+from .rules import RuleSet, load_rules
+from .settings import Settings
+
+SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
+
+
+def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
+    """How many score events the worker must publish for these traces (rules that match and
+    are sampled in publish exactly one score each, whatever its status)."""
+    total = 0
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        try:
+            trace = Trace.model_validate(item)
+        except ValueError:
+            continue
+        total += sum(
+            1 for r in ruleset.for_scope("trace") if r.filter.matches(trace, topic) and r.sampled(trace.id)
+        )
+    return total
+
+
+def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
+    by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for score in scores.values():
+        by_rule[score["rule_id"]].append(score)
+    table = Table(title="Scores on the scores topic")
+    for column in ("rule", "kind", "count", "mean (0..1)", "statuses"):
+        table.add_column(column)
+    for rule_id in sorted(by_rule):
+        items = by_rule[rule_id]
+        values = [s["value"] for s in items if s["status"] == "ok"]
+        mean = f"{sum(values) / len(values):.2f}" if values else "-"
+        statuses = Counter(s["status"] for s in items)
+        rule = next((r for r in ruleset.rules if r.id == rule_id), None)
+        kind = "judge" if rule is None or rule.kind == "llm_judge" else "check"
+        table.add_row(rule_id, kind, str(len(items)), mean, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    return table
+
+
+def run_demo(settings: Settings, traces_file: Path | None, timeout: float, console: Console) -> int:
+    items = read_traces(traces_file or SAMPLES)
+    ruleset = load_rules(settings.rules_dir, settings.packs)
+    expected = expected_scores(ruleset, items, settings.traces_topic)
+    broker: EmbeddedBroker | None = None
+    bootstrap = settings.kafka_bootstrap_servers
+    worker: subprocess.Popen[bytes] | None = None
+    web_port = free_port()
+    try:
+        if not bootstrap:
+            broker = EmbeddedBroker().start()
+            bootstrap = broker.bootstrap
+            console.print(f"[bold]embedded broker[/] (Tansu) on {bootstrap}")
+        asyncio.run(
+            ensure_topics(
+                bootstrap,
+                [settings.traces_topic, settings.scores_topic, settings.decisions_topic, settings.dlq_topic],
+                settings.topic_partitions,
+            )
+        )
+        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, SCORER_WEB_PORT=str(web_port),
+                   SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)))
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"], env=env,
+            stdout=subprocess.DEVNULL if not console.is_terminal else None,
+        )
+        console.print(f"worker started (pid {worker.pid}); metrics at http://127.0.0.1:{web_port}/metrics")
+        if not settings.judge_configured:
+            console.print(f"[yellow]{NO_JUDGE_REASON}[/]")
+        n = asyncio.run(produce(bootstrap, settings.traces_topic, items))
+        console.print(f"produced {n} sample traces to '{settings.traces_topic}'; waiting for {expected} scores")
+        started = time.monotonic()
+        scores = asyncio.run(collect_scores(bootstrap, settings.scores_topic, expected, timeout))
+        console.print(summary_table(scores, ruleset))
+        console.print(f"{len(scores)}/{expected} scores in {time.monotonic() - started:.1f}s")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=5) as resp:
+                lines = [ln for ln in resp.read().decode().splitlines() if ln.startswith("scorer_scores_total")]
+            console.print(f"metrics: http://127.0.0.1:{web_port}/metrics ({len(lines)} scorer_scores_total series)")
+        except OSError as exc:
+            console.print(f"[red]metrics endpoint not reachable: {exc}[/]")
+        return 0 if len(scores) == expected else 1
+    finally:
+        if worker and worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        if broker:
+            broker.stop()

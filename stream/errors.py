@@ -1,0 +1,35 @@
+"""One root exception with a few meaningful subclasses."""
+
+from __future__ import annotations
+
+
+class ScorerError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class RuleFileError(ScorerError):
+    """A rule file (or rule set) is invalid; raised at load time, never at run time."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(f"{path}: " + "; ".join(problems))
+
+
+class JudgeError(ScorerError):
+    """The judge could not produce a valid verdict (after retries, where retried)."""
+
+    def __init__(self, message: str, *, kind: str, attempts: int = 1) -> None:
+        self.kind = kind  # closed set: timeout, rate_limited, server_error, client_error, invalid_answer
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class MissingVariable(ScorerError):
+    """A mapped variable path does not exist in the trace."""
+
+    def __init__(self, variable: str, path: str, missing_at: str) -> None:
+        self.variable = variable
+        self.path = path
+        self.missing_at = missing_at
+        super().__init__(f"variable {variable!r}: path {path!r} is missing (no value at {missing_at!r})")

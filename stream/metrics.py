@@ -1,0 +1,46 @@
+"""Every Prometheus metric the worker exports, built in one place with one prefix.
+
+Labels come from a small closed set (rule, pack, model, status, outcome, topic, reason,
+kind); never trace, thread or score ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+PREFIX = "scorer"
+
+TRACES_CONSUMED = Counter(
+    f"{PREFIX}_traces_consumed", "Trace messages consumed (valid or not)", ["topic"]
+)
+DECISIONS = Counter(
+    f"{PREFIX}_decisions", "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
+    ["rule", "pack", "outcome"],
+)
+SCORES = Counter(f"{PREFIX}_scores", "Score events published, by status", ["rule", "pack", "status"])
+SCORE_VALUE = Histogram(
+    f"{PREFIX}_score_value", "Normalised score value (0..1) of ok scores",
+    ["rule", "pack"], buckets=[i / 10 for i in range(1, 11)],
+)
+JUDGE_CALLS = Counter(f"{PREFIX}_judge_calls", "Judge calls by outcome", ["model", "outcome"])
+JUDGE_RETRIES = Counter(f"{PREFIX}_judge_retries", "Judge call retries by reason", ["model", "reason"])
+JUDGE_LATENCY = Histogram(
+    f"{PREFIX}_judge_latency_seconds", "Latency of successful judge calls", ["model"],
+    buckets=[0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+)
+JUDGE_TOKENS = Counter(f"{PREFIX}_judge_tokens", "Judge tokens used", ["model", "kind"])
+DLQ_MESSAGES = Counter(
+    f"{PREFIX}_dlq_messages", "Messages sent to the dead-letter topic", ["topic", "reason"]
+)
+SCORING_OVERHEAD = Histogram(
+    f"{PREFIX}_scoring_overhead_seconds",
+    "Time spent scoring a trace beyond waiting for the judge (parse, render, publish)",
+    buckets=[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+)
+IN_FLIGHT = Gauge(f"{PREFIX}_traces_in_flight", "Traces being scored right now")
+WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])
+
+
+def exposition() -> tuple[bytes, str]:
+    """The /metrics body and its content type (aiohttp wants the charset apart)."""
+    return generate_latest(), CONTENT_TYPE_LATEST.split(";")[0]

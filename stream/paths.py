@@ -1,0 +1,87 @@
+"""Variable mapping: JMESPath paths into a trace, and rendering values into prompt text."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import jmespath
+import orjson
+from jmespath.exceptions import JMESPathError
+from jmespath.parser import ParsedResult
+
+from .errors import MissingVariable
+
+
+@lru_cache(maxsize=1024)
+def compile_path(path: str) -> ParsedResult:
+    """Compile a JMESPath expression; raises ``JMESPathError`` on bad syntax."""
+    return jmespath.compile(path)
+
+
+def path_prefixes(path: str) -> list[str]:
+    """Split ``a.b[0][1].c`` into ``a``, ``a.b``, ``a.b[0]``, ``a.b[0][1]``, ``a.b[0][1].c``.
+
+    Only used to say *where* a path stopped resolving; quoted identifiers are respected.
+    """
+    prefixes: list[str] = []
+    depth = 0
+    quoted = False
+    for i, ch in enumerate(path):
+        if ch == '"' and (i == 0 or path[i - 1] != "\\"):
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch == "[":
+            if depth == 0 and i > 0:
+                prefixes.append(path[:i])
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "." and depth == 0:
+            prefixes.append(path[:i])
+    prefixes.append(path)
+    # "a.b" then "a.b" again can happen with "a.b[0]" -> keep order, drop duplicates
+    return list(dict.fromkeys(p for p in prefixes if p))
+
+
+def lookup(document: Any, variable: str, path: str) -> Any:
+    """Evaluate ``path`` against ``document``; a missing or null value raises ``MissingVariable``."""
+    value = compile_path(path).search(document)
+    if value is not None:
+        return value
+    missing_at = path
+    for prefix in path_prefixes(path):
+        try:
+            if compile_path(prefix).search(document) is None:
+                missing_at = prefix
+                break
+        except JMESPathError:
+            break
+    raise MissingVariable(variable, path, missing_at)
+
+
+def render_value(value: Any) -> str:
+    """Turn a mapped value into prompt text.
+
+    Strings go in verbatim. Chat content given as a list of parts (OpenAI/Anthropic style)
+    becomes the text of its text parts, one per line, with a placeholder for non-text parts.
+    Anything else (numbers, objects, lists of messages) becomes indented JSON, as Opik does.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(_is_content_part(p) for p in value):
+        return "\n".join(_render_part(p) for p in value)
+    if isinstance(value, bool | int | float):
+        return orjson.dumps(value).decode()
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def _is_content_part(part: Any) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("type"), str)
+
+
+def _render_part(part: dict[str, Any]) -> str:
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    return f"[{part['type']}]"

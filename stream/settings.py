@@ -1,0 +1,52 @@
+"""Deployment configuration, from the environment (rules are data, not settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+
+
+class Settings(BaseSettings):
+    """Everything a deployment sets; secrets come from the environment only."""
+
+    model_config = SettingsConfigDict(env_prefix="SCORER_", extra="ignore")
+
+    # Kafka. The standard names are read without the prefix.
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, validation_alias="KAFKA_BOOTSTRAP_SERVERS"
+    )
+    app_id: str = "llm-trace-scorer"
+    traces_topic: str = "llm-traces"
+    sessions_topic: str = "coaching-sessions"
+    scores_topic: str = "scores"
+    decisions_topic: str = "score-decisions"
+    dlq_topic: str = "scorer-dlq"
+    topic_partitions: int = 4
+    session_timeout_s: float = 30.0
+
+    # Judge: any OpenAI-compatible endpoint.
+    openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    judge_model: str = "gpt-4o-mini"
+    judge_timeout_s: float = 60.0
+    judge_max_attempts: int = 5
+    judge_backoff_base_s: float = 0.5
+    judge_backoff_max_s: float = 30.0
+    judge_max_concurrency: int = 32
+    judge_structured_output: bool = True
+
+    # Worker.
+    rules_dir: Path = REPO_RULES_DIR
+    packs: list[str] | None = None  # None: every pack under rules_dir
+    max_in_flight: int = 512  # traces per worker being scored at once
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+    data_dir: Path = Path(".scorer-data")
+
+    @property
+    def judge_configured(self) -> bool:
+        return bool(self.openai_base_url or self.openai_api_key)
