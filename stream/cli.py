@@ -80,7 +80,7 @@ def rules_check(
         console.print(f"[green]ok[/]  {rule.pack}/{rule.id} v{rule.version} ({rule.scope}, {kind})")
     for error in errors:
         for problem in error.problems:
-            console.print(f"[red]error[/] {error.path}: {problem}", highlight=False)
+            console.print(f"[red]error[/] {error.path}: {problem}", highlight=False, soft_wrap=True)
     console.print(f"{len(ruleset.rules)} rules ok, {len(errors)} files with errors")
     raise typer.Exit(1 if errors or not ruleset.rules else 0)
 

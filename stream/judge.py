@@ -30,6 +30,9 @@ NO_JUDGE_REASON = (
 )
 
 
+INVALID_ANSWER_ATTEMPTS = 2  # an unusable answer is asked again once
+
+
 @dataclass(frozen=True)
 class Verdict:
     answer: ParsedAnswer
@@ -169,6 +172,8 @@ class JudgeClient:
                 "json_schema": {"name": "verdict", "schema": response_schema(rule.output), "strict": True},
             }
         last_error: JudgeError | None = None
+        invalid_answers = 0
+        attempt = 0
         for attempt in range(1, self.max_attempts + 1):
             retry_after: float | None = None
             await self.limiter.acquire()
@@ -209,6 +214,7 @@ class JudgeClient:
                 try:
                     answer = parse_answer(rule.output, content or "")
                 except InvalidAnswer as exc:
+                    invalid_answers += 1
                     metrics.JUDGE_CALLS.labels(model=model, outcome="invalid_answer").inc()
                     snippet = (content or "")[:200]
                     last_error = JudgeError(self._redact(f"unusable answer: {exc}; answer was {snippet!r}"), kind="invalid_answer")
@@ -219,10 +225,10 @@ class JudgeClient:
                 await self.limiter.release()
             if last_error.kind != "invalid_answer":
                 metrics.JUDGE_CALLS.labels(model=model, outcome=last_error.kind).inc()
+            elif invalid_answers >= INVALID_ANSWER_ATTEMPTS:
+                break  # a temperature-0 judge rarely changes its mind; don't burn the budget
             if attempt < self.max_attempts:
                 metrics.JUDGE_RETRIES.labels(model=model, reason=last_error.kind).inc()
                 await self._sleep(self._backoff(attempt, retry_after))
         assert last_error is not None
-        raise JudgeError(
-            f"{last_error} (after {self.max_attempts} attempts)", kind=last_error.kind, attempts=self.max_attempts
-        )
+        raise JudgeError(f"{last_error} (after {attempt} attempts)", kind=last_error.kind, attempts=attempt)

@@ -1,0 +1,202 @@
+"""A local OpenAI-compatible judge with scripted answers, for tests, benchmarks and demos.
+
+A real HTTP server (aiohttp, in a background thread) speaking ``POST /v1/chat/completions``.
+Answers are scripted per prompt: the first script whose ``match`` text occurs in the prompt
+answers, consuming its queued replies in order and repeating the last one. It can add a
+fixed latency and enforce a requests-per-minute limit with 429s, like a hosted provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    """One scripted reply: an HTTP status, the message content, and extra headers."""
+
+    content: str = '{"score": 1.0, "reason": "scripted"}'
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass
+class Script:
+    match: str
+    replies: list[Reply]
+    served: int = 0
+
+    def next(self) -> Reply:
+        reply = self.replies[min(self.served, len(self.replies) - 1)]
+        self.served += 1
+        return reply
+
+
+class TokenBucket:
+    """Requests-per-minute limiter: ``rpm/60`` tokens a second, a burst of ``burst`` tokens."""
+
+    def __init__(self, rpm: float, burst: float = 1.0) -> None:
+        self.rate = rpm / 60.0
+        self.capacity = max(1.0, burst)
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+
+    def take(self) -> float | None:
+        """None if a request may go now, else seconds until one may."""
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / self.rate
+
+
+class MockJudge:
+    """Start with ``with MockJudge() as judge:``; point ``OPENAI_BASE_URL`` at ``judge.base_url``."""
+
+    def __init__(
+        self,
+        *,
+        default: Reply | None = None,
+        latency_s: float = 0.0,
+        rpm_limit: float | None = None,
+        rpm_burst: float = 1.0,
+        announce_limits: bool = True,
+        port: int = 0,
+    ) -> None:
+        self.default = default or Reply()
+        self.latency_s = latency_s
+        self.bucket = TokenBucket(rpm_limit, rpm_burst) if rpm_limit else None
+        self.rpm_limit = rpm_limit
+        self.announce_limits = announce_limits
+        self.scripts: list[Script] = []
+        self.requests: list[dict[str, Any]] = []
+        self.statuses: list[int] = []
+        self.max_concurrent = 0
+        self._concurrent = 0
+        self._ids = itertools.count(1)
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self.port = 0
+
+    # --- scripting -------------------------------------------------------------------
+    def script(self, match: str, *replies: Reply | str) -> Script:
+        script = Script(match, [r if isinstance(r, Reply) else Reply(content=r) for r in replies])
+        self.scripts.insert(0, script)  # newest first, so a test can override a default
+        return script
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def prompts(self) -> list[str]:
+        return [str(r["body"]["messages"][-1]["content"]) for r in self.requests]
+
+    # --- HTTP --------------------------------------------------------------------------
+    def _limit_headers(self) -> dict[str, str]:
+        if not (self.rpm_limit and self.announce_limits):
+            return {}
+        assert self.bucket
+        return {
+            "x-ratelimit-limit-requests": str(int(self.rpm_limit)),
+            "x-ratelimit-remaining-requests": str(int(self.bucket.tokens)),
+        }
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"body": body, "headers": dict(request.headers)})
+        self._concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self._concurrent)
+        try:
+            if self.bucket and (wait := self.bucket.take()) is not None:
+                self.statuses.append(429)
+                return web.json_response(
+                    {"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}},
+                    status=429,
+                    headers={"retry-after-ms": str(int(wait * 1000) + 1), **self._limit_headers()},
+                )
+            prompt = str(body["messages"][-1]["content"])
+            script = next((s for s in self.scripts if s.match in prompt), None)
+            reply = script.next() if script else self.default
+            if self.latency_s or reply.delay_s:
+                await asyncio.sleep(self.latency_s + reply.delay_s)
+            self.statuses.append(reply.status)
+            headers = {**self._limit_headers(), **reply.headers}
+            if reply.status != 200:
+                return web.json_response(
+                    {"error": {"message": reply.content, "type": "server_error"}}, status=reply.status, headers=headers
+                )
+            completion = {
+                "id": f"chatcmpl-mock-{next(self._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "mock"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": reply.content}}],
+                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(reply.content) // 4,
+                          "total_tokens": len(prompt) // 4 + len(reply.content) // 4},
+            }
+            return web.Response(body=orjson.dumps(completion), content_type="application/json", headers=headers)
+        finally:
+            self._concurrent -= 1
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def start(self) -> MockJudge:
+        self._thread = threading.Thread(target=self._serve, name="mock-judge", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("mock judge did not start")
+        return self
+
+    def _serve(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        self._loop.run_until_complete(site.start())
+        self.port = self._runner.addresses[0][1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        if self._loop and self._runner:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread:
+            self._thread.join(10)
+
+    def __enter__(self) -> MockJudge:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:  # pragma: no cover - a convenience for trying the worker by hand
+    """Run a mock judge on a fixed port: ``python -m stream.mockjudge 8099``."""
+    import sys
+
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 8099
+    with MockJudge(port=port) as judge:
+        print(f"mock judge on {judge.base_url}", flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

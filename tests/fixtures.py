@@ -1,0 +1,66 @@
+"""Factories shared by the tests: sample traces, settings, rule sets, a scorer."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from stream.judge import JudgeClient
+from stream.models import Trace
+from stream.rules import RuleSet, load_rules
+from stream.scoring import Scorer
+from stream.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES_DIR = ROOT / "rules"
+SAMPLES = ROOT / "stream" / "samples" / "fretcoach_traces.jsonl"
+
+
+def sample_traces() -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in SAMPLES.read_bytes().splitlines() if line.strip()]
+
+
+def sample(name: str, index: int = 0) -> dict[str, Any]:
+    """A deep copy of the ``index``-th bundled sample trace with this trace name."""
+    found = [t for t in sample_traces() if t["name"] == name]
+    return copy.deepcopy(found[index])
+
+
+def hub_trace(index: int = 1) -> dict[str, Any]:
+    return sample("hub-coach-chat", index)
+
+
+def studio_trace(index: int = 0) -> dict[str, Any]:
+    return sample("studio-ai-recommendation", index)
+
+
+def live_trace(index: int = 0) -> dict[str, Any]:
+    return sample("studio-live-coach", index)
+
+
+def fretcoach_rules() -> RuleSet:
+    return load_rules(RULES_DIR, ["fretcoach"])
+
+
+def settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "judge_backoff_base_s": 0.01,
+        "judge_backoff_max_s": 0.2,
+        "judge_timeout_s": 5.0,
+        "judge_max_attempts": 4,
+    }
+    base.update(overrides)
+    return Settings(**base)
+
+
+def scorer(judge_url: str | None = None, ruleset: RuleSet | None = None, **overrides: Any) -> Scorer:
+    cfg = settings(openai_base_url=judge_url, openai_api_key="sk-test-secret" if judge_url else None, **overrides)
+    judge = JudgeClient(cfg) if judge_url else None
+    return Scorer(ruleset or fretcoach_rules(), judge, default_model=cfg.judge_model)
+
+
+def as_trace(document: dict[str, Any]) -> Trace:
+    return Trace.model_validate(document)
