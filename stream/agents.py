@@ -57,7 +57,9 @@ class TracePipeline:
         self.topics = topics
         self.scorer = scorer
 
-    async def _send_all(self, sends: list[tuple[Any, bytes | None, bytes, dict[str, bytes] | None]]) -> None:
+    async def _send_all(
+        self, sends: list[tuple[Any, bytes | None, bytes, dict[str, bytes] | None]]
+    ) -> None:
         """Send and wait until the broker has every message; retry until it does.
 
         A broker outage stalls the partition (its offset is not acked) instead of losing scores.
@@ -112,10 +114,14 @@ class TracePipeline:
         await self._send_all(sends)
         for score in result.scores:
             observe_published(score)
-        metrics.SCORING_OVERHEAD.observe(max(0.0, time.perf_counter() - started - result.judge_seconds))
+        metrics.SCORING_OVERHEAD.observe(
+            max(0.0, time.perf_counter() - started - result.judge_seconds)
+        )
 
 
-def register_trace_agent(app: faust.App, topics: Topics, scorer: Scorer, *, max_in_flight: int) -> Any:
+def register_trace_agent(
+    app: faust.App, topics: Topics, scorer: Scorer, *, max_in_flight: int
+) -> Any:
     """The trace agent: one actor, up to ``max_in_flight`` traces scored concurrently."""
     pipeline = TracePipeline(topics, scorer)
 

@@ -122,7 +122,9 @@ def validate(spec: OutputSpec, verdict: Any, reason: Any) -> ParsedAnswer:
     if not scale.min <= raw <= scale.max:
         raise InvalidAnswer(f"score {raw:g} is outside the scale [{scale.min:g}, {scale.max:g}]")
     if spec.integer and not raw.is_integer():
-        raise InvalidAnswer(f"score {raw:g} is not an integer on the scale [{scale.min:g}, {scale.max:g}]")
+        raise InvalidAnswer(
+            f"score {raw:g} is not an integer on the scale [{scale.min:g}, {scale.max:g}]"
+        )
     return ParsedAnswer(raw, spec.label_for(raw), reason_text)
 
 
@@ -146,5 +148,7 @@ def parse_answer(spec: OutputSpec, content: str) -> ParsedAnswer:
 
 
 def _reason_from_text(content: str) -> str:
-    match = re.search(r"\b(?:reason|justification|rationale)\b\s*[:=]\s*(.+)", content, re.IGNORECASE | re.DOTALL)
+    match = re.search(
+        r"\b(?:reason|justification|rationale)\b\s*[:=]\s*(.+)", content, re.IGNORECASE | re.DOTALL
+    )
     return (match.group(1) if match else content).strip()

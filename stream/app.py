@@ -46,7 +46,9 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
     )
 
     def raw_topic(name: str) -> Any:
-        return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+        return app.topic(
+            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
 
     topics = Topics(
         traces=raw_topic(settings.traces_topic),

@@ -58,16 +58,29 @@ class EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=out, preexec_fn=_die_with_parent,
+            [
+                binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=out,
+            stderr=out,
+            preexec_fn=_die_with_parent,
             env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "RUST_LOG")},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ScorerError(f"embedded broker exited with code {self.process.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 0.2),
+            ):
                 log.info("embedded broker (Tansu) listening on %s", self.bootstrap)
                 return self
             time.sleep(0.05)

@@ -22,7 +22,9 @@ console = Console()
 
 @app.command()
 def demo(
-    traces: Annotated[Path | None, typer.Option(help="Traces to produce (default: bundled samples)")] = None,
+    traces: Annotated[
+        Path | None, typer.Option(help="Traces to produce (default: bundled samples)")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for every score")] = 120.0,
 ) -> None:
     """Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set) and a worker, produce
@@ -39,13 +41,17 @@ def worker(
     """Run a long-lived worker (embedded broker if KAFKA_BOOTSTRAP_SERVERS is not set)."""
     from .worker import run_worker
 
-    logging.basicConfig(level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"))
+    logging.basicConfig(
+        level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL")
+    )
     run_worker(Settings(), loglevel=loglevel)
 
 
 @app.command()
 def replay(
-    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL or an Opik trace export")],
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="JSONL or an Opik trace export")
+    ],
     topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
 ) -> None:
     """Produce traces from a file, for backfills and demos (needs KAFKA_BOOTSTRAP_SERVERS)."""
@@ -67,7 +73,9 @@ def replay(
 
 @rules_app.command("check")
 def rules_check(
-    directory: Annotated[Path | None, typer.Argument(help="Rules directory (default: the configured one)")] = None,
+    directory: Annotated[
+        Path | None, typer.Argument(help="Rules directory (default: the configured one)")
+    ] = None,
     pack: Annotated[list[str] | None, typer.Option(help="Only these packs")] = None,
 ) -> None:
     """Validate rule files; print each file, field and problem. Exit 1 if any is wrong."""
@@ -76,7 +84,7 @@ def rules_check(
     rules_dir = directory or Settings().rules_dir
     ruleset, errors = check_rules(rules_dir, pack)
     for rule in ruleset.rules:
-        kind = "judge" if rule.kind == "llm_judge" else f"check:{rule.check}"  # type: ignore[union-attr]
+        kind = "judge" if rule.kind == "llm_judge" else f"check:{rule.check}"
         console.print(f"[green]ok[/]  {rule.pack}/{rule.id} v{rule.version} ({rule.scope}, {kind})")
     for error in errors:
         for problem in error.problems:

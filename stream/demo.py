@@ -38,7 +38,9 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
         except ValueError:
             continue
         total += sum(
-            1 for r in ruleset.for_scope("trace") if r.filter.matches(trace, topic) and r.sampled(trace.id)
+            1
+            for r in ruleset.for_scope("trace")
+            if r.filter.matches(trace, topic) and r.sampled(trace.id)
         )
     return total
 
@@ -57,7 +59,13 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
         statuses = Counter(s["status"] for s in items)
         rule = next((r for r in ruleset.rules if r.id == rule_id), None)
         kind = "judge" if rule is None or rule.kind == "llm_judge" else "check"
-        table.add_row(rule_id, kind, str(len(items)), mean, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+        table.add_row(
+            rule_id,
+            kind,
+            str(len(items)),
+            mean,
+            ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+        )
     return table
 
 
@@ -77,29 +85,49 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
         asyncio.run(
             ensure_topics(
                 bootstrap,
-                [settings.traces_topic, settings.scores_topic, settings.decisions_topic, settings.dlq_topic],
+                [
+                    settings.traces_topic,
+                    settings.scores_topic,
+                    settings.decisions_topic,
+                    settings.dlq_topic,
+                ],
                 settings.topic_partitions,
             )
         )
-        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, SCORER_WEB_PORT=str(web_port),
-                   SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)))
+        env = dict(
+            os.environ,
+            KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+            SCORER_WEB_PORT=str(web_port),
+            SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)),
+        )
         worker = subprocess.Popen(
-            [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"], env=env,
+            [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"],
+            env=env,
             stdout=subprocess.DEVNULL if not console.is_terminal else None,
         )
-        console.print(f"worker started (pid {worker.pid}); metrics at http://127.0.0.1:{web_port}/metrics")
+        console.print(
+            f"worker started (pid {worker.pid}); metrics at http://127.0.0.1:{web_port}/metrics"
+        )
         if not settings.judge_configured:
             console.print(f"[yellow]{NO_JUDGE_REASON}[/]")
         n = asyncio.run(produce(bootstrap, settings.traces_topic, items))
-        console.print(f"produced {n} sample traces to '{settings.traces_topic}'; waiting for {expected} scores")
+        console.print(
+            f"produced {n} sample traces to '{settings.traces_topic}'; waiting for {expected} scores"
+        )
         started = time.monotonic()
         scores = asyncio.run(collect_scores(bootstrap, settings.scores_topic, expected, timeout))
         console.print(summary_table(scores, ruleset))
         console.print(f"{len(scores)}/{expected} scores in {time.monotonic() - started:.1f}s")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=5) as resp:
-                lines = [ln for ln in resp.read().decode().splitlines() if ln.startswith("scorer_scores_total")]
-            console.print(f"metrics: http://127.0.0.1:{web_port}/metrics ({len(lines)} scorer_scores_total series)")
+                lines = [
+                    ln
+                    for ln in resp.read().decode().splitlines()
+                    if ln.startswith("scorer_scores_total")
+                ]
+            console.print(
+                f"metrics: http://127.0.0.1:{web_port}/metrics ({len(lines)} scorer_scores_total series)"
+            )
         except OSError as exc:
             console.print(f"[red]metrics endpoint not reachable: {exc}[/]")
         return 0 if len(scores) == expected else 1

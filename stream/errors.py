@@ -20,7 +20,9 @@ class JudgeError(ScorerError):
     """The judge could not produce a valid verdict (after retries, where retried)."""
 
     def __init__(self, message: str, *, kind: str, attempts: int = 1) -> None:
-        self.kind = kind  # closed set: timeout, rate_limited, server_error, client_error, invalid_answer
+        self.kind = (
+            kind  # closed set: timeout, rate_limited, server_error, client_error, invalid_answer
+        )
         self.attempts = attempts
         super().__init__(message)
 
@@ -32,4 +34,6 @@ class MissingVariable(ScorerError):
         self.variable = variable
         self.path = path
         self.missing_at = missing_at
-        super().__init__(f"variable {variable!r}: path {path!r} is missing (no value at {missing_at!r})")
+        super().__init__(
+            f"variable {variable!r}: path {path!r} is missing (no value at {missing_at!r})"
+        )

@@ -135,7 +135,9 @@ class JudgeClient:
         self.backoff_max = settings.judge_backoff_max_s
         self.structured = settings.judge_structured_output
         self.limiter = AdaptiveLimiter(settings.judge_max_concurrency)
-        self._secret = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        self._secret = (
+            settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        )
         self._sleep = sleep
         self._client = AsyncOpenAI(
             base_url=settings.openai_base_url,
@@ -154,7 +156,9 @@ class JudgeClient:
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.backoff_max)
-        return min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        return min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(
+            0.5, 1.0
+        )
 
     async def judge(self, rule: LLMJudgeRule, prompt: str) -> Verdict:
         """Ask the judge; retry timeouts, 429s, 5xx and invalid answers; raise ``JudgeError``."""
@@ -169,7 +173,11 @@ class JudgeClient:
         if self.structured:
             request["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "verdict", "schema": response_schema(rule.output), "strict": True},
+                "json_schema": {
+                    "name": "verdict",
+                    "schema": response_schema(rule.output),
+                    "strict": True,
+                },
             }
         last_error: JudgeError | None = None
         invalid_answers = 0
@@ -186,21 +194,30 @@ class JudgeClient:
             except openai.RateLimitError as exc:
                 retry_after = retry_after_seconds(exc.response.headers)
                 self.limiter.on_rate_limited(retry_after, exc.response.headers)
-                last_error = JudgeError(self._redact(f"rate limited (429): {exc.message}"), kind="rate_limited")
+                last_error = JudgeError(
+                    self._redact(f"rate limited (429): {exc.message}"), kind="rate_limited"
+                )
             except openai.APITimeoutError:
                 last_error = JudgeError("judge call timed out", kind="timeout")
             except openai.APIConnectionError as exc:
-                last_error = JudgeError(self._redact(f"cannot reach the judge: {exc}"), kind="connection")
+                last_error = JudgeError(
+                    self._redact(f"cannot reach the judge: {exc}"), kind="connection"
+                )
             except openai.APIStatusError as exc:
                 if exc.status_code < 500 and exc.status_code not in (408, 409):
                     metrics.JUDGE_CALLS.labels(model=model, outcome="client_error").inc()
                     raise JudgeError(
-                        self._redact(f"judge refused the request ({exc.status_code}): {exc.message}"),
+                        self._redact(
+                            f"judge refused the request ({exc.status_code}): {exc.message}"
+                        ),
                         kind="client_error",
                         attempts=attempt,
                     ) from None
                 retry_after = retry_after_seconds(exc.response.headers)
-                last_error = JudgeError(self._redact(f"judge server error ({exc.status_code}): {exc.message}"), kind="server_error")
+                last_error = JudgeError(
+                    self._redact(f"judge server error ({exc.status_code}): {exc.message}"),
+                    kind="server_error",
+                )
             else:
                 metrics.JUDGE_LATENCY.labels(model=model).observe(elapsed)
                 usage = TokenUsage(
@@ -209,7 +226,9 @@ class JudgeClient:
                     total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
                 )
                 metrics.JUDGE_TOKENS.labels(model=model, kind="prompt").inc(usage.prompt_tokens)
-                metrics.JUDGE_TOKENS.labels(model=model, kind="completion").inc(usage.completion_tokens)
+                metrics.JUDGE_TOKENS.labels(model=model, kind="completion").inc(
+                    usage.completion_tokens
+                )
                 content = completion.choices[0].message.content if completion.choices else None
                 try:
                     answer = parse_answer(rule.output, content or "")
@@ -217,10 +236,15 @@ class JudgeClient:
                     invalid_answers += 1
                     metrics.JUDGE_CALLS.labels(model=model, outcome="invalid_answer").inc()
                     snippet = (content or "")[:200]
-                    last_error = JudgeError(self._redact(f"unusable answer: {exc}; answer was {snippet!r}"), kind="invalid_answer")
+                    last_error = JudgeError(
+                        self._redact(f"unusable answer: {exc}; answer was {snippet!r}"),
+                        kind="invalid_answer",
+                    )
                 else:
                     metrics.JUDGE_CALLS.labels(model=model, outcome="ok").inc()
-                    return Verdict(answer, completion.model or model, elapsed * 1000.0, usage, attempt)
+                    return Verdict(
+                        answer, completion.model or model, elapsed * 1000.0, usage, attempt
+                    )
             finally:
                 await self.limiter.release()
             if last_error.kind != "invalid_answer":
@@ -231,4 +255,6 @@ class JudgeClient:
                 metrics.JUDGE_RETRIES.labels(model=model, reason=last_error.kind).inc()
                 await self._sleep(self._backoff(attempt, retry_after))
         assert last_error is not None
-        raise JudgeError(f"{last_error} (after {attempt} attempts)", kind=last_error.kind, attempts=attempt)
+        raise JudgeError(
+            f"{last_error} (after {attempt} attempts)", kind=last_error.kind, attempts=attempt
+        )

@@ -66,9 +66,7 @@ def message_key(item: Any) -> bytes | None:
     return None
 
 
-async def produce(
-    bootstrap: str, topic: str, items: list[Any], progress: Any = None
-) -> int:
+async def produce(bootstrap: str, topic: str, items: list[Any], progress: Any = None) -> int:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
@@ -87,7 +85,9 @@ async def produce(
 @contextlib.asynccontextmanager
 async def reader(bootstrap: str, topic: str) -> AsyncIterator[AIOKafkaConsumer]:
     """A group-less consumer reading ``topic`` from the beginning."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
     await consumer.start()
     try:
         yield consumer
@@ -110,6 +110,8 @@ async def collect_scores(
                     try:
                         event = orjson.loads(record.value)
                     except orjson.JSONDecodeError as exc:
-                        raise ScorerError(f"unreadable score event at offset {record.offset}") from exc
+                        raise ScorerError(
+                            f"unreadable score event at offset {record.offset}"
+                        ) from exc
                     scores[event["score_id"]] = event
     return scores

@@ -14,18 +14,27 @@ TRACES_CONSUMED = Counter(
     f"{PREFIX}_traces_consumed", "Trace messages consumed (valid or not)", ["topic"]
 )
 DECISIONS = Counter(
-    f"{PREFIX}_decisions", "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
+    f"{PREFIX}_decisions",
+    "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
     ["rule", "pack", "outcome"],
 )
-SCORES = Counter(f"{PREFIX}_scores", "Score events published, by status", ["rule", "pack", "status"])
+SCORES = Counter(
+    f"{PREFIX}_scores", "Score events published, by status", ["rule", "pack", "status"]
+)
 SCORE_VALUE = Histogram(
-    f"{PREFIX}_score_value", "Normalised score value (0..1) of ok scores",
-    ["rule", "pack"], buckets=[i / 10 for i in range(1, 11)],
+    f"{PREFIX}_score_value",
+    "Normalised score value (0..1) of ok scores",
+    ["rule", "pack"],
+    buckets=[i / 10 for i in range(1, 11)],
 )
 JUDGE_CALLS = Counter(f"{PREFIX}_judge_calls", "Judge calls by outcome", ["model", "outcome"])
-JUDGE_RETRIES = Counter(f"{PREFIX}_judge_retries", "Judge call retries by reason", ["model", "reason"])
+JUDGE_RETRIES = Counter(
+    f"{PREFIX}_judge_retries", "Judge call retries by reason", ["model", "reason"]
+)
 JUDGE_LATENCY = Histogram(
-    f"{PREFIX}_judge_latency_seconds", "Latency of successful judge calls", ["model"],
+    f"{PREFIX}_judge_latency_seconds",
+    "Latency of successful judge calls",
+    ["model"],
     buckets=[0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
 )
 JUDGE_TOKENS = Counter(f"{PREFIX}_judge_tokens", "Judge tokens used", ["model", "kind"])

@@ -124,7 +124,13 @@ class MockJudge:
             if self.bucket and (wait := self.bucket.take()) is not None:
                 self.statuses.append(429)
                 return web.json_response(
-                    {"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}},
+                    {
+                        "error": {
+                            "message": "Rate limit reached for requests",
+                            "type": "requests",
+                            "code": "rate_limit_exceeded",
+                        }
+                    },
                     status=429,
                     headers={"retry-after-ms": str(int(wait * 1000) + 1), **self._limit_headers()},
                 )
@@ -137,19 +143,31 @@ class MockJudge:
             headers = {**self._limit_headers(), **reply.headers}
             if reply.status != 200:
                 return web.json_response(
-                    {"error": {"message": reply.content, "type": "server_error"}}, status=reply.status, headers=headers
+                    {"error": {"message": reply.content, "type": "server_error"}},
+                    status=reply.status,
+                    headers=headers,
                 )
             completion = {
                 "id": f"chatcmpl-mock-{next(self._ids)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.get("model", "mock"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": reply.content}}],
-                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(reply.content) // 4,
-                          "total_tokens": len(prompt) // 4 + len(reply.content) // 4},
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": reply.content},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt) // 4,
+                    "completion_tokens": len(reply.content) // 4,
+                    "total_tokens": len(prompt) // 4 + len(reply.content) // 4,
+                },
             }
-            return web.Response(body=orjson.dumps(completion), content_type="application/json", headers=headers)
+            return web.Response(
+                body=orjson.dumps(completion), content_type="application/json", headers=headers
+            )
         finally:
             self._concurrent -= 1
 
@@ -166,7 +184,9 @@ class MockJudge:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True
+        )
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         self._loop.run_until_complete(site.start())

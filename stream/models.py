@@ -45,7 +45,9 @@ class Trace(BaseModel):
 
 def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str:
     """Deterministic id: a redelivered event yields the same id (idempotent downstream)."""
-    return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f{target_id}"))
+    return str(
+        uuid.uuid5(SCORE_ID_NAMESPACE, f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f{target_id}")
+    )
 
 
 class Scale(BaseModel):

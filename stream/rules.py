@@ -235,7 +235,9 @@ def load_rule_file(path: Path) -> LLMJudgeRule | CheckRule:
     if rule.id != path.stem:
         problems.append(f"field id: {rule.id!r} must equal the file name {path.stem!r}")
     if rule.pack != path.parent.name:
-        problems.append(f"field pack: {rule.pack!r} must equal the folder name {path.parent.name!r}")
+        problems.append(
+            f"field pack: {rule.pack!r} must equal the folder name {path.parent.name!r}"
+        )
     if problems:
         raise RuleFileError(str(path), problems)
     return rule
@@ -277,7 +279,10 @@ def check_rules(
             continue
         if rule.id in seen:
             errors.append(
-                RuleFileError(str(path), [f"field id: duplicate rule id {rule.id!r} (also in {seen[rule.id]})"])
+                RuleFileError(
+                    str(path),
+                    [f"field id: duplicate rule id {rule.id!r} (also in {seen[rule.id]})"],
+                )
             )
             continue
         seen[rule.id] = path
@@ -290,9 +295,7 @@ def load_rules(rules_dir: Path, packs: Iterable[str] | None = None) -> RuleSet:
     """Load a rule set or fail with every problem found (start-up must not half-load)."""
     ruleset, errors = check_rules(rules_dir, packs)
     if errors:
-        raise RuleFileError(
-            str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems]
-        )
+        raise RuleFileError(str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems])
     if not ruleset.rules:
         raise RuleFileError(str(rules_dir), ["no rule files found"])
     return ruleset

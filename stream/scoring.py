@@ -67,18 +67,24 @@ class Scorer:
         self.default_model = default_model
         self.trace_rules = ruleset.for_scope("trace")
 
-    async def score_trace(self, trace: Trace, document: Any, topic: str | None = None) -> TraceResult:
+    async def score_trace(
+        self, trace: Trace, document: Any, topic: str | None = None
+    ) -> TraceResult:
         """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
         outcomes = await asyncio.gather(
             *(self.apply(rule, trace, document, topic) for rule in self.trace_rules)
         )
         return TraceResult(list(outcomes), max((o.judge_seconds for o in outcomes), default=0.0))
 
-    async def apply(self, rule: AnyRule, trace: Trace, document: Any, topic: str | None) -> RuleOutcome:
+    async def apply(
+        self, rule: AnyRule, trace: Trace, document: Any, topic: str | None
+    ) -> RuleOutcome:
         if not rule.filter.matches(trace, topic):
             return self._decide(rule, trace, "filtered", None, None)
         if not rule.sampled(trace.id):
-            return self._decide(rule, trace, "sampled_out", f"sampling rate {rule.sampling_rate:g}", None)
+            return self._decide(
+                rule, trace, "sampled_out", f"sampling rate {rule.sampling_rate:g}", None
+            )
         try:
             values = resolve_variables(rule, document)
         except MissingVariable as exc:
@@ -94,16 +100,30 @@ class Scorer:
         try:
             result = spec.run(values, rule.params)
         except checks_registry.NotApplicable as exc:
-            return self._finish(rule, trace, status="skipped", status_reason=f"check not applicable: {exc}")
+            return self._finish(
+                rule, trace, status="skipped", status_reason=f"check not applicable: {exc}"
+            )
         except Exception as exc:  # a bug in a check must not stop the stream
             log.exception("check %s failed on trace %s", rule.check, trace.id)
-            return self._finish(rule, trace, status="error", status_reason=f"check {rule.check} raised {type(exc).__name__}: {exc}")
+            return self._finish(
+                rule,
+                trace,
+                status="error",
+                status_reason=f"check {rule.check} raised {type(exc).__name__}: {exc}",
+            )
         return self._finish(
-            rule, trace, status="ok", raw_value=result.raw_value, label=result.label,
-            reason=result.reason, latency_ms=(time.perf_counter() - started) * 1000,
+            rule,
+            trace,
+            status="ok",
+            raw_value=result.raw_value,
+            label=result.label,
+            reason=result.reason,
+            latency_ms=(time.perf_counter() - started) * 1000,
         )
 
-    async def _run_judge(self, rule: LLMJudgeRule, trace: Trace, values: dict[str, Any]) -> RuleOutcome:
+    async def _run_judge(
+        self, rule: LLMJudgeRule, trace: Trace, values: dict[str, Any]
+    ) -> RuleOutcome:
         model = rule.judge.model or self.default_model
         if self.judge is None:
             return self._finish(rule, trace, status="skipped", status_reason=NO_JUDGE_REASON)
@@ -113,22 +133,42 @@ class Scorer:
             verdict = await self.judge.judge(rule, prompt)
         except JudgeError as exc:
             waited = time.perf_counter() - started
-            outcome = self._finish(rule, trace, status="error", status_reason=f"judge {exc.kind}: {exc}", judge_model=model)
+            outcome = self._finish(
+                rule,
+                trace,
+                status="error",
+                status_reason=f"judge {exc.kind}: {exc}",
+                judge_model=model,
+            )
             outcome.judge_seconds = waited
             return outcome
         outcome = self._finish(
-            rule, trace, status="ok", raw_value=verdict.answer.raw_value, label=verdict.answer.label,
-            reason=verdict.answer.reason, judge_model=verdict.model, latency_ms=verdict.latency_ms,
+            rule,
+            trace,
+            status="ok",
+            raw_value=verdict.answer.raw_value,
+            label=verdict.answer.label,
+            reason=verdict.answer.reason,
+            judge_model=verdict.model,
+            latency_ms=verdict.latency_ms,
             usage=verdict.usage,
         )
         outcome.judge_seconds = time.perf_counter() - started
         return outcome
 
-    def _decide(self, rule: AnyRule, trace: Trace, outcome: Any, detail: str | None, sid: str | None) -> RuleOutcome:
+    def _decide(
+        self, rule: AnyRule, trace: Trace, outcome: Any, detail: str | None, sid: str | None
+    ) -> RuleOutcome:
         metrics.DECISIONS.labels(rule=rule.id, pack=rule.pack, outcome=outcome).inc()
         decision = Decision(
-            trace_id=trace.id, rule_id=rule.id, pack=rule.pack, rule_version=rule.version,
-            project_name=trace.project_name, outcome=outcome, detail=detail, score_id=sid,
+            trace_id=trace.id,
+            rule_id=rule.id,
+            pack=rule.pack,
+            rule_version=rule.version,
+            project_name=trace.project_name,
+            outcome=outcome,
+            detail=detail,
+            score_id=sid,
         )
         return RuleOutcome(decision, None)
 
@@ -147,14 +187,28 @@ class Scorer:
         usage: TokenUsage | None = None,
     ) -> RuleOutcome:
         sid = score_id(rule.id, rule.version, rule.scope, trace.id)
-        value = rule.output.normalise(raw_value) if status == "ok" and raw_value is not None else None
+        value = (
+            rule.output.normalise(raw_value) if status == "ok" and raw_value is not None else None
+        )
         score = ScoreEvent(
-            score_id=sid, rule_id=rule.id, pack=rule.pack, rule_version=rule.version,
-            scope=rule.scope, target_id=trace.id, project_name=trace.project_name,
-            value=value, raw_value=raw_value if status == "ok" else None, scale=rule.output.scale,
-            label=label, reason=reason, higher_is_better=rule.output.higher_is_better,
-            status=status, status_reason=status_reason, judge_model=judge_model,
-            latency_ms=latency_ms, usage=usage,
+            score_id=sid,
+            rule_id=rule.id,
+            pack=rule.pack,
+            rule_version=rule.version,
+            scope=rule.scope,
+            target_id=trace.id,
+            project_name=trace.project_name,
+            value=value,
+            raw_value=raw_value if status == "ok" else None,
+            scale=rule.output.scale,
+            label=label,
+            reason=reason,
+            higher_is_better=rule.output.higher_is_better,
+            status=status,
+            status_reason=status_reason,
+            judge_model=judge_model,
+            latency_ms=latency_ms,
+            usage=usage,
         )
         outcome_name = {"ok": "scored", "skipped": "skipped", "error": "error"}[status]
         decided = self._decide(rule, trace, outcome_name, status_reason, sid)

@@ -32,7 +32,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(
         "loaded %d rules (%s) from %s, rule set %s",
-        len(ruleset.rules), ", ".join(ruleset.packs), settings.rules_dir, ruleset.digest,
+        len(ruleset.rules),
+        ", ".join(ruleset.packs),
+        settings.rules_dir,
+        ruleset.digest,
     )
     return faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
 

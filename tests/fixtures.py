@@ -56,8 +56,14 @@ def settings(**overrides: Any) -> Settings:
     return Settings(**base)
 
 
-def scorer(judge_url: str | None = None, ruleset: RuleSet | None = None, **overrides: Any) -> Scorer:
-    cfg = settings(openai_base_url=judge_url, openai_api_key="sk-test-secret" if judge_url else None, **overrides)
+def scorer(
+    judge_url: str | None = None, ruleset: RuleSet | None = None, **overrides: Any
+) -> Scorer:
+    cfg = settings(
+        openai_base_url=judge_url,
+        openai_api_key="sk-test-secret" if judge_url else None,
+        **overrides,
+    )
     judge = JudgeClient(cfg) if judge_url else None
     return Scorer(ruleset or fretcoach_rules(), judge, default_model=cfg.judge_model)
 

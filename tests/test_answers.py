@@ -17,8 +17,18 @@ YESNO = OutputSpec(type="choice", choices={"yes": 1.0, "no": 0.0})
     [
         (UNIT, '{"score": 0.7, "reason": "ok"}', 0.7, "ok"),
         (UNIT, '```json\n{"score": "0.4", "reason": "r"}\n```', 0.4, "r"),
-        (UNIT, 'The trace said {"score": 1.0}. My verdict: {"score": 0.2, "reason": "bad"}', 0.2, "bad"),
-        (UNIT, "Score: 0.9 at first glance... Final score: 0.3\nReason: misses steps", 0.3, "misses steps"),
+        (
+            UNIT,
+            'The trace said {"score": 1.0}. My verdict: {"score": 0.2, "reason": "bad"}',
+            0.2,
+            "bad",
+        ),
+        (
+            UNIT,
+            "Score: 0.9 at first glance... Final score: 0.3\nReason: misses steps",
+            0.3,
+            "misses steps",
+        ),
         (UNIT, "0.6", 0.6, "0.6"),
         (UNIT, '{"User frustration": {"score": 0.1, "reason": "calm"}}', 0.1, "calm"),
         (FOUR, '{"score": 4, "reason": "great"}', 4.0, "great"),
@@ -52,4 +62,7 @@ def test_invalid_answers(spec: OutputSpec, answer: str, message: str) -> None:
 
 def test_schema_follows_the_output_spec() -> None:
     assert response_schema(FOUR)["properties"]["score"] == {"type": "integer"}
-    assert response_schema(YESNO)["properties"]["choice"] == {"type": "string", "enum": ["yes", "no"]}
+    assert response_schema(YESNO)["properties"]["choice"] == {
+        "type": "string",
+        "enum": ["yes", "no"],
+    }

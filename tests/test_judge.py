@@ -43,7 +43,9 @@ async def test_live_coach_score_is_normalised_with_raw_value_and_label(judge: Mo
     assert score["reason"] == "Right metric, wordy."
     assert score["usage"]["total_tokens"] > 0
     request = judge.requests[-1]
-    assert request["body"]["response_format"]["json_schema"]["schema"]["properties"]["score"] == {"type": "integer"}
+    assert request["body"]["response_format"]["json_schema"]["schema"]["properties"]["score"] == {
+        "type": "integer"
+    }
     assert request["body"]["temperature"] == 0.0
 
 
@@ -51,13 +53,18 @@ async def test_garbage_answer_is_retried_once_then_an_error_score(judge: MockJud
     judge.script(CORRECTNESS_PROMPT, "I'd rather not say.")
     score = await score_of(judge, "hub_answer_correctness", hub_trace())
     assert score["status"] == "error"
-    assert "invalid_answer" in score["status_reason"] and "no score in the answer" in score["status_reason"]
+    assert (
+        "invalid_answer" in score["status_reason"]
+        and "no score in the answer" in score["status_reason"]
+    )
     assert score["value"] is None and score["raw_value"] is None
     assert sum(CORRECTNESS_PROMPT in p for p in judge.prompts()) == 2
 
 
 async def test_out_of_range_then_valid_answer_gives_the_valid_score(judge: MockJudge) -> None:
-    judge.script(CORRECTNESS_PROMPT, '{"score": 7, "reason": "x"}', '{"score": 0.4, "reason": "partial"}')
+    judge.script(
+        CORRECTNESS_PROMPT, '{"score": 7, "reason": "x"}', '{"score": 0.4, "reason": "partial"}'
+    )
     score = await score_of(judge, "hub_answer_correctness", hub_trace())
     assert (score["status"], score["value"], score["reason"]) == ("ok", 0.4, "partial")
 
@@ -81,14 +88,20 @@ async def test_429_then_success_honours_retry_after(judge: MockJudge) -> None:
     assert time.monotonic() - started >= 0.3
 
 
-async def test_500s_until_the_budget_is_spent_give_an_error_score(judge: MockJudge, metric_value) -> None:
+async def test_500s_until_the_budget_is_spent_give_an_error_score(
+    judge: MockJudge, metric_value
+) -> None:
     judge.script(CORRECTNESS_PROMPT, Reply(status=500, content="boom"))
     before = metric_value("scorer_judge_retries_total", model="gpt-4o-mini", reason="server_error")
     score = await score_of(judge, "hub_answer_correctness", hub_trace())
     assert score["status"] == "error"
     assert "server_error" in score["status_reason"] and "after 4 attempts" in score["status_reason"]
     assert sum(CORRECTNESS_PROMPT in p for p in judge.prompts()) == 4
-    assert metric_value("scorer_judge_retries_total", model="gpt-4o-mini", reason="server_error") - before == 3
+    assert (
+        metric_value("scorer_judge_retries_total", model="gpt-4o-mini", reason="server_error")
+        - before
+        == 3
+    )
 
 
 async def test_the_api_key_is_sent_but_never_in_scores(judge: MockJudge) -> None:
@@ -97,7 +110,9 @@ async def test_the_api_key_is_sent_but_never_in_scores(judge: MockJudge) -> None
     document = hub_trace()
     result = await s.score_trace(as_trace(document), document)
     assert judge.requests[0]["headers"]["Authorization"] == "Bearer sk-test-secret"
-    blob = b"".join(x.to_bytes() for x in result.scores) + b"".join(d.to_bytes() for d in result.decisions)
+    blob = b"".join(x.to_bytes() for x in result.scores) + b"".join(
+        d.to_bytes() for d in result.decisions
+    )
     assert b"sk-test-secret" not in blob
     assert b"bad key ***" in blob
 

@@ -186,9 +186,7 @@ def _recommendation_fields(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-@check(
-    "practice_recommendation_actionability", variables=("output",), params=ActionabilityParams
-)
+@check("practice_recommendation_actionability", variables=("output",), params=ActionabilityParams)
 def practice_recommendation_actionability(values: Mapping[str, Any], params: Any) -> CheckResult:
     """Scale name and type given, only supported scale types, strictness and sensitivity set."""
     assert isinstance(params, ActionabilityParams)

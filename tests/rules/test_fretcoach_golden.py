@@ -59,9 +59,14 @@ def load(rule_id: str) -> LLMJudgeRule:
 
 def test_the_seed_has_eight_trace_rules_and_all_ship() -> None:
     assert [r.rule_id for r in TRACE_RULES] == [
-        "hub_answer_correctness", "hub_data_groundedness", "hub_context_usage_quality",
-        "hub_actionability", "hub_response_clarity", "studio_practice_recommendation_alignment",
-        "studio_immediate_actionability", "studio_live_coach_feedback_quality",
+        "hub_answer_correctness",
+        "hub_data_groundedness",
+        "hub_context_usage_quality",
+        "hub_actionability",
+        "hub_response_clarity",
+        "studio_practice_recommendation_alignment",
+        "studio_immediate_actionability",
+        "studio_live_coach_feedback_quality",
     ]
     for seed in TRACE_RULES:
         assert (RULES_DIR / "fretcoach" / f"{seed.rule_id}.yaml").is_file()
@@ -109,16 +114,48 @@ GOLDEN_ANSWERS = [
     ("hub_answer_correctness", '{"score": 0.8, "reason": "Mostly answers."}', 0.8, 0.8, None),
     ("hub_data_groundedness", "Score: 0.3\nReason: invents practice hours.", 0.3, 0.3, None),
     ("hub_actionability", '{"score": 1, "reason": "Greeting needs no action."}', 1.0, 1.0, None),
-    ("studio_immediate_actionability", 'I considered score: 0.9 but\n{"score": 0.5, "reason": "no sensitivity"}', 0.5, 0.5, None),
-    ("studio_live_coach_feedback_quality", '{"score": 4, "reason": "Compliant."}', 4.0, 1.0, "Excellent"),
-    ("studio_live_coach_feedback_quality", '{"score": 3, "reason": "Minor wording."}', 3.0, 2 / 3, "Very Good"),
-    ("studio_live_coach_feedback_quality", '{"score": 2, "reason": "Generic."}', 2.0, 1 / 3, "Good"),
-    ("studio_live_coach_feedback_quality", '{"score": 1, "reason": "Wrong metric."}', 1.0, 0.0, "Bad"),
+    (
+        "studio_immediate_actionability",
+        'I considered score: 0.9 but\n{"score": 0.5, "reason": "no sensitivity"}',
+        0.5,
+        0.5,
+        None,
+    ),
+    (
+        "studio_live_coach_feedback_quality",
+        '{"score": 4, "reason": "Compliant."}',
+        4.0,
+        1.0,
+        "Excellent",
+    ),
+    (
+        "studio_live_coach_feedback_quality",
+        '{"score": 3, "reason": "Minor wording."}',
+        3.0,
+        2 / 3,
+        "Very Good",
+    ),
+    (
+        "studio_live_coach_feedback_quality",
+        '{"score": 2, "reason": "Generic."}',
+        2.0,
+        1 / 3,
+        "Good",
+    ),
+    (
+        "studio_live_coach_feedback_quality",
+        '{"score": 1, "reason": "Wrong metric."}',
+        1.0,
+        0.0,
+        "Bad",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("rule_id", "answer", "raw", "value", "label"), GOLDEN_ANSWERS)
-def test_golden_answer_to_score(rule_id: str, answer: str, raw: float, value: float, label: str | None) -> None:
+def test_golden_answer_to_score(
+    rule_id: str, answer: str, raw: float, value: float, label: str | None
+) -> None:
     rule = load(rule_id)
     parsed = parse_answer(rule.output, answer)
     assert parsed.raw_value == raw

@@ -50,22 +50,48 @@ def test_shipped_rules_load() -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"temprature": 0.2}, "hub_answer_correctness.yaml: field temprature: Extra inputs are not permitted"),
+        (
+            {"temprature": 0.2},
+            "hub_answer_correctness.yaml: field temprature: Extra inputs are not permitted",
+        ),
         ({"sampling_rate": 1.5}, "field sampling_rate: Input should be less than or equal to 1"),
         ({"version": None}, "field version: Field required"),
         ({"scope": "span"}, "field scope: Input should be 'trace' or 'thread'"),
-        ({"kind": "magic"}, "Input tag 'magic' found using 'kind' does not match any of the expected tags"),
-        ({"id": "other_name"}, "field id: 'other_name' must equal the file name 'hub_answer_correctness'"),
-        ({"variables": {"input": "input.messages[-1].content"}}, "placeholders without a variable mapping: ['output']"),
         (
-            {"variables": {"input": "input.messages[-1].content", "output": "output.messages[-1].content", "extra": "metadata.x"}},
+            {"kind": "magic"},
+            "Input tag 'magic' found using 'kind' does not match any of the expected tags",
+        ),
+        (
+            {"id": "other_name"},
+            "field id: 'other_name' must equal the file name 'hub_answer_correctness'",
+        ),
+        (
+            {"variables": {"input": "input.messages[-1].content"}},
+            "placeholders without a variable mapping: ['output']",
+        ),
+        (
+            {
+                "variables": {
+                    "input": "input.messages[-1].content",
+                    "output": "output.messages[-1].content",
+                    "extra": "metadata.x",
+                }
+            },
             "variables mapped but not used in the prompt: ['extra']",
         ),
-        ({"variables": {"input": "input.messages[-1.content", "output": "x"}}, "variables.input: bad path"),
-        ({"output": {"type": "numeric", "min": 1, "max": 0}}, "field output: min (1.0) must be below max (0.0)"),
+        (
+            {"variables": {"input": "input.messages[-1.content", "output": "x"}},
+            "variables.input: bad path",
+        ),
+        (
+            {"output": {"type": "numeric", "min": 1, "max": 0}},
+            "field output: min (1.0) must be below max (0.0)",
+        ),
     ],
 )
-def test_a_bad_rule_file_names_the_file_and_field(rules_copy: Path, changes: dict, expected: str) -> None:
+def test_a_bad_rule_file_names_the_file_and_field(
+    rules_copy: Path, changes: dict, expected: str
+) -> None:
     edit(rules_copy, RULE, **changes)
     found = problems(rules_copy)
     assert any(expected in p for p in found), found
@@ -75,7 +101,9 @@ def test_a_bad_rule_file_names_the_file_and_field(rules_copy: Path, changes: dic
 
 def test_a_typo_in_a_nested_field_is_rejected(rules_copy: Path) -> None:
     edit(rules_copy, RULE, filter={"trace_name": ["hub-coach-chat"]})
-    assert any("field filter.trace_name: Extra inputs are not permitted" in p for p in problems(rules_copy))
+    assert any(
+        "field filter.trace_name: Extra inputs are not permitted" in p for p in problems(rules_copy)
+    )
 
 
 def test_unknown_check_and_wrong_variables_are_rejected(rules_copy: Path) -> None:
@@ -116,7 +144,16 @@ def test_cli_rules_check_fails_on_a_broken_copy(rules_copy: Path) -> None:
 
 
 def test_filters_and_deterministic_sampling(rules_copy: Path) -> None:
-    edit(rules_copy, RULE, sampling_rate=0.5, filter={"trace_names": ["hub-coach-chat"], "tags_all": ["hub"], "metadata": {"model": "gpt-4o-mini"}})
+    edit(
+        rules_copy,
+        RULE,
+        sampling_rate=0.5,
+        filter={
+            "trace_names": ["hub-coach-chat"],
+            "tags_all": ["hub"],
+            "metadata": {"model": "gpt-4o-mini"},
+        },
+    )
     rule = next(r for r in load_rules(rules_copy).rules if r.id == RULE)
     trace = as_trace(hub_trace())
     assert rule.filter.matches(trace)

@@ -1,0 +1,255 @@
+"""Throughput benchmark on the embedded broker. Prints figures; asserts nothing.
+
+Phases: (a) raw aiokafka consume-and-produce pass-through; (a') a Faust agent that parses
+and forwards; (b) the scorer with deterministic rules only; (c) the scorer with one LLM rule
+against a local judge of fixed latency; (d) the same against a judge that enforces a
+requests-per-minute limit with 429s. Rates are measured from the output records' Kafka
+timestamps (first to last), so start-up and consumer-group joins are not counted.
+
+    python bench/throughput.py [--traces 20000] [--judge-traces 2400] [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from stream.broker import EmbeddedBroker, free_port
+from stream.kafka_io import ensure_topics
+from stream.mockjudge import MockJudge
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = [orjson.loads(x) for x in (ROOT / "stream/samples/fretcoach_traces.jsonl").read_bytes().splitlines()]
+LIVE = next(t for t in SAMPLE if t["name"] == "studio-live-coach")
+STUDIO = next(t for t in SAMPLE if t["name"] == "studio-ai-recommendation")
+
+
+def traces(n: int) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i in range(n):
+        doc = dict(LIVE if i % 2 == 0 else STUDIO, id=f"bench-{uuid.uuid4().hex}-{i}")
+        out.append((doc["id"].encode(), orjson.dumps(doc)))
+    return out
+
+
+async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, max_batch_size=262144)
+    await producer.start()
+    try:
+        for key, value in messages:
+            await producer.send(topic, key=key, value=value)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def drain(bootstrap: str, topic: str, expected: int, timeout: float) -> tuple[int, float]:
+    """Count records until ``expected``; return (count, seconds from first to last timestamp)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    count, first, last = 0, None, None
+    deadline = time.monotonic() + timeout
+    try:
+        while count < expected and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500, max_records=10000)).values():
+                for r in records:
+                    count += 1
+                    first = r.timestamp if first is None else min(first, r.timestamp)
+                    last = r.timestamp if last is None else max(last, r.timestamp)
+    finally:
+        await consumer.stop()
+    return count, ((last - first) / 1000.0 if first is not None and last is not None else 0.0)
+
+
+async def raw_passthrough(bootstrap: str, src: str, dst: str, n: int) -> None:
+    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                group_id=f"raw-{uuid.uuid4().hex[:6]}", enable_auto_commit=False)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await consumer.start()
+    await producer.start()
+    done = 0
+    try:
+        while done < n:
+            for records in (await consumer.getmany(timeout_ms=500, max_records=5000)).values():
+                for r in records:
+                    orjson.loads(r.value)
+                    await producer.send(dst, key=r.key, value=r.value)
+                    done += 1
+            await producer.flush()
+            await consumer.commit()
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+def histogram_quantile(metrics_text: str, name: str, q: float) -> float | None:
+    buckets = []
+    for line in metrics_text.splitlines():
+        m = re.match(rf'{name}_bucket\{{le="([^"]+)"\}} (\S+)', line)
+        if m:
+            buckets.append((float("inf") if m[1] == "+Inf" else float(m[1]), float(m[2])))
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    total = buckets[-1][1]
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= q * total:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((q * total - prev_count) / max(count - prev_count, 1e-9))
+        prev_le, prev_count = le, count
+    return None
+
+
+class Phase:
+    def __init__(self, bootstrap: str, tmp: Path) -> None:
+        self.bootstrap, self.tmp = bootstrap, tmp
+        self.suffix = uuid.uuid4().hex[:8]
+        self.src, self.dst = f"bench-in-{self.suffix}", f"bench-out-{self.suffix}"
+
+    def worker(self, rules_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], int]:
+        port = free_port()
+        full_env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "OPENAI_"))},
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "SCORER_TRACES_TOPIC": self.src,
+            "SCORER_SCORES_TOPIC": self.dst, "SCORER_DECISIONS_TOPIC": f"bench-dec-{self.suffix}",
+            "SCORER_DLQ_TOPIC": f"bench-dlq-{self.suffix}", "SCORER_APP_ID": f"bench-{self.suffix}",
+            "SCORER_WEB_PORT": str(port), "SCORER_RULES_DIR": str(rules_dir),
+            "SCORER_DATA_DIR": str(self.tmp / self.suffix), "SCORER_SESSION_TIMEOUT_S": "6", **env,
+        }
+        log = open(self.tmp / f"worker-{self.suffix}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"],
+                                env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        return proc, port
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def rules_subset(tmp: Path, ids: list[str]) -> Path:
+    target = tmp / f"rules-{uuid.uuid4().hex[:6]}" / "fretcoach"
+    target.mkdir(parents=True)
+    for rule_id in ids:
+        shutil.copy(ROOT / "rules" / "fretcoach" / f"{rule_id}.yaml", target / f"{rule_id}.yaml")
+    return target.parent
+
+
+def fetch_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--traces", type=int, default=20000)
+    parser.add_argument("--judge-traces", type=int, default=2400)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rpm", type=float, default=3000)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-"))
+    broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
+    bs = broker.bootstrap
+    results: dict[str, float] = {}
+    size = len(traces(1)[0][1])
+    print(f"embedded broker {bs}; {args.traces} traces of ~{size} bytes; 2 cores")
+    try:
+        # (a) raw aiokafka
+        p = Phase(bs, tmp)
+        asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
+        asyncio.run(produce(bs, p.src, traces(args.traces)))
+        asyncio.run(raw_passthrough(bs, p.src, p.dst, args.traces))
+        n, secs = asyncio.run(drain(bs, p.dst, args.traces, 120))
+        results["a"] = n / secs
+        print(f"(a)  raw aiokafka pass-through      {results['a']:8.0f} traces/s")
+
+        # (a') faust forwarding agent
+        p = Phase(bs, tmp)
+        asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
+        asyncio.run(produce(bs, p.src, traces(args.traces)))
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bs, "BENCH_APP_ID": f"fwd-{p.suffix}", "BENCH_IN": p.src,
+               "BENCH_OUT": p.dst, "BENCH_DATA_DIR": str(tmp / f"fwd-{p.suffix}")}
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench/faust_forward.py"), "worker", "-l", "warn"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        n, secs = asyncio.run(drain(bs, p.dst, args.traces, 300))
+        stop(proc)
+        results["a'"] = n / secs
+        print(f"(a') Faust parse-and-forward agent   {results[chr(97) + chr(39)]:8.0f} traces/s")
+
+        # (b) deterministic rules only (one check matches each trace)
+        p = Phase(bs, tmp)
+        asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
+        asyncio.run(produce(bs, p.src, traces(args.traces)))
+        rules = rules_subset(tmp, ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"])
+        proc, port = p.worker(rules)
+        n, secs = asyncio.run(drain(bs, p.dst, args.traces, 300))
+        overhead = fetch_metrics(port)
+        stop(proc)
+        results["b"] = n / secs
+        print(f"(b)  scorer, deterministic rules     {results['b']:8.0f} traces/s   (b)/(a') = {results['b'] / results[chr(97) + chr(39)]:.2f}  [target >= 0.8]")
+        p50 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.5)
+        p99 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.99)
+        print(f"     time in the scorer per trace (no judge): p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+
+        # (c) one LLM rule, judge with fixed latency
+        p = Phase(bs, tmp)
+        asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
+        n_judge = args.judge_traces
+        live_only = [(k, v) for k, v in traces(n_judge * 2) if b"studio-live-coach" in v][:n_judge]
+        asyncio.run(produce(bs, p.src, live_only))
+        rules = rules_subset(tmp, ["studio_live_coach_feedback_quality"])
+        with MockJudge(latency_s=args.latency, default=None) as judge:
+            judge.script("", '{"score": 3, "reason": "bench"}')
+            proc, port = p.worker(rules, OPENAI_BASE_URL=judge.base_url, SCORER_JUDGE_MAX_CONCURRENCY=str(args.concurrency))
+            n, secs = asyncio.run(drain(bs, p.dst, n_judge, 600))
+            overhead = fetch_metrics(port)
+            stop(proc)
+        ceiling = args.concurrency / args.latency
+        results["c"] = n / secs
+        p50 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.5)
+        p99 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.99)
+        print(f"(c)  scorer, LLM rule, {args.latency * 1000:.0f} ms judge, concurrency {args.concurrency}: {results['c']:6.1f} traces/s   "
+              f"(c)/ceiling {ceiling:.0f}/s = {results['c'] / ceiling:.2f}  [target >= 0.9]")
+        print(f"     scoring overhead beyond the judge call: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms  [target p50 < 10 ms]")
+
+        # (d) judge enforcing a requests-per-minute limit
+        p = Phase(bs, tmp)
+        asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
+        n_rpm = int(args.rpm / 60 * 20)  # about 20 s at the limit
+        live_only = [(k, v) for k, v in traces(n_rpm * 2) if b"studio-live-coach" in v][:n_rpm]
+        asyncio.run(produce(bs, p.src, live_only))
+        with MockJudge(latency_s=0.05, rpm_limit=args.rpm, rpm_burst=1) as judge:
+            judge.script("", '{"score": 3, "reason": "bench"}')
+            proc, port = p.worker(rules, OPENAI_BASE_URL=judge.base_url, SCORER_JUDGE_MAX_CONCURRENCY=str(args.concurrency))
+            n, secs = asyncio.run(drain(bs, p.dst, n_rpm, 600))
+            stop(proc)
+            statuses = list(judge.statuses)
+        limit = args.rpm / 60
+        share_429 = statuses.count(429) / max(len(statuses), 1)
+        print(f"(d)  scorer vs {args.rpm:.0f} rpm limit: {n / secs:6.1f} traces/s = {n / secs / limit:.2f} of the limit "
+              f"[target >= 0.95]; 429s {share_429 * 100:.1f} % of {len(statuses)} calls [target < 2 %]")
+    finally:
+        broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Integration harness: the embedded broker, worker processes, and plain Kafka I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from stream.broker import free_port
+
+_counter = itertools.count()
+
+
+@dataclass
+class Names:
+    """Topic and group names unique to one test, so tests share one broker safely."""
+
+    suffix: str = field(default_factory=lambda: f"{next(_counter)}-{uuid.uuid4().hex[:6]}")
+
+    @property
+    def traces(self) -> str:
+        return f"traces-{self.suffix}"
+
+    @property
+    def scores(self) -> str:
+        return f"scores-{self.suffix}"
+
+    @property
+    def decisions(self) -> str:
+        return f"decisions-{self.suffix}"
+
+    @property
+    def dlq(self) -> str:
+        return f"dlq-{self.suffix}"
+
+    @property
+    def group(self) -> str:
+        return f"scorer-{self.suffix}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "SCORER_TRACES_TOPIC": self.traces,
+            "SCORER_SCORES_TOPIC": self.scores,
+            "SCORER_DECISIONS_TOPIC": self.decisions,
+            "SCORER_DLQ_TOPIC": self.dlq,
+            "SCORER_APP_ID": self.group,
+        }
+
+
+class Worker:
+    """A real `scorer worker` process."""
+
+    def __init__(self, bootstrap: str, names: Names, tmp: Path, **env: str) -> None:
+        self.port = free_port()
+        self.log_path = tmp / f"worker-{self.port}.log"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "OPENAI_"))},
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SCORER_WEB_PORT": str(self.port),
+            "SCORER_DATA_DIR": str(tmp / f"data-{self.port}"),
+            "SCORER_SESSION_TIMEOUT_S": "6",
+            "SCORER_JUDGE_BACKOFF_BASE_S": "0.05",
+            "SCORER_JUDGE_BACKOFF_MAX_S": "0.5",
+            **names.env(),
+            **env,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, loglevel: str = "info") -> Worker:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "stream.cli", "worker", "--loglevel", loglevel],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        assert self.process
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+async def produce(
+    bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]]
+) -> list[Any]:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, key=k, value=v) for k, v in messages]
+        return list(await asyncio.gather(*futures))
+    finally:
+        await producer.stop()
+
+
+def trace_bytes(document: dict[str, Any]) -> tuple[bytes, bytes]:
+    return document["id"].encode(), orjson.dumps(document)
+
+
+async def read(bootstrap: str, topic: str, *, until: Any, timeout: float = 60.0) -> list[Any]:
+    """Read ``topic`` from the start until ``until(records)`` is true or ``timeout`` passes."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(records):
+            batch = await consumer.getmany(timeout_ms=300)
+            for part in batch.values():
+                records.extend(part)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def read_scores(
+    bootstrap: str, topic: str, *, until: Any, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    records = await read(
+        bootstrap,
+        topic,
+        until=lambda rs: until([orjson.loads(r.value) for r in rs]),
+        timeout=timeout,
+    )
+    return [orjson.loads(r.value) for r in records]
+
+
+async def committed(bootstrap: str, group: str, topic: str, partition: int) -> int | None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        return await consumer.committed(TopicPartition(topic, partition))
+    finally:
+        await consumer.stop()

@@ -1,0 +1,258 @@
+"""The worker end to end: embedded broker (Tansu), a real worker process, a scripted judge."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+from fixtures import hub_trace, live_trace
+
+from stream.broker import EmbeddedBroker
+from stream.mockjudge import MockJudge, Reply
+from stream.models import score_id
+
+from .harness import Names, Worker, committed, produce, read, read_scores, trace_bytes
+
+LIVE_PROMPT = "evaluating live guitar coach feedback quality"
+SECRET = "sk-integration-secret-3f9a"
+
+
+def live_with_id(trace_id: str, feedback: str | None = None) -> dict:
+    document = live_trace()
+    document["id"] = trace_id
+    if feedback:
+        document["output"]["generations"][0][0]["text"] = feedback
+    return document
+
+
+def start(
+    workers: list[Worker],
+    broker: EmbeddedBroker,
+    names: Names,
+    tmp: Path,
+    judge: MockJudge | None,
+    **env: str,
+) -> Worker:
+    if judge is not None:
+        env = {"OPENAI_BASE_URL": judge.base_url, "OPENAI_API_KEY": SECRET, **env}
+    worker = Worker(broker.bootstrap, names, tmp, **env).start(env.pop("LOGLEVEL", "info"))
+    workers.append(worker)
+    return worker
+
+
+async def test_bad_messages_go_to_the_dlq_and_later_traces_are_scored(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    judge.script(LIVE_PROMPT, '{"score": 4, "reason": "Compliant."}')
+    worker = start(workers, broker, names, tmp_path, judge)
+    not_json = b'{"id": "t-broken", "input": '
+    no_id = orjson.dumps(
+        {"project_name": "fretcoach", "name": "studio-live-coach", "tags": "not-a-list"}
+    )
+    good = live_with_id("t-good-after-bad")
+    await produce(
+        broker.bootstrap, names.traces, [(b"k1", not_json), (b"k1", no_id), trace_bytes(good)]
+    )
+
+    dlq = await read(broker.bootstrap, names.dlq, until=lambda rs: len(rs) >= 2)
+    assert [r.value for r in dlq] == [not_json, no_id]  # the original bytes, in order
+    headers = [dict(r.headers) for r in dlq]
+    assert headers[0]["scorer.error.reason"] == b"invalid_json"
+    assert headers[1]["scorer.error.reason"] == b"invalid_event"
+    assert b"id: Field required" in headers[1]["scorer.error"]
+    assert b"tags: Input should be a valid list" in headers[1]["scorer.error"]
+    assert headers[0]["scorer.source.topic"] == names.traces.encode()
+    assert {h["scorer.source.offset"] for h in headers} == {b"0", b"1"}
+
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 2)
+    by_rule = {s["rule_id"]: s for s in scores}
+    assert by_rule["studio_live_coach_feedback_quality"]["status"] == "ok"
+    assert by_rule["studio_live_coach_feedback_quality"]["value"] == 1.0
+    assert by_rule["studio_live_coach_feedback_quality"]["label"] == "Excellent"
+    assert by_rule["studio_live_coach_feedback_format"]["status"] == "ok"
+    assert all(s["target_id"] == "t-good-after-bad" for s in scores)
+
+    decisions = await read(broker.bootstrap, names.decisions, until=lambda rs: len(rs) >= 10)
+    outcomes = {(d["rule_id"], d["outcome"]) for d in (orjson.loads(r.value) for r in decisions)}
+    assert ("studio_live_coach_feedback_quality", "scored") in outcomes
+    assert ("hub_answer_correctness", "filtered") in outcomes
+
+    body = worker.metrics()
+    assert f'scorer_dlq_messages_total{{reason="invalid_json",topic="{names.traces}"}} 1.0' in body
+    assert (
+        'scorer_scores_total{pack="fretcoach",rule="studio_live_coach_feedback_quality",status="ok"} 1.0'
+        in body
+    )
+    assert 'scorer_judge_calls_total{model="gpt-4o-mini",outcome="ok"} 1.0' in body
+
+
+async def test_judge_failures_become_error_scores_and_the_stream_goes_on(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    judge.script("GARBAGE-MARKER", "no idea, sorry")
+    judge.script("OUTAGE-MARKER", Reply(status=500, content="overloaded"))
+    judge.script(
+        "FLAKY-MARKER",
+        Reply(status=429, content="slow", headers={"retry-after-ms": "100"}),
+        '{"score": 2, "reason": "ok"}',
+    )
+    start(workers, broker, names, tmp_path, judge, SCORER_JUDGE_MAX_ATTEMPTS="3")
+    traces = [
+        live_with_id("t-garbage", "GARBAGE-MARKER feedback"),
+        live_with_id("t-outage", "OUTAGE-MARKER feedback"),
+        live_with_id("t-flaky", "FLAKY-MARKER feedback"),
+        live_with_id("t-after"),
+    ]
+    await produce(broker.bootstrap, names.traces, [trace_bytes(t) for t in traces])
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 8)
+    judged = {
+        s["target_id"]: s for s in scores if s["rule_id"] == "studio_live_coach_feedback_quality"
+    }
+    assert (
+        judged["t-garbage"]["status"] == "error"
+        and "no score in the answer" in judged["t-garbage"]["status_reason"]
+    )
+    assert (
+        judged["t-outage"]["status"] == "error"
+        and "after 3 attempts" in judged["t-outage"]["status_reason"]
+    )
+    assert judged["t-flaky"]["status"] == "ok" and judged["t-flaky"]["raw_value"] == 2.0
+    assert judged["t-after"]["status"] == "ok"
+
+
+async def test_missing_path_publishes_a_skipped_score(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    start(workers, broker, names, tmp_path, None)
+    document = hub_trace(5)  # output is null
+    await produce(broker.bootstrap, names.traces, [trace_bytes(document)])
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 5)
+    assert {s["status"] for s in scores} == {"skipped"}
+    correctness = next(s for s in scores if s["rule_id"] == "hub_answer_correctness")
+    assert (
+        "'output.messages[-1].content' is missing (no value at 'output')"
+        in correctness["status_reason"]
+    )
+
+
+async def test_sigkill_with_a_slow_judge_call_in_flight_loses_nothing(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    """The slow trace sits at the head of its partition; a later trace in the same partition
+    finishes first. The commit must not pass the slow one, so after kill -9 and a restart it
+    is scored."""
+    judge.script(
+        "SLOW-MARKER",
+        Reply(content='{"score": 1, "reason": "late"}', delay_s=120),
+        '{"score": 3, "reason": "after restart"}',
+    )
+    env = {"SCORER_JUDGE_TIMEOUT_S": "300"}
+    first = start(workers, broker, names, tmp_path, judge, **env)
+    slow = live_with_id("t-slow", "SLOW-MARKER feedback")
+    fast = live_with_id("t-fast")
+    # same key: same partition, slow first
+    meta = await produce(
+        broker.bootstrap,
+        names.traces,
+        [(b"same-key", orjson.dumps(slow)), (b"same-key", orjson.dumps(fast))],
+    )
+    partition, slow_offset = meta[0].partition, meta[0].offset
+
+    await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda s: any(
+            x["target_id"] == "t-fast" and x["rule_id"] == "studio_live_coach_feedback_quality"
+            for x in s
+        ),
+    )
+    await asyncio.sleep(2.5)  # more than the commit interval: a wrong commit would have happened
+    position = await committed(broker.bootstrap, names.group, names.traces, partition)
+    assert position is None or position <= slow_offset, (
+        f"committed {position} past in-flight offset {slow_offset}"
+    )
+    first.kill()
+
+    start(workers, broker, names, tmp_path, judge, **env)
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        timeout=90,
+        until=lambda s: any(
+            x["target_id"] == "t-slow" and x["rule_id"] == "studio_live_coach_feedback_quality"
+            for x in s
+        ),
+    )
+    slow_score = next(
+        x
+        for x in scores
+        if x["target_id"] == "t-slow" and x["rule_id"] == "studio_live_coach_feedback_quality"
+    )
+    assert (slow_score["status"], slow_score["raw_value"]) == ("ok", 3.0)
+    # the fast trace may be scored again after the restart: same score ids, harmless downstream
+    fast_ids = [x["score_id"] for x in scores if x["target_id"] == "t-fast"]
+    assert set(fast_ids) == {
+        score_id(r, 1, "trace", "t-fast")
+        for r in ("studio_live_coach_feedback_quality", "studio_live_coach_feedback_format")
+    }
+
+
+async def test_redelivery_yields_the_same_score_ids(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    documents = [live_with_id(f"t-redeliver-{i}") for i in range(3)]
+    await produce(broker.bootstrap, names.traces, [trace_bytes(d) for d in documents])
+    first = start(workers, broker, names, tmp_path, judge)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 6)
+    first.stop()
+    # a second consumer group re-reads the same traces from the start: a full redelivery
+    again = Names(suffix=names.suffix)
+    start(workers, broker, again, tmp_path, judge, SCORER_APP_ID=f"{names.group}-again")
+    all_scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 12)
+    ids = [s["score_id"] for s in all_scores]
+    assert len(ids) == 12 and len(set(ids)) == 6
+    assert {s["score_id"] for s in scores} == set(ids)
+
+
+async def test_the_api_key_never_appears_in_logs_metrics_or_events(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    judge.script(LIVE_PROMPT, Reply(status=401, content=f"Incorrect API key provided: {SECRET}"))
+    worker = start(workers, broker, names, tmp_path, judge, LOGLEVEL="debug")
+    await produce(
+        broker.bootstrap, names.traces, [trace_bytes(live_with_id("t-secret")), (b"x", b"not json")]
+    )
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 2)
+    assert judge.requests and judge.requests[0]["headers"]["Authorization"] == f"Bearer {SECRET}"
+    error = next(s for s in scores if s["rule_id"] == "studio_live_coach_feedback_quality")
+    assert error["status"] == "error" and "***" in error["status_reason"]
+    everything = [worker.metrics(), worker.log()]
+    for topic in (names.scores, names.decisions, names.dlq):
+        records = await read(broker.bootstrap, topic, until=lambda rs: len(rs) > 0, timeout=10)
+        everything += [repr(r.value) + repr(r.headers) for r in records]
+    assert not [chunk for chunk in everything if SECRET in chunk]
+
+
+@pytest.mark.parametrize("sample_count", [13])
+def test_demo_command_scores_every_sample(sample_count: int) -> None:
+    """The README's run command, as a user runs it."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "stream.cli", "demo", "--timeout", "90"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={
+            k: v
+            for k, v in __import__("os").environ.items()
+            if not k.startswith(("KAFKA_", "OPENAI_", "SCORER_"))
+        },
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"produced {sample_count} sample traces" in result.stdout
+    assert "48/48 scores" in result.stdout
+    assert "OPENAI_BASE_URL" in result.stdout  # says how to configure a judge
