@@ -20,7 +20,10 @@ def score_event_schema() -> dict[str, Any]:
 
 
 def write_schema(path: Path = SCHEMA_PATH) -> None:
-    path.write_bytes(orjson.dumps(score_event_schema(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    path.write_bytes(
+        orjson.dumps(score_event_schema(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+        + b"\n"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,23 @@ async def test_score_events_carry_every_contract_field() -> None:
     for score in result.scores:
         event = orjson.loads(score.to_bytes())
         assert required <= set(event)
-        assert {"score_id", "rule_id", "pack", "rule_version", "scope", "target_id", "project_name", "value",
-                "raw_value", "scale", "label", "reason", "higher_is_better", "status", "judge_model",
-                "latency_ms", "usage", "created_at"} <= set(event)
+        assert {
+            "score_id",
+            "rule_id",
+            "pack",
+            "rule_version",
+            "scope",
+            "target_id",
+            "project_name",
+            "value",
+            "raw_value",
+            "scale",
+            "label",
+            "reason",
+            "higher_is_better",
+            "status",
+            "judge_model",
+            "latency_ms",
+            "usage",
+            "created_at",
+        } <= set(event)
