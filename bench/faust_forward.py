@@ -29,4 +29,6 @@ async def forward(stream):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
-    app.main()
+    worker = faust.Worker(app, loglevel="warn", quiet=True)
+    worker.spinner = None  # as the scorer's worker does: the spinner turns on DEBUG logging
+    worker.execute_from_commandline()

@@ -21,6 +21,7 @@ class Pending:
     event: Any
     offset: int
     done: bool = False
+    engine_seconds: float = 0.0  # time spent in the engine before any judge call
 
 
 @dataclass

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 import faust
@@ -12,14 +14,16 @@ import orjson
 from pydantic import ValidationError
 
 from . import metrics
-from .acking import InOrderAcker
+from .acking import InOrderAcker, Pending
 from .app import Topics
-from .models import ScoreEvent, Trace
-from .scoring import Scorer
+from .models import ScoreEvent, Trace, TraceDecisions
+from .scoring import Scorer, TraceResult
 
 log = logging.getLogger(__name__)
 
 PUBLISH_BACKOFF_MAX_S = 30.0
+
+Send = tuple[Any, bytes | None, bytes, dict[str, bytes] | None]
 
 
 def describe_invalid(exc: Exception) -> tuple[str, str]:
@@ -63,9 +67,19 @@ class TracePipeline:
         for topic in (self.topics.scores, self.topics.decisions, self.topics.dlq):
             await topic.maybe_declare()
 
-    async def _send_all(
-        self, sends: list[tuple[Any, bytes | None, bytes, dict[str, bytes] | None]]
-    ) -> None:
+    async def send(self, sends: list[Send]) -> list[Awaitable[Any]]:
+        """Hand messages to the producer; return their delivery futures.
+
+        The producer itself, not ``Topic.send``: the same aiokafka producer with a fraction
+        of the per-message bookkeeping (the Faust topic path dominated CPU per trace).
+        """
+        producer = self.app.producer
+        return [
+            await producer.send(topic.get_topic_name(), key, value, None, None, headers)
+            for topic, key, value, headers in sends
+        ]
+
+    async def send_until_delivered(self, sends: list[Send]) -> None:
         """Send and wait until the broker has every message; retry until it does.
 
         A broker outage stalls the partition (its offset is not acked) instead of losing scores.
@@ -73,14 +87,7 @@ class TracePipeline:
         delay = 0.5
         while True:
             try:
-                # the producer itself, not Topic.send: same aiokafka producer, a fraction of the
-                # per-message bookkeeping (the Faust topic path dominated CPU per trace)
-                producer = self.app.producer
-                futures = [
-                    await producer.send(topic.get_topic_name(), key, value, None, None, headers)
-                    for topic, key, value, headers in sends
-                ]
-                await asyncio.gather(*futures)
+                await asyncio.gather(*await self.send(sends))
                 return
             except asyncio.CancelledError:
                 raise
@@ -89,8 +96,8 @@ class TracePipeline:
                 await asyncio.sleep(delay)
                 delay = min(PUBLISH_BACKOFF_MAX_S, delay * 2)
 
-    async def dead_letter(self, event: Any, reason: str, error: str) -> None:
-        message = event.message
+    def dead_letter(self, message: Any, exc: Exception) -> list[Send]:
+        reason, error = describe_invalid(exc)
         headers = {
             "scorer.error": error.encode()[:4000],
             "scorer.error.reason": reason.encode(),
@@ -98,40 +105,33 @@ class TracePipeline:
             "scorer.source.partition": str(message.partition).encode(),
             "scorer.source.offset": str(message.offset).encode(),
         }
-        await self._send_all([(self.topics.dlq, message.key, message.value or b"", headers)])
         metrics.DLQ_MESSAGES.labels(topic=message.topic, reason=reason).inc()
         log.warning(
             "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
         )
+        return [(self.topics.dlq, message.key, message.value or b"", headers)]
 
-    async def handle(self, event: Any) -> None:
-        message = event.message
-        metrics.TRACES_CONSUMED.labels(topic=message.topic).inc()
-        started = time.perf_counter()
-        try:
-            trace, document = parse_trace(message.value)
-        except (ValueError, ValidationError) as exc:
-            reason, error = describe_invalid(exc)
-            await self.dead_letter(event, reason, error)
-            return
-        result = await self.scorer.score_trace(trace, document, message.topic)
+    def outputs(self, result: TraceResult, trace: Trace) -> list[Send]:
         key = trace.id.encode()
-        sends: list[tuple[Any, bytes | None, bytes, dict[str, bytes] | None]] = [
+        sends: list[Send] = [
             (self.topics.scores, key, score.to_bytes(), None) for score in result.scores
         ]
-        sends += [(self.topics.decisions, key, d.to_bytes(), None) for d in result.decisions]
-        await self._send_all(sends)
-        for score in result.scores:
-            observe_published(score)
-        metrics.SCORING_OVERHEAD.observe(
-            max(0.0, time.perf_counter() - started - result.judge_seconds)
+        record = TraceDecisions(
+            trace_id=trace.id, project_name=trace.project_name, decisions=result.decisions
         )
+        sends.append((self.topics.decisions, key, record.to_bytes(), None))
+        return sends
 
 
 def register_trace_agent(
     app: faust.App, topics: Topics, scorer: Scorer, *, max_in_flight: int
 ) -> Any:
-    """The trace agent: one actor, up to ``max_in_flight`` traces scored concurrently."""
+    """The trace agent: one actor, up to ``max_in_flight`` traces in flight at once.
+
+    Synchronous work (parsing, filters, checks, rendering) runs inline in the actor; only
+    traces that wait for the judge get a task. Each trace's messages are acknowledged by the
+    broker before its offset may be acked, and offsets are acked in order per partition.
+    """
     pipeline = TracePipeline(app, topics, scorer)
 
     @app.agent(topics.traces, concurrency=1, name="score-traces")
@@ -140,28 +140,113 @@ def register_trace_agent(
         manual = stream.noack()
         acker = InOrderAcker(manual.ack)
         slots = asyncio.Semaphore(max_in_flight)
-        tasks: set[asyncio.Task[None]] = set()
+        finished: asyncio.Queue[tuple[Any, Pending]] = asyncio.Queue()
+        background: set[asyncio.Task[None]] = set()
 
-        async def run(event: Any, tp: Any, entry: Any) -> None:
-            try:
-                await pipeline.handle(event)
-            except Exception:
-                # A bug must not ack past the trace: leave it unacked so it is redelivered
-                # after a restart, and keep serving the other partitions.
-                log.exception("scoring failed for %s@%s; not acknowledged", tp, entry.offset)
+        def spawn(coro: Any) -> None:
+            task = asyncio.create_task(coro)
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+        def done(tp: Any, entry: Pending) -> None:
+            slots.release()
+            metrics.IN_FLIGHT.dec()
+            finished.put_nowait((tp, entry))
+
+        async def ack_finished() -> None:
+            while True:
+                tp, entry = await finished.get()
+                await acker.finish(tp, entry)
+
+        def delivered(
+            tp: Any,
+            entry: Pending,
+            sends: list[Send],
+            scores: list[ScoreEvent],
+            handed: float,
+            delivery: asyncio.Future[Any],
+        ) -> None:
+            if delivery.cancelled() or delivery.exception() is not None:
+                spawn(redeliver(tp, entry, sends, scores))
                 return
-            finally:
+            metrics.PUBLISH_LATENCY.observe(time.perf_counter() - handed)
+            for score in scores:
+                observe_published(score)
+            done(tp, entry)
+
+        async def redeliver(
+            tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
+        ) -> None:
+            """A send failed: keep retrying (the offset stays unacked meanwhile)."""
+            await pipeline.send_until_delivered(sends)
+            for score in scores:
+                observe_published(score)
+            done(tp, entry)
+
+        async def deliver(
+            tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
+        ) -> None:
+            """Hand the messages to the producer; the offset is acked once the broker has them all."""
+            try:
+                futures = await pipeline.send(sends)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                spawn(redeliver(tp, entry, sends, scores))
+                return
+            delivery = asyncio.gather(*futures)
+            delivery.add_done_callback(
+                partial(delivered, tp, entry, sends, scores, time.perf_counter())
+            )
+
+        async def judged(tp: Any, entry: Pending, plan: Any, trace: Trace) -> None:
+            try:
+                result = await scorer.finish(plan)
+                engine_started = time.perf_counter()
+                sends = pipeline.outputs(result, trace)
+                metrics.SCORING_OVERHEAD.observe(
+                    entry.engine_seconds + time.perf_counter() - engine_started
+                )
+            except Exception:
+                # A bug must not ack past the trace: it stays unacked and is redelivered after
+                # a restart; the other partitions go on.
+                log.exception("scoring failed for %s@%s; not acknowledged", tp, entry.offset)
                 slots.release()
                 metrics.IN_FLIGHT.dec()
-            await acker.finish(tp, entry)
+                return
+            await deliver(tp, entry, sends, result.scores)
 
-        async for event in manual.events():
-            await slots.acquire()
-            metrics.IN_FLIGHT.inc()
-            message = event.message
-            entry = acker.track(event, message.tp, message.offset)
-            task = asyncio.create_task(run(event, message.tp, entry))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        spawn(ack_finished())
+        try:
+            async for event in manual.events():
+                await slots.acquire()
+                metrics.IN_FLIGHT.inc()
+                message = event.message
+                metrics.TRACES_CONSUMED.labels(topic=message.topic).inc()
+                tp = message.tp
+                entry = acker.track(event, tp, message.offset)
+                started = time.perf_counter()
+                try:
+                    trace, document = parse_trace(message.value)
+                except (ValueError, ValidationError) as exc:
+                    await deliver(tp, entry, pipeline.dead_letter(message, exc), [])
+                    continue
+                try:
+                    plan = scorer.plan(trace, document, message.topic)
+                except Exception:
+                    log.exception("scoring failed for %s@%s; not acknowledged", tp, message.offset)
+                    slots.release()
+                    metrics.IN_FLIGHT.dec()
+                    continue
+                entry.engine_seconds = time.perf_counter() - started
+                if plan.judge_jobs:
+                    spawn(judged(tp, entry, plan, trace))
+                else:
+                    sends = pipeline.outputs(TraceResult(plan.outcomes), trace)
+                    metrics.SCORING_OVERHEAD.observe(time.perf_counter() - started)
+                    await deliver(tp, entry, sends, [o.score for o in plan.outcomes if o.score])
+        finally:
+            for task in list(background):
+                task.cancel()
 
     return score_traces

@@ -8,6 +8,7 @@ from typing import Any
 import faust
 
 from . import __version__, metrics
+from .partitioning import cached_murmur2_partitioner
 from .settings import Settings
 
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_partitioner=cached_murmur2_partitioner,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         broker_commit_interval=1.0,

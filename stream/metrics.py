@@ -43,8 +43,14 @@ DLQ_MESSAGES = Counter(
 )
 SCORING_OVERHEAD = Histogram(
     f"{PREFIX}_scoring_overhead_seconds",
-    "Time spent scoring a trace beyond waiting for the judge (parse, render, publish)",
-    buckets=[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    "Engine time per trace beyond the judge call: parse, filter, look up, check, render, "
+    "parse the answer, build events",
+    buckets=[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+)
+PUBLISH_LATENCY = Histogram(
+    f"{PREFIX}_publish_latency_seconds",
+    "From handing a trace's scores to the producer to the broker acknowledging all of them",
+    buckets=[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
 )
 IN_FLIGHT = Gauge(f"{PREFIX}_traces_in_flight", "Traces being scored right now")
 WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])

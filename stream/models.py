@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ Status = Literal["ok", "skipped", "error"]
 Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error"]
 
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c8f5e-3b7a-4c1e-9a57-5d1b2f0c9e11")
+_NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
+_NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
 
 
 def utcnow() -> datetime:
@@ -38,16 +41,19 @@ class Trace(BaseModel):
     tags: list[str] = Field(default_factory=list)
     usage: dict[str, Any] | None = None
 
-    def as_document(self) -> dict[str, Any]:
-        """The JSON document that rule variable paths are evaluated against."""
-        return self.model_dump(mode="json")
-
 
 def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str:
-    """Deterministic id: a redelivered event yields the same id (idempotent downstream)."""
-    return str(
-        uuid.uuid5(SCORE_ID_NAMESPACE, f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f{target_id}")
-    )
+    """Deterministic id: a redelivered event yields the same id (idempotent downstream).
+
+    A UUIDv5 (RFC 4122: SHA-1 of namespace + name) of rule id, version, scope and target,
+    formatted directly: ``uuid.uuid5`` builds objects that cost more than the hash itself.
+    """
+    name = f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f{target_id}".encode()
+    raw = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class Scale(BaseModel):
@@ -87,10 +93,11 @@ class ScoreEvent(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json"))
+        return self.model_dump_json().encode()
 
 
-class Decision(BaseModel):
+@dataclass(slots=True)
+class Decision:
     """Audit record: what the engine decided for one trace and one rule."""
 
     trace_id: str
@@ -101,10 +108,25 @@ class Decision(BaseModel):
     outcome: Outcome
     detail: str | None = None
     score_id: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(slots=True)
+class TraceDecisions:
+    """One message on the decisions topic: the decision record of every rule for one trace.
+
+    Grouped per trace (key = trace id) so the audit trail costs one message per trace, not
+    one per rule; each record stands alone (it repeats the trace id) when flattened. Plain
+    dataclasses serialised by orjson: built for every trace, they are on the hot path.
+    """
+
+    trace_id: str
+    project_name: str
+    decisions: list[Decision]
+    created_at: datetime = field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json"))
+        return orjson.dumps(self)
 
 
 def stable_fraction(*parts: str) -> float:

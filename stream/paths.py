@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import jmespath
 import orjson
@@ -12,11 +13,80 @@ from jmespath.parser import ParsedResult
 
 from .errors import MissingVariable
 
+Getter = Callable[[Any], Any]
+
+
+class _NotSimple(Exception):  # noqa: N818 - internal signal
+    pass
+
+
+def _field(name: str) -> Getter:
+    return lambda value: value.get(name) if isinstance(value, dict) else None
+
+
+def _indexed(left: Getter, indices: list[int]) -> Getter:
+    def get(value: Any) -> Any:
+        value = left(value)
+        for i in indices:
+            if not isinstance(value, list):
+                return None
+            try:
+                value = value[i]
+            except IndexError:
+                return None
+        return value
+
+    return get
+
+
+def _chain(getters: list[Getter]) -> Getter:
+    def get(value: Any) -> Any:
+        for getter in getters:
+            value = getter(value)
+            if value is None:
+                return None
+        return value
+
+    return get
+
+
+def _simple_getter(node: dict[str, Any]) -> Getter:
+    """A plain function for field / index / sub-expression trees (the paths rules use);
+    ``_NotSimple`` for anything else, which then runs through the JMESPath interpreter."""
+    kind = node["type"]
+    if kind == "field":
+        return _field(node["value"])
+    if kind == "subexpression":
+        return _chain([_simple_getter(child) for child in node["children"]])
+    if kind == "index_expression":
+        left, *rest = node["children"]
+        if not rest or any(r["type"] != "index" for r in rest):
+            raise _NotSimple
+        return _indexed(_simple_getter(left), [r["value"] for r in rest])
+    raise _NotSimple
+
+
+class CompiledPath:
+    """A JMESPath expression with JMESPath's semantics; simple paths skip the interpreter."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression = expression
+        self._parsed: ParsedResult = jmespath.compile(expression)
+        try:
+            self._get: Getter | None = _simple_getter(cast(dict[str, Any], self._parsed.parsed))
+        except _NotSimple:
+            self._get = None
+
+    def search(self, document: Any) -> Any:
+        if self._get is not None:
+            return self._get(document)
+        return self._parsed.search(document)
+
 
 @lru_cache(maxsize=1024)
-def compile_path(path: str) -> ParsedResult:
+def compile_path(path: str) -> CompiledPath:
     """Compile a JMESPath expression; raises ``JMESPathError`` on bad syntax."""
-    return jmespath.compile(path)
+    return CompiledPath(path)
 
 
 def path_prefixes(path: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -92,7 +93,7 @@ class OutputSpec(Strict):
                 raise ValueError("choice output takes its scale from choices; drop min/max/labels")
         return self
 
-    @property
+    @cached_property
     def scale(self) -> Scale:
         if self.type == "choice":
             assert self.choices
@@ -172,6 +173,13 @@ class CheckRule(RuleBase):
     kind: Literal["check"]
     check: str
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @cached_property
+    def validated_params(self) -> checks_registry.CheckParams:
+        """The params parsed into the check's own model once, not on every trace."""
+        spec = checks_registry.get(self.check)
+        assert spec is not None
+        return spec.validate_params(self.params)
 
     @model_validator(mode="after")
     def _check_known(self) -> CheckRule:

@@ -2,6 +2,10 @@
 
 Pure with respect to Kafka: takes a validated trace, returns what to publish. A score
 that could not be produced is data (status skipped or error), never an exception.
+
+Scoring is split in two so the worker spends no event-loop task on work that never waits:
+``plan`` does everything synchronous (filters, sampling, variable lookup, deterministic
+checks, prompt rendering); ``finish`` runs only the judge calls, concurrently.
 """
 
 from __future__ import annotations
@@ -9,14 +13,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from . import checks as checks_registry
 from . import metrics
 from .errors import JudgeError, MissingVariable
 from .judge import NO_JUDGE_REASON, JudgeClient
-from .models import Decision, ScoreEvent, Status, TokenUsage, Trace, score_id
+from .models import (
+    Decision,
+    Outcome,
+    ScoreEvent,
+    Status,
+    TokenUsage,
+    Trace,
+    score_id,
+    utcnow,
+)
 from .paths import lookup, render_value
 from .rules import CheckRule, LLMJudgeRule, RuleSet
 from .templates import render
@@ -32,13 +47,28 @@ class RuleOutcome:
 
     decision: Decision
     score: ScoreEvent | None
-    judge_seconds: float = 0.0
+
+
+@dataclass
+class JudgeJob:
+    rule: LLMJudgeRule
+    prompt: str
+
+
+@dataclass
+class TracePlan:
+    """A trace after the synchronous part of scoring: finished outcomes and judge calls to make."""
+
+    trace: Trace
+    outcomes: list[RuleOutcome] = field(default_factory=list)
+    judge_jobs: list[JudgeJob] = field(default_factory=list)
+    created_at: datetime = field(default_factory=utcnow)
 
 
 @dataclass
 class TraceResult:
     outcomes: list[RuleOutcome]
-    judge_seconds: float  # the longest judge wait among the trace's rules (they run concurrently)
+    judge_seconds: float = 0.0  # wall time waiting for the judge (its calls run concurrently)
 
     @property
     def scores(self) -> list[ScoreEvent]:
@@ -58,6 +88,11 @@ def render_prompt(rule: LLMJudgeRule, values: dict[str, Any]) -> str:
     return render(rule.prompt, {name: render_value(v) for name, v in values.items()})
 
 
+@lru_cache(maxsize=4096)
+def _decision_counter(rule: str, pack: str, outcome: str) -> Any:
+    return metrics.DECISIONS.labels(rule=rule, pack=pack, outcome=outcome)
+
+
 class Scorer:
     """Scores targets against a rule set with an optional judge."""
 
@@ -71,49 +106,72 @@ class Scorer:
         self, trace: Trace, document: Any, topic: str | None = None
     ) -> TraceResult:
         """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
-        outcomes = await asyncio.gather(
-            *(self.apply(rule, trace, document, topic) for rule in self.trace_rules)
+        return await self.finish(self.plan(trace, document, topic))
+
+    def plan(self, trace: Trace, document: Any, topic: str | None = None) -> TracePlan:
+        """Everything that needs no judge: decide, look up, check, render prompts."""
+        plan = TracePlan(trace)
+        now = plan.created_at  # one timestamp for everything decided synchronously
+        for rule in self.trace_rules:
+            if not rule.filter.matches(trace, topic):
+                plan.outcomes.append(self._decide(rule, trace, "filtered", None, None, now))
+                continue
+            if not rule.sampled(trace.id):
+                detail = f"sampling rate {rule.sampling_rate:g}"
+                plan.outcomes.append(self._decide(rule, trace, "sampled_out", detail, None, now))
+                continue
+            try:
+                values = resolve_variables(rule, document)
+            except MissingVariable as exc:
+                plan.outcomes.append(
+                    self._finish(rule, trace, now, status="skipped", status_reason=str(exc))
+                )
+                continue
+            if isinstance(rule, CheckRule):
+                plan.outcomes.append(self._run_check(rule, trace, values, now))
+            elif self.judge is None:
+                plan.outcomes.append(
+                    self._finish(rule, trace, now, status="skipped", status_reason=NO_JUDGE_REASON)
+                )
+            else:
+                plan.judge_jobs.append(JudgeJob(rule, render_prompt(rule, values)))
+        return plan
+
+    async def finish(self, plan: TracePlan) -> TraceResult:
+        """Make the plan's judge calls concurrently and add their outcomes."""
+        if not plan.judge_jobs:
+            return TraceResult(plan.outcomes)
+        started = time.perf_counter()
+        judged = await asyncio.gather(
+            *(self._run_judge(job, plan.trace) for job in plan.judge_jobs)
         )
-        return TraceResult(list(outcomes), max((o.judge_seconds for o in outcomes), default=0.0))
+        return TraceResult(plan.outcomes + list(judged), time.perf_counter() - started)
 
-    async def apply(
-        self, rule: AnyRule, trace: Trace, document: Any, topic: str | None
+    def _run_check(
+        self, rule: CheckRule, trace: Trace, values: dict[str, Any], now: datetime
     ) -> RuleOutcome:
-        if not rule.filter.matches(trace, topic):
-            return self._decide(rule, trace, "filtered", None, None)
-        if not rule.sampled(trace.id):
-            return self._decide(
-                rule, trace, "sampled_out", f"sampling rate {rule.sampling_rate:g}", None
-            )
-        try:
-            values = resolve_variables(rule, document)
-        except MissingVariable as exc:
-            return self._finish(rule, trace, status="skipped", status_reason=str(exc))
-        if isinstance(rule, CheckRule):
-            return self._run_check(rule, trace, values)
-        return await self._run_judge(rule, trace, values)
-
-    def _run_check(self, rule: CheckRule, trace: Trace, values: dict[str, Any]) -> RuleOutcome:
         spec = checks_registry.get(rule.check)
         assert spec is not None  # checked at load time
         started = time.perf_counter()
         try:
-            result = spec.run(values, rule.params)
+            result = spec.func(values, rule.validated_params)
         except checks_registry.NotApplicable as exc:
             return self._finish(
-                rule, trace, status="skipped", status_reason=f"check not applicable: {exc}"
+                rule, trace, now, status="skipped", status_reason=f"check not applicable: {exc}"
             )
         except Exception as exc:  # a bug in a check must not stop the stream
             log.exception("check %s failed on trace %s", rule.check, trace.id)
             return self._finish(
                 rule,
                 trace,
+                now,
                 status="error",
                 status_reason=f"check {rule.check} raised {type(exc).__name__}: {exc}",
             )
         return self._finish(
             rule,
             trace,
+            now,
             status="ok",
             raw_value=result.raw_value,
             label=result.label,
@@ -121,30 +179,24 @@ class Scorer:
             latency_ms=(time.perf_counter() - started) * 1000,
         )
 
-    async def _run_judge(
-        self, rule: LLMJudgeRule, trace: Trace, values: dict[str, Any]
-    ) -> RuleOutcome:
-        model = rule.judge.model or self.default_model
-        if self.judge is None:
-            return self._finish(rule, trace, status="skipped", status_reason=NO_JUDGE_REASON)
-        prompt = render_prompt(rule, values)
-        started = time.perf_counter()
+    async def _run_judge(self, job: JudgeJob, trace: Trace) -> RuleOutcome:
+        assert self.judge is not None
+        rule = job.rule
         try:
-            verdict = await self.judge.judge(rule, prompt)
+            verdict = await self.judge.judge(rule, job.prompt)
         except JudgeError as exc:
-            waited = time.perf_counter() - started
-            outcome = self._finish(
+            return self._finish(
                 rule,
                 trace,
+                utcnow(),
                 status="error",
                 status_reason=f"judge {exc.kind}: {exc}",
-                judge_model=model,
+                judge_model=rule.judge.model or self.default_model,
             )
-            outcome.judge_seconds = waited
-            return outcome
-        outcome = self._finish(
+        return self._finish(
             rule,
             trace,
+            utcnow(),
             status="ok",
             raw_value=verdict.answer.raw_value,
             label=verdict.answer.label,
@@ -153,13 +205,17 @@ class Scorer:
             latency_ms=verdict.latency_ms,
             usage=verdict.usage,
         )
-        outcome.judge_seconds = time.perf_counter() - started
-        return outcome
 
     def _decide(
-        self, rule: AnyRule, trace: Trace, outcome: Any, detail: str | None, sid: str | None
+        self,
+        rule: AnyRule,
+        trace: Trace,
+        outcome: Outcome,
+        detail: str | None,
+        sid: str | None,
+        now: datetime,
     ) -> RuleOutcome:
-        metrics.DECISIONS.labels(rule=rule.id, pack=rule.pack, outcome=outcome).inc()
+        _decision_counter(rule.id, rule.pack, outcome).inc()
         decision = Decision(
             trace_id=trace.id,
             rule_id=rule.id,
@@ -169,6 +225,7 @@ class Scorer:
             outcome=outcome,
             detail=detail,
             score_id=sid,
+            created_at=now,
         )
         return RuleOutcome(decision, None)
 
@@ -176,6 +233,7 @@ class Scorer:
         self,
         rule: AnyRule,
         trace: Trace,
+        now: datetime,
         *,
         status: Status,
         status_reason: str | None = None,
@@ -187,9 +245,7 @@ class Scorer:
         usage: TokenUsage | None = None,
     ) -> RuleOutcome:
         sid = score_id(rule.id, rule.version, rule.scope, trace.id)
-        value = (
-            rule.output.normalise(raw_value) if status == "ok" and raw_value is not None else None
-        )
+        ok = status == "ok" and raw_value is not None
         score = ScoreEvent(
             score_id=sid,
             rule_id=rule.id,
@@ -198,8 +254,8 @@ class Scorer:
             scope=rule.scope,
             target_id=trace.id,
             project_name=trace.project_name,
-            value=value,
-            raw_value=raw_value if status == "ok" else None,
+            value=rule.output.normalise(raw_value) if ok and raw_value is not None else None,
+            raw_value=raw_value if ok else None,
             scale=rule.output.scale,
             label=label,
             reason=reason,
@@ -209,8 +265,9 @@ class Scorer:
             judge_model=judge_model,
             latency_ms=latency_ms,
             usage=usage,
+            created_at=now,
         )
-        outcome_name = {"ok": "scored", "skipped": "skipped", "error": "error"}[status]
-        decided = self._decide(rule, trace, outcome_name, status_reason, sid)
+        outcome: Outcome = {"ok": "scored", "skipped": "skipped", "error": "error"}[status]  # type: ignore[assignment]
+        decided = self._decide(rule, trace, outcome, status_reason, sid, now)
         decided.score = score
         return decided

@@ -37,7 +37,11 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         settings.rules_dir,
         ruleset.digest,
     )
-    return faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
+    # so every library builds a debug record per message (aiokafka logs one per send).
+    worker.spinner = None
+    return worker
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

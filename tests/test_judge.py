@@ -11,6 +11,7 @@ from fixtures import as_trace, hub_trace, live_trace, scorer, settings
 from stream.errors import JudgeError
 from stream.judge import JudgeClient, retry_after_seconds
 from stream.mockjudge import MockJudge, Reply
+from stream.models import TraceDecisions
 from stream.rules import LLMJudgeRule
 
 LIVE_PROMPT = "evaluating live guitar coach feedback quality"
@@ -110,9 +111,8 @@ async def test_the_api_key_is_sent_but_never_in_scores(judge: MockJudge) -> None
     document = hub_trace()
     result = await s.score_trace(as_trace(document), document)
     assert judge.requests[0]["headers"]["Authorization"] == "Bearer sk-test-secret"
-    blob = b"".join(x.to_bytes() for x in result.scores) + b"".join(
-        d.to_bytes() for d in result.decisions
-    )
+    decisions = TraceDecisions(document["id"], "fretcoach", result.decisions)
+    blob = b"".join(x.to_bytes() for x in result.scores) + decisions.to_bytes()
     assert b"sk-test-secret" not in blob
     assert b"bad key ***" in blob
 

@@ -41,3 +41,18 @@ async def test_score_events_carry_every_contract_field() -> None:
             "usage",
             "created_at",
         } <= set(event)
+
+
+def test_score_id_is_the_uuid5_of_rule_version_scope_and_target() -> None:
+    import uuid
+
+    from stream.models import SCORE_ID_NAMESPACE, score_id
+
+    for args in [
+        ("r", 1, "trace", "t"),
+        ("hub_answer_correctness", 3, "thread", "th-1#2"),
+        ("x", 10, "trace", "ü"),
+    ]:
+        name = "\x1f".join(str(a) for a in args)
+        assert score_id(*args) == str(uuid.uuid5(SCORE_ID_NAMESPACE, name))
+    assert score_id("r", 1, "trace", "t") != score_id("r", 2, "trace", "t")

@@ -9,14 +9,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 
-class CheckResult(BaseModel):
+@dataclass(frozen=True, slots=True)
+class CheckResult:
     """What a check found: a raw value on the rule's scale, a label and a reason."""
 
-    model_config = ConfigDict(frozen=True)
-
     raw_value: float
-    label: str | None = None
     reason: str
+    label: str | None = None
 
 
 class NotApplicable(Exception):  # noqa: N818 - it is a signal, not an error

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -18,9 +20,8 @@ from . import CheckParams, CheckResult, NotApplicable, check
 from .text import mentions, sentences, words
 
 
-class Constraint(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True, slots=True)
+class Constraint:
     name: str
     ok: bool
     detail: str = ""
@@ -68,6 +69,13 @@ FEEDBACK_SHAPE = re.compile(
 NUMBER = r"(?P<value>\d+(?:\.\d+)?)\s*(?P<pct>%)?"
 
 
+@lru_cache(maxsize=256)
+def _metric_pattern(label: str) -> re.Pattern[str]:
+    """``Pitch Accuracy: 82%`` (also ``pitch_accuracy=0.82``) for one metric label."""
+    name = re.escape(label).replace(r"\ ", r"[\s_]+")
+    return re.compile(name + r"\s*[:=]?\s*" + NUMBER, re.IGNORECASE)
+
+
 def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, float]:
     """Read the player's metrics from the coach's input (text like ``Pitch Accuracy: 82%``
     or a JSON object keyed by metric key or label). Percentages and 0..1 fractions agree."""
@@ -89,8 +97,7 @@ def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, fl
     else:
         text = as_text(value)
         for key, spec in metrics.items():
-            pattern = re.escape(spec.label).replace(r"\ ", r"[\s_]+") + r"\s*[:=]?\s*" + NUMBER
-            match = re.search(pattern, text, re.IGNORECASE)
+            match = _metric_pattern(spec.label).search(text)
             if match:
                 found[key] = float(match["value"])
     if found and max(found.values()) > 1.0:

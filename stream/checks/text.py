@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’%.\-/]*")
@@ -19,6 +20,12 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+@lru_cache(maxsize=1024)
+def _phrases_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(p.lower()) for p in phrases)
+    return re.compile(r"\b(?:" + alternatives + r")\b")
+
+
 def mentions(text: str, phrases: list[str]) -> bool:
-    low = text.lower()
-    return any(re.search(r"\b" + re.escape(p.lower()) + r"\b", low) for p in phrases)
+    """Whether ``text`` names any of ``phrases`` as whole words (case-insensitive)."""
+    return _phrases_pattern(tuple(phrases)).search(text.lower()) is not None
