@@ -180,3 +180,17 @@ async def test_judge_error_carries_kind() -> None:
             await client.judge(rule, "p")
         await client.close()
         assert info.value.kind == "server_error" and info.value.attempts == 2
+
+
+async def test_a_judge_slower_than_the_timeout_is_retried_then_an_error() -> None:
+    with MockJudge(latency_s=1.0) as server:
+        client = JudgeClient(
+            settings(openai_base_url=server.base_url, judge_timeout_s=0.2, judge_max_attempts=2)
+        )
+        rule = scorer(None).ruleset.rules[0]
+        assert isinstance(rule, LLMJudgeRule)
+        with pytest.raises(JudgeError) as info:
+            await client.judge(rule, "p")
+        await client.close()
+        assert info.value.kind == "timeout" and info.value.attempts == 2
+        assert len(server.requests) == 2

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -238,12 +241,43 @@ async def test_the_api_key_never_appears_in_logs_metrics_or_events(
     assert not [chunk for chunk in everything if SECRET in chunk]
 
 
+async def test_replay_command_produces_an_opik_export_that_gets_scored(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    export = tmp_path / "opik-export.json"
+    traces = [live_with_id("t-replayed-1"), live_with_id("t-replayed-2")]
+    export.write_bytes(orjson.dumps({"page": 1, "size": 2, "total": 2, "content": traces}))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "SCORER_"))},
+        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "SCORER_TRACES_TOPIC": names.traces,
+    }
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "stream.cli", "replay", str(export)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"produced 2 traces to {names.traces}" in result.stdout
+    start(workers, broker, names, tmp_path, None)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 4)
+    assert {s["target_id"] for s in scores} == {"t-replayed-1", "t-replayed-2"}
+    formats = [s for s in scores if s["rule_id"] == "studio_live_coach_feedback_format"]
+    assert [s["status"] for s in formats] == ["ok", "ok"]
+
+
+def tansu_processes() -> int:
+    found = subprocess.run(["pgrep", "-fc", "tansu.* broker"], capture_output=True, text=True)
+    return int(found.stdout.strip() or 0)
+
+
 @pytest.mark.parametrize("sample_count", [13])
 def test_demo_command_scores_every_sample(sample_count: int) -> None:
-    """The README's run command, as a user runs it."""
-    import subprocess
-    import sys
-
+    """The README's run command, as a user runs it; it leaves no process behind."""
+    before = tansu_processes()
     result = subprocess.run(
         [sys.executable, "-m", "stream.cli", "demo", "--timeout", "90"],
         capture_output=True,
@@ -259,3 +293,9 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
     assert f"produced {sample_count} sample traces" in result.stdout
     assert "48/48 scores" in result.stdout
     assert "OPENAI_BASE_URL" in result.stdout  # says how to configure a judge
+    assert "metrics: http://127.0.0.1:" in result.stdout
+    assert tansu_processes() == before  # the demo's broker is gone
+    workers_left = subprocess.run(
+        ["pgrep", "-fc", "stream.cli worker"], capture_output=True, text=True
+    )
+    assert workers_left.stdout.strip() == "0"
