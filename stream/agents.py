@@ -49,9 +49,9 @@ def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:
 
 
 def observe_published(score: ScoreEvent) -> None:
-    metrics.SCORES.labels(rule=score.rule_id, pack=score.pack, status=score.status).inc()
+    metrics.scores(score.rule_id, score.pack, score.status).inc()
     if score.status == "ok" and score.value is not None:
-        metrics.SCORE_VALUE.labels(rule=score.rule_id, pack=score.pack).observe(score.value)
+        metrics.score_values(score.rule_id, score.pack).observe(score.value)
 
 
 class TracePipeline:
@@ -139,6 +139,7 @@ def register_trace_agent(
         await pipeline.declare_topics()
         manual = stream.noack()
         acker = InOrderAcker(manual.ack)
+        metrics.IN_FLIGHT.set_function(acker.in_flight)  # read at scrape time, not per trace
         slots = asyncio.Semaphore(max_in_flight)
         finished: asyncio.Queue[tuple[Any, Pending]] = asyncio.Queue()
         background: set[asyncio.Task[None]] = set()
@@ -150,7 +151,6 @@ def register_trace_agent(
 
         def done(tp: Any, entry: Pending) -> None:
             slots.release()
-            metrics.IN_FLIGHT.dec()
             finished.put_nowait((tp, entry))
 
         async def ack_finished() -> None:
@@ -212,7 +212,6 @@ def register_trace_agent(
                 # a restart; the other partitions go on.
                 log.exception("scoring failed for %s@%s; not acknowledged", tp, entry.offset)
                 slots.release()
-                metrics.IN_FLIGHT.dec()
                 return
             await deliver(tp, entry, sends, result.scores)
 
@@ -220,9 +219,8 @@ def register_trace_agent(
         try:
             async for event in manual.events():
                 await slots.acquire()
-                metrics.IN_FLIGHT.inc()
                 message = event.message
-                metrics.TRACES_CONSUMED.labels(topic=message.topic).inc()
+                metrics.traces_consumed(message.topic).inc()
                 tp = message.tp
                 entry = acker.track(event, tp, message.offset)
                 started = time.perf_counter()
@@ -236,7 +234,6 @@ def register_trace_agent(
                 except Exception:
                     log.exception("scoring failed for %s@%s; not acknowledged", tp, message.offset)
                     slots.release()
-                    metrics.IN_FLIGHT.dec()
                     continue
                 entry.engine_seconds = time.perf_counter() - started
                 if plan.judge_jobs:

@@ -6,6 +6,9 @@ kind); never trace, thread or score ids.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
 PREFIX = "scorer"
@@ -52,8 +55,31 @@ PUBLISH_LATENCY = Histogram(
     "From handing a trace's scores to the producer to the broker acknowledging all of them",
     buckets=[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
 )
-IN_FLIGHT = Gauge(f"{PREFIX}_traces_in_flight", "Traces being scored right now")
+IN_FLIGHT = Gauge(
+    f"{PREFIX}_traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
+)
 WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])
+
+
+# Label children resolved once: ``labels()`` on every trace is measurable on the hot path.
+@lru_cache(maxsize=4096)
+def decisions(rule: str, pack: str, outcome: str) -> Any:
+    return DECISIONS.labels(rule=rule, pack=pack, outcome=outcome)
+
+
+@lru_cache(maxsize=4096)
+def scores(rule: str, pack: str, status: str) -> Any:
+    return SCORES.labels(rule=rule, pack=pack, status=status)
+
+
+@lru_cache(maxsize=4096)
+def score_values(rule: str, pack: str) -> Any:
+    return SCORE_VALUE.labels(rule=rule, pack=pack)
+
+
+@lru_cache(maxsize=256)
+def traces_consumed(topic: str) -> Any:
+    return TRACES_CONSUMED.labels(topic=topic)
 
 
 def exposition() -> tuple[bytes, str]:

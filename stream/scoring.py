@@ -15,7 +15,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from . import checks as checks_registry
@@ -86,11 +85,6 @@ def resolve_variables(rule: AnyRule, document: Any) -> dict[str, Any]:
 
 def render_prompt(rule: LLMJudgeRule, values: dict[str, Any]) -> str:
     return render(rule.prompt, {name: render_value(v) for name, v in values.items()})
-
-
-@lru_cache(maxsize=4096)
-def _decision_counter(rule: str, pack: str, outcome: str) -> Any:
-    return metrics.DECISIONS.labels(rule=rule, pack=pack, outcome=outcome)
 
 
 class Scorer:
@@ -215,7 +209,7 @@ class Scorer:
         sid: str | None,
         now: datetime,
     ) -> RuleOutcome:
-        _decision_counter(rule.id, rule.pack, outcome).inc()
+        metrics.decisions(rule.id, rule.pack, outcome).inc()
         decision = Decision(
             trace_id=trace.id,
             rule_id=rule.id,

@@ -79,7 +79,7 @@ def _metric_pattern(label: str) -> re.Pattern[str]:
 def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, float]:
     """Read the player's metrics from the coach's input (text like ``Pitch Accuracy: 82%``
     or a JSON object keyed by metric key or label). Percentages and 0..1 fractions agree."""
-    if isinstance(value, str):
+    if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
             decoded = orjson.loads(value)
             if isinstance(decoded, dict):
