@@ -199,6 +199,27 @@ def fetch_metrics(port: int) -> str:
         return resp.read().decode()
 
 
+def judged_phase(
+    bootstrap: str, tmp: Path, n: int, judge: MockJudge, concurrency: int
+) -> tuple[int, float, str]:
+    """Score ``n`` live-coach traces with the LLM live-coach rule against ``judge``.
+
+    Returns (scores seen, seconds from first to last, the worker's /metrics text)."""
+    p = Phase(bootstrap, tmp)
+    asyncio.run(ensure_topics(bootstrap, [p.src, p.dst], 4))
+    live_only = [(k, v) for k, v in traces(n * 2) if b"studio-live-coach" in v][:n]
+    asyncio.run(produce(bootstrap, p.src, live_only))
+    rules = rules_subset(tmp, ["studio_live_coach_feedback_quality"])
+    judge.script("", '{"score": 3, "reason": "bench"}')
+    proc, port = p.worker(
+        rules, OPENAI_BASE_URL=judge.base_url, SCORER_JUDGE_MAX_CONCURRENCY=str(concurrency)
+    )
+    count, secs = asyncio.run(drain(bootstrap, p.dst, n, 600))
+    metrics_text = fetch_metrics(port)
+    stop(proc)
+    return count, secs, metrics_text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", type=int, default=20000)
@@ -207,7 +228,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rpm", type=float, default=3000)
     parser.add_argument(
-        "--phases", default="a,a',b,c,d", help="comma-separated subset of a,a',b,c,d"
+        "--phases",
+        default="a,a',b,c,d,d-silent",
+        help="comma-separated subset of a,a',b,c,d,d-silent",
     )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -286,24 +309,10 @@ def main() -> None:
 
         # (c) one LLM rule, judge with fixed latency
         if "c" in phases:
-            p = Phase(bs, tmp)
-            asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
-            n_judge = args.judge_traces
-            live_only = [(k, v) for k, v in traces(n_judge * 2) if b"studio-live-coach" in v][
-                :n_judge
-            ]
-            asyncio.run(produce(bs, p.src, live_only))
-            rules = rules_subset(tmp, ["studio_live_coach_feedback_quality"])
-            with MockJudge(latency_s=args.latency, default=None) as judge:
-                judge.script("", '{"score": 3, "reason": "bench"}')
-                proc, port = p.worker(
-                    rules,
-                    OPENAI_BASE_URL=judge.base_url,
-                    SCORER_JUDGE_MAX_CONCURRENCY=str(args.concurrency),
+            with MockJudge(latency_s=args.latency) as judge:
+                n, secs, overhead = judged_phase(
+                    bs, tmp, args.judge_traces, judge, args.concurrency
                 )
-                n, secs = asyncio.run(drain(bs, p.dst, n_judge, 600))
-                overhead = fetch_metrics(port)
-                stop(proc)
             ceiling = args.concurrency / args.latency
             results["c"] = n / secs
             p50 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.5)
@@ -321,29 +330,26 @@ def main() -> None:
                 f"     then waiting for the broker to acknowledge the scores: p50 {pub50 * 1000:.1f} ms, p99 {pub99 * 1000:.1f} ms"
             )
 
-        # (d) judge enforcing a requests-per-minute limit
-        if "d" in phases:
-            p = Phase(bs, tmp)
-            asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
-            n_rpm = int(args.rpm / 60 * 20)  # about 20 s at the limit
-            live_only = [(k, v) for k, v in traces(n_rpm * 2) if b"studio-live-coach" in v][:n_rpm]
-            asyncio.run(produce(bs, p.src, live_only))
+        # (d) judge enforcing a requests-per-minute limit; d-silent: one that does not say so
+        for phase, announce in (("d", True), ("d-silent", False)):
+            if phase not in phases:
+                continue
+            n_rpm = int(args.rpm / 60 * 30)  # about 30 s at the limit
             # a provider enforcing N rpm lets about one second of it through at once (OpenAI
             # enforces per-minute limits over shorter windows); the client must pace itself to it
-            with MockJudge(latency_s=0.05, rpm_limit=args.rpm, rpm_burst=args.rpm / 60) as judge:
-                judge.script("", '{"score": 3, "reason": "bench"}')
-                proc, port = p.worker(
-                    rules,
-                    OPENAI_BASE_URL=judge.base_url,
-                    SCORER_JUDGE_MAX_CONCURRENCY=str(args.concurrency),
-                )
-                n, secs = asyncio.run(drain(bs, p.dst, n_rpm, 600))
-                stop(proc)
+            with MockJudge(
+                latency_s=0.05,
+                rpm_limit=args.rpm,
+                rpm_burst=args.rpm / 60,
+                announce_limits=announce,
+            ) as judge:
+                n, secs, _ = judged_phase(bs, tmp, n_rpm, judge, args.concurrency)
                 statuses = list(judge.statuses)
             limit = args.rpm / 60
             share_429 = statuses.count(429) / max(len(statuses), 1)
+            how = "announced in headers" if announce else "not announced"
             print(
-                f"(d)  scorer vs {args.rpm:.0f} rpm limit: {n / secs:6.1f} traces/s = {n / secs / limit:.2f} of the limit "
+                f"({phase}) scorer vs {args.rpm:.0f} rpm limit ({how}): {n / secs:6.1f} traces/s = {n / secs / limit:.2f} of the limit "
                 f"[target >= 0.95]; 429s {share_429 * 100:.1f} % of {len(statuses)} calls [target < 2 %]"
             )
     finally:

@@ -149,7 +149,11 @@ def register_trace_agent(
             background.add(task)
             task.add_done_callback(background.discard)
 
-        def done(tp: Any, entry: Pending) -> None:
+        def published(tp: Any, entry: Pending, scores: list[ScoreEvent]) -> None:
+            """The broker has every message of this trace: count its scores, free its slot,
+            and let the acker ack it once the offsets before it are done too."""
+            for score in scores:
+                observe_published(score)
             slots.release()
             finished.put_nowait((tp, entry))
 
@@ -170,18 +174,14 @@ def register_trace_agent(
                 spawn(redeliver(tp, entry, sends, scores))
                 return
             metrics.PUBLISH_LATENCY.observe(time.perf_counter() - handed)
-            for score in scores:
-                observe_published(score)
-            done(tp, entry)
+            published(tp, entry, scores)
 
         async def redeliver(
             tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
         ) -> None:
             """A send failed: keep retrying (the offset stays unacked meanwhile)."""
             await pipeline.send_until_delivered(sends)
-            for score in scores:
-                observe_published(score)
-            done(tp, entry)
+            published(tp, entry, scores)
 
         async def deliver(
             tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]

@@ -9,7 +9,7 @@ import pytest
 from fixtures import as_trace, hub_trace, live_trace, scorer, settings
 
 from stream.errors import JudgeError
-from stream.judge import JudgeClient, retry_after_seconds
+from stream.judge import AdaptiveLimiter, JudgeClient, retry_after_seconds
 from stream.mockjudge import MockJudge, Reply
 from stream.models import TraceDecisions
 from stream.rules import LLMJudgeRule
@@ -171,26 +171,52 @@ def test_retry_after_forms() -> None:
     assert retry_after_seconds({}) is None
 
 
+async def judge_failure(server: MockJudge, **overrides: object) -> JudgeError:
+    """Call the judge client directly with the first LLM rule; return the error it raises."""
+    client = JudgeClient(settings(openai_base_url=server.base_url, **overrides))
+    rule = next(r for r in scorer(None).ruleset.rules if isinstance(r, LLMJudgeRule))
+    with pytest.raises(JudgeError) as info:
+        await client.judge(rule, "p")
+    await client.close()
+    return info.value
+
+
 async def test_judge_error_carries_kind() -> None:
     with MockJudge(default=Reply(status=503, content="down")) as server:
-        client = JudgeClient(settings(openai_base_url=server.base_url, judge_max_attempts=2))
-        rule = scorer(None).ruleset.rules[0]
-        assert isinstance(rule, LLMJudgeRule)
-        with pytest.raises(JudgeError) as info:
-            await client.judge(rule, "p")
-        await client.close()
-        assert info.value.kind == "server_error" and info.value.attempts == 2
+        error = await judge_failure(server, judge_max_attempts=2)
+        assert error.kind == "server_error" and error.attempts == 2
 
 
 async def test_a_judge_slower_than_the_timeout_is_retried_then_an_error() -> None:
     with MockJudge(latency_s=1.0) as server:
-        client = JudgeClient(
-            settings(openai_base_url=server.base_url, judge_timeout_s=0.2, judge_max_attempts=2)
-        )
-        rule = scorer(None).ruleset.rules[0]
-        assert isinstance(rule, LLMJudgeRule)
-        with pytest.raises(JudgeError) as info:
-            await client.judge(rule, "p")
-        await client.close()
-        assert info.value.kind == "timeout" and info.value.attempts == 2
+        error = await judge_failure(server, judge_timeout_s=0.2, judge_max_attempts=2)
+        assert error.kind == "timeout" and error.attempts == 2
         assert len(server.requests) == 2
+
+
+def test_limiter_paces_to_an_announced_rate() -> None:
+    limiter = AdaptiveLimiter(8)
+    limiter.on_success({"x-ratelimit-limit-requests": "600"})
+    assert limiter.announced
+    assert limiter.interval == pytest.approx(0.1 / 0.985)
+
+
+def test_limiter_measures_a_silent_limit_and_probes_back_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("stream.judge.time.monotonic", lambda: clock[0])
+    limiter = AdaptiveLimiter(8)
+    for _ in range(100):  # 20 successes a second for 5 s
+        clock[0] += 0.05
+        limiter.on_success({})
+    limiter.on_rate_limited(0.2, {})
+    assert limiter.interval == pytest.approx(1 / (20 * 0.95), rel=0.02)
+    assert limiter.limit == 4  # concurrency halved too
+    cut = limiter.interval
+    limiter.on_rate_limited(None, {})  # the same burst: no second cut within a second
+    assert limiter.interval == cut
+    for _ in range(20):  # a second of successes raises the pace by about 3 %
+        clock[0] += 0.05
+        limiter.on_success({})
+    assert cut / limiter.interval == pytest.approx(1.03, rel=0.005)
