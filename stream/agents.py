@@ -96,8 +96,25 @@ class TracePipeline:
                 await asyncio.sleep(delay)
                 delay = min(PUBLISH_BACKOFF_MAX_S, delay * 2)
 
-    def dead_letter(self, message: Any, exc: Exception) -> list[Send]:
-        reason, error = describe_invalid(exc)
+    def engine_failure(self, message: Any, exc: Exception) -> list[Send]:
+        """A bug met this trace. Dead-letter it with the error rather than leave it unacked:
+        an unacked trace would hold back every later commit of its partition, and fail again
+        after each restart. The DLQ keeps the original bytes for a replay once fixed."""
+        log.exception(
+            "scoring failed for %s[%s]@%s", message.topic, message.partition, message.offset
+        )
+        return self.dead_letter(
+            message,
+            exc,
+            reason="engine_error",
+            error=f"scoring failed: {type(exc).__name__}: {exc}",
+        )
+
+    def dead_letter(
+        self, message: Any, exc: Exception, *, reason: str | None = None, error: str | None = None
+    ) -> list[Send]:
+        if reason is None or error is None:
+            reason, error = describe_invalid(exc)
         headers = {
             "scorer.error": error.encode()[:4000],
             "scorer.error.reason": reason.encode(),
@@ -160,7 +177,10 @@ def register_trace_agent(
         async def ack_finished() -> None:
             while True:
                 tp, entry = await finished.get()
-                await acker.finish(tp, entry)
+                try:
+                    await acker.finish(tp, entry)
+                except Exception:  # never let one failed ack stop every later ack
+                    log.exception("acking %s@%s failed", tp, entry.offset)
 
         def delivered(
             tp: Any,
@@ -207,11 +227,8 @@ def register_trace_agent(
                 metrics.SCORING_OVERHEAD.observe(
                     entry.engine_seconds + time.perf_counter() - engine_started
                 )
-            except Exception:
-                # A bug must not ack past the trace: it stays unacked and is redelivered after
-                # a restart; the other partitions go on.
-                log.exception("scoring failed for %s@%s; not acknowledged", tp, entry.offset)
-                slots.release()
+            except Exception as exc:
+                await deliver(tp, entry, pipeline.engine_failure(entry.event.message, exc), [])
                 return
             await deliver(tp, entry, sends, result.scores)
 
@@ -231,9 +248,8 @@ def register_trace_agent(
                     continue
                 try:
                     plan = scorer.plan(trace, document, message.topic)
-                except Exception:
-                    log.exception("scoring failed for %s@%s; not acknowledged", tp, message.offset)
-                    slots.release()
+                except Exception as exc:
+                    await deliver(tp, entry, pipeline.engine_failure(message, exc), [])
                     continue
                 entry.engine_seconds = time.perf_counter() - started
                 if plan.judge_jobs:
