@@ -137,6 +137,12 @@ class AdaptiveLimiter:
             self.announced = True
 
 
+def rejects_structured_output(exc: openai.APIStatusError) -> bool:
+    """A 400/422 that names the response format: the endpoint does not do structured output."""
+    text = f"{exc.message} {exc.body}".lower()
+    return exc.status_code in (400, 422) and ("response_format" in text or "json_schema" in text)
+
+
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     """Seconds to wait from ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date)."""
     if headers is None:
@@ -241,6 +247,17 @@ class JudgeClient:
                     self._redact(f"cannot reach the judge: {exc}"), kind="connection"
                 )
             except openai.APIStatusError as exc:
+                if "response_format" in request and rejects_structured_output(exc):
+                    # Older vLLM / Ollama builds and some gateways refuse response_format: ask
+                    # again without it, once, and from now on rely on parsing the text answer.
+                    log.warning(
+                        "judge endpoint rejects structured output (%s); parsing text answers from now on",
+                        exc.status_code,
+                    )
+                    self.structured = False
+                    del request["response_format"]
+                    last_error = JudgeError("structured output rejected", kind="client_error")
+                    continue
                 if exc.status_code < 500 and exc.status_code not in (408, 409):
                     metrics.JUDGE_CALLS.labels(model=model, outcome="client_error").inc()
                     raise JudgeError(

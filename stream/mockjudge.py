@@ -72,6 +72,7 @@ class MockJudge:
         rpm_limit: float | None = None,
         rpm_burst: float = 1.0,
         announce_limits: bool = True,
+        reject_response_format: bool = False,
         port: int = 0,
     ) -> None:
         self.default = default or Reply()
@@ -79,6 +80,7 @@ class MockJudge:
         self.bucket = TokenBucket(rpm_limit, rpm_burst) if rpm_limit else None
         self.rpm_limit = rpm_limit
         self.announce_limits = announce_limits
+        self.reject_response_format = reject_response_format
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -133,6 +135,17 @@ class MockJudge:
                     },
                     status=429,
                     headers={"retry-after-ms": str(int(wait * 1000) + 1), **self._limit_headers()},
+                )
+            if self.reject_response_format and "response_format" in body:
+                self.statuses.append(400)
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": "Unrecognized request argument supplied: response_format",
+                            "type": "invalid_request_error",
+                        }
+                    },
+                    status=400,
                 )
             prompt = str(body["messages"][-1]["content"])
             script = next((s for s in self.scripts if s.match in prompt), None)

@@ -220,3 +220,22 @@ def test_limiter_measures_a_silent_limit_and_probes_back_up(
         clock[0] += 0.05
         limiter.on_success({})
     assert cut / limiter.interval == pytest.approx(1.03, rel=0.005)
+
+
+async def test_an_endpoint_without_structured_output_gets_plain_requests() -> None:
+    with MockJudge(reject_response_format=True) as server:
+        server.script(LIVE_PROMPT, "Score: 4\nReason: compliant and precise.")
+        s = scorer(server.base_url)
+        for _ in range(2):
+            document = live_trace()
+            result = await s.score_trace(as_trace(document), document)
+            score = next(
+                x for x in result.scores if x.rule_id == "studio_live_coach_feedback_quality"
+            )
+            assert (score.status, score.raw_value, score.reason) == (
+                "ok",
+                4.0,
+                "compliant and precise.",
+            )
+        assert server.statuses == [400, 200, 200]  # asked once with response_format, never again
+        assert "response_format" not in server.requests[-1]["body"]
