@@ -166,6 +166,7 @@ class Phase:
             "SCORER_RULES_DIR": str(rules_dir),
             "SCORER_DATA_DIR": str(self.tmp / self.suffix),
             "SCORER_SESSION_TIMEOUT_S": "6",
+            "SCORER_BROKER_KIND": "tansu",
             **env,
         }
         log = open(self.tmp / f"worker-{self.suffix}.log", "wb")  # noqa: SIM115

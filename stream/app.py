@@ -12,9 +12,13 @@ from .partitioning import cached_murmur2_partitioner
 from .settings import Settings
 
 
-def broker_urls(bootstrap: str) -> list[str]:
-    """``host1:9092,host2:9092`` -> Faust broker URLs."""
-    return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
+    """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker)."""
+    if kind == "tansu":
+        from . import tansu  # registers the transport
+
+        kind = tansu.SCHEME
+    return [f"{kind}://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
 
 
 @dataclass
@@ -29,7 +33,7 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
     """Build the Faust app and declare its topics (raw bytes: we validate ourselves)."""
     app = faust.App(
         settings.app_id,
-        broker=broker_urls(bootstrap),
+        broker=broker_urls(bootstrap, settings.broker_kind),
         store="memory://",
         datadir=str(settings.data_dir),
         web_port=settings.web_port,

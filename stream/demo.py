@@ -97,6 +97,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
         env = dict(
             os.environ,
             KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+            SCORER_BROKER_KIND="tansu" if broker else settings.broker_kind,
             SCORER_WEB_PORT=str(web_port),
             SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +20,9 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str | None = Field(
         default=None, validation_alias="KAFKA_BOOTSTRAP_SERVERS"
     )
+    # "tansu": the embedded broker (Faust transport with its end-offset defect corrected).
+    # Set by the CLI when it starts the embedded broker; a real cluster keeps "kafka".
+    broker_kind: Literal["kafka", "tansu"] = "kafka"
     app_id: str = "llm-trace-scorer"
     traces_topic: str = "llm-traces"
     sessions_topic: str = "coaching-sessions"

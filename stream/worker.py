@@ -51,6 +51,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     if not bootstrap:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
+        settings = settings.model_copy(update={"broker_kind": "tansu"})
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         print(f"no KAFKA_BOOTSTRAP_SERVERS: started the embedded broker on {bootstrap}", flush=True)
     try:

@@ -71,6 +71,7 @@ class Worker:
             "SCORER_WEB_PORT": str(self.port),
             "SCORER_DATA_DIR": str(tmp / f"data-{self.port}"),
             "SCORER_SESSION_TIMEOUT_S": "6",
+            "SCORER_BROKER_KIND": "tansu",
             "SCORER_JUDGE_BACKOFF_BASE_S": "0.05",
             "SCORER_JUDGE_BACKOFF_MAX_S": "0.5",
             **names.env(),
