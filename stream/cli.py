@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,8 @@ from .settings import Settings
 app = typer.Typer(help="Kafka-native streaming scorer for LLM traces.", no_args_is_help=True)
 rules_app = typer.Typer(help="Work with rule packs.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
-console = Console()
+# Rich assumes 80 columns when output is not a terminal (CI logs, pipes): rule ids are longer.
+console = Console(width=None if sys.stdout.isatty() else 120)
 
 
 @app.command()
