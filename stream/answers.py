@@ -39,12 +39,20 @@ def response_schema(spec: OutputSpec) -> dict[str, Any]:
     else:
         verdict = {"type": "integer" if spec.integer else "number"}
         key = "score"
-    return {
+    schema = {
         "type": "object",
         "properties": {key: verdict, "reason": {"type": "string"}},
         "required": [key, "reason"],
         "additionalProperties": False,
     }
+    if spec.answer_key:
+        return {
+            "type": "object",
+            "properties": {spec.answer_key: schema},
+            "required": [spec.answer_key],
+            "additionalProperties": False,
+        }
+    return schema
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
@@ -129,8 +137,17 @@ def validate(spec: OutputSpec, verdict: Any, reason: Any) -> ParsedAnswer:
 
 
 def parse_answer(spec: OutputSpec, content: str) -> ParsedAnswer:
-    """Parse a judge's answer: JSON (the last object that carries a verdict), then text."""
+    """Parse a judge's answer: JSON (the last object that carries a verdict), then text.
+
+    A rule with an ``answer_key`` accepts only its own shape, ``{"<key>": {"score", "reason"}}``.
+    """
     objects = _json_objects(content)
+    if spec.answer_key:
+        for obj in reversed(objects):
+            inner = obj.get(spec.answer_key)
+            if isinstance(inner, dict) and "score" in inner:
+                return validate(spec, inner["score"], inner.get("reason"))
+        raise InvalidAnswer(f'expected {{"{spec.answer_key}": {{"score": ..., "reason": ...}}}}')
     for obj in reversed(objects):
         if found := _verdict_from_object(obj):
             return validate(spec, *found)

@@ -76,6 +76,11 @@ class OutputSpec(Strict):
         default=None, description="Allowed labels and the raw value each one scores"
     )
     higher_is_better: bool = True
+    answer_key: str | None = Field(
+        default=None,
+        description='The judge answers {"<answer_key>": {"score", "reason"}} (a seed\'s own shape); '
+        "only that shape is accepted",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> OutputSpec:
@@ -119,6 +124,31 @@ class JudgeSpec(Strict):
     max_tokens: int | None = Field(default=None, gt=0)
 
 
+class ThreadSpec(Strict):
+    """Which threads a thread-scope rule judges, and how a trace becomes a conversation turn.
+
+    ``conversation``: traces that carry a ``thread_id``; each contributes a user message and an
+    assistant message (paths into the trace). ``session``: coaching-session events.
+    """
+
+    kind: Literal["conversation", "session"]
+    user: str | None = None
+    assistant: str | None = None
+
+    @model_validator(mode="after")
+    def _turn_paths(self) -> ThreadSpec:
+        paths = (self.user, self.assistant)
+        if self.kind == "conversation":
+            if None in paths:
+                raise ValueError("a conversation thread needs user and assistant paths")
+            for path in paths:
+                assert path is not None
+                compile_path(path)
+        elif paths != (None, None):
+            raise ValueError("user and assistant paths are for conversation threads only")
+        return self
+
+
 class RuleBase(Strict):
     id: str = Field(pattern=RULE_ID_PATTERN)
     pack: str = Field(pattern=RULE_ID_PATTERN)
@@ -129,6 +159,19 @@ class RuleBase(Strict):
     sampling_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     variables: dict[str, str] = Field(default_factory=dict)
     output: OutputSpec
+    thread: ThreadSpec | None = Field(
+        default=None, description="Thread-scope rules only; variables map into the thread document"
+    )
+
+    @model_validator(mode="after")
+    def _thread_matches_scope(self) -> RuleBase:
+        if self.scope == "thread" and self.thread is None:
+            raise ValueError(
+                "a thread-scope rule needs a thread section (kind: conversation | session)"
+            )
+        if self.scope == "trace" and self.thread is not None:
+            raise ValueError("a thread section is for thread-scope rules only")
+        return self
 
     @model_validator(mode="after")
     def _paths_compile(self) -> RuleBase:
@@ -267,6 +310,25 @@ def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path
     return files
 
 
+def _conflicting_turn_paths(
+    rule: LLMJudgeRule | CheckRule, loaded: list[LLMJudgeRule | CheckRule]
+) -> str | None:
+    """Conversation threads are folded once for every rule: their turn paths must agree."""
+    if rule.thread is None or rule.thread.kind != "conversation":
+        return None
+    for other in loaded:
+        if other.thread is not None and other.thread.kind == "conversation":
+            if (other.thread.user, other.thread.assistant) != (
+                rule.thread.user,
+                rule.thread.assistant,
+            ):
+                return (
+                    f"field thread: user/assistant paths differ from rule {other.id!r}; "
+                    "every conversation rule of a rule set must use the same ones"
+                )
+    return None
+
+
 def check_rules(
     rules_dir: Path, packs: Iterable[str] | None = None
 ) -> tuple[RuleSet, list[RuleFileError]]:
@@ -292,6 +354,9 @@ def check_rules(
                     [f"field id: duplicate rule id {rule.id!r} (also in {seen[rule.id]})"],
                 )
             )
+            continue
+        if problem := _conflicting_turn_paths(rule, rules):
+            errors.append(RuleFileError(str(path), [problem]))
             continue
         seen[rule.id] = path
         rules.append(rule)

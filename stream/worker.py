@@ -30,6 +30,13 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     metrics.WORKER_INFO.labels(version=__version__, ruleset=ruleset.digest).set(1)
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
+    if thread_rules := ruleset.for_scope("thread"):
+        log.warning(
+            "%d thread rules loaded (%s) but not run: thread closing is not implemented in "
+            "this version, so only trace rules score",
+            len(thread_rules),
+            ", ".join(r.id for r in thread_rules),
+        )
     log.info(
         "loaded %d rules (%s) from %s, rule set %s",
         len(ruleset.rules),

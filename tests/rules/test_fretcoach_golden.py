@@ -167,3 +167,74 @@ def test_live_coach_scale_is_one_to_four() -> None:
     rule = load("studio_live_coach_feedback_quality")
     assert (rule.output.scale.min, rule.output.scale.max) == (1, 4)
     assert rule.output.integer
+
+
+# --- thread-level rules ------------------------------------------------------------------
+
+THREAD_RULES = [r for r in seed_rules().values() if r.number >= 9]
+
+
+def hub_thread_document() -> dict[str, Any]:
+    from datetime import UTC, datetime, timedelta
+
+    from stream.threads import ThreadLimits, Turn, fold_turn, new_thread, thread_document
+
+    state = new_thread("thread-hub-001", "conversation", "fretcoach")
+    for n, (user, assistant) in enumerate(
+        [
+            ("hey coach!", "Hey! Want a look at your sessions?"),
+            ("how do I fix my timing?", "Keep practicing!"),
+        ]
+    ):
+        turn = Turn(
+            key=f"t{n}",
+            event_time=datetime(2026, 11, 20, 18, n, tzinfo=UTC) + timedelta(seconds=1),
+            messages=[
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": assistant},
+            ],
+        )
+        state = fold_turn(state, turn, wall_now=0.0, limits=ThreadLimits())
+    return thread_document(state)
+
+
+def test_the_seed_has_three_thread_rules_and_all_ship() -> None:
+    assert [r.rule_id for r in THREAD_RULES] == [
+        "hub_conversational_coherence",
+        "hub_user_frustration_score",
+        "studio_live_feedback_effectiveness",
+    ]
+
+
+@pytest.mark.parametrize("seed", THREAD_RULES, ids=lambda s: s.rule_id)
+def test_thread_prompt_is_the_seeds_and_renders_the_thread(seed: Any) -> None:
+    rule = load(seed.rule_id)
+    assert rule.prompt == seed.prompt
+    assert rule.scope == "thread" and rule.variables == {
+        "context": "messages" if seed.rule_id.startswith("hub") else "turns"
+    }
+    document = hub_thread_document()
+    from stream.paths import render_value
+
+    expected = seed.prompt.replace("{{context}}", render_value(document[rule.variables["context"]]))
+    assert render_prompt(rule, resolve_variables(rule, document)) == expected
+    if seed.rule_id.startswith("hub"):
+        assert '"role": "user",\n    "content": "hey coach!"' in expected  # Opik's message list
+
+
+def test_frustration_is_higher_is_worse_and_parses_only_the_seeds_shape() -> None:
+    from stream.answers import InvalidAnswer, response_schema
+
+    rule = load("hub_user_frustration_score")
+    assert rule.output.higher_is_better is False
+    answer = '```json\n{\n    "User frustration": {\n        "score": 0.7,\n        "reason": "The score is 0.7 because the User repeats the question."\n    }\n}\n```'
+    parsed = parse_answer(rule.output, answer)
+    assert (parsed.raw_value, parsed.reason) == (
+        0.7,
+        "The score is 0.7 because the User repeats the question.",
+    )
+    with pytest.raises(InvalidAnswer, match='expected {"User frustration"'):
+        parse_answer(rule.output, '{"score": 0.2, "reason": "calm"}')
+    schema = response_schema(rule.output)
+    assert schema["required"] == ["User frustration"]
+    assert schema["properties"]["User frustration"]["required"] == ["score", "reason"]

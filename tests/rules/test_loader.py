@@ -163,3 +163,33 @@ def test_filters_and_deterministic_sampling(rules_copy: Path) -> None:
     picks = [rule.sampled(f"trace-{i}") for i in range(2000)]
     assert picks == [rule.sampled(f"trace-{i}") for i in range(2000)]  # redelivery samples alike
     assert 0.45 < sum(picks) / len(picks) < 0.55
+
+
+def test_thread_sections_are_checked(rules_copy: Path) -> None:
+    edit(
+        rules_copy,
+        "hub_conversational_coherence",
+        thread={"kind": "conversation", "user": "input.x"},
+    )
+    edit(rules_copy, "studio_live_feedback_effectiveness", thread=None)
+    edit(rules_copy, RULE, thread={"kind": "session"})
+    found = problems(rules_copy)
+    assert any("a conversation thread needs user and assistant paths" in p for p in found), found
+    assert any("a thread-scope rule needs a thread section" in p for p in found), found
+    assert any("a thread section is for thread-scope rules only" in p for p in found), found
+
+
+def test_conversation_rules_must_share_turn_paths(rules_copy: Path) -> None:
+    edit(
+        rules_copy,
+        "hub_user_frustration_score",
+        thread={
+            "kind": "conversation",
+            "user": "input.messages[0].content",
+            "assistant": "output.messages[-1].content",
+        },
+    )
+    found = problems(rules_copy)
+    assert any(
+        "user/assistant paths differ from rule 'hub_conversational_coherence'" in p for p in found
+    ), found
