@@ -9,6 +9,7 @@ import pytest
 
 from stream.threads import (
     ThreadLimits,
+    ThreadState,
     Turn,
     close,
     close_reason,
@@ -38,6 +39,16 @@ def chat_turn(n: int, user: str, assistant: str) -> Turn:
         key=f"trace-{n}",
         event_time=T0 + timedelta(minutes=n),
         messages=[{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+    )
+
+
+def greeting_thread(wall_now: float) -> ThreadState:
+    """A conversation with one exchange that arrived at ``wall_now``."""
+    return fold_turn(
+        new_thread("th", "conversation", "p"),
+        chat_turn(0, "hi", "hello"),
+        wall_now=wall_now,
+        limits=LIMITS,
     )
 
 
@@ -75,23 +86,13 @@ def test_state_is_bounded_by_turns_and_bytes_and_says_what_it_dropped() -> None:
 
 
 def test_live_close_after_the_wall_clock_gap() -> None:
-    state = fold_turn(
-        new_thread("th", "conversation", "p"),
-        chat_turn(0, "hi", "hello"),
-        wall_now=1000.0,
-        limits=LIMITS,
-    )
+    state = greeting_thread(wall_now=1000.0)
     assert close_reason(state, wall_now=1000.0 + GAP - 1, watermark=None, gap_s=GAP) is None
     assert close_reason(state, wall_now=1000.0 + GAP, watermark=None, gap_s=GAP) == "inactivity"
 
 
 def test_replay_closes_by_event_time_while_wall_time_barely_moves() -> None:
-    state = fold_turn(
-        new_thread("th", "conversation", "p"),
-        chat_turn(0, "hi", "hello"),
-        wall_now=1000.0,
-        limits=LIMITS,
-    )
+    state = greeting_thread(wall_now=1000.0)
     last = state.last_event_time
     assert last is not None
     # the replay has reached events 14 minutes later in this partition: still open
@@ -115,12 +116,7 @@ def test_an_explicit_end_closes_at_once_and_an_empty_session_can_close() -> None
 
 
 def test_a_turn_after_a_close_reopens_with_a_new_close_sequence_and_all_turns() -> None:
-    state = fold_turn(
-        new_thread("th", "conversation", "p"),
-        chat_turn(0, "hi", "hello"),
-        wall_now=0.0,
-        limits=LIMITS,
-    )
+    state = greeting_thread(wall_now=0.0)
     first = close(state)
     assert (first.is_open, first.closes) == (False, 1)
     reopened = fold_turn(
