@@ -28,7 +28,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from stream.broker import EmbeddedBroker, free_port
-from stream.kafka_io import ensure_topics
+from stream.kafka_io import ensure_topics, reader
 from stream.mockjudge import MockJudge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,14 +76,10 @@ async def drain(
     With ``pid``, also record that process's CPU time per record between the first and the
     last record seen (CPU_US): steadier than wall-clock rates on a shared 2-core machine.
     """
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
     count, first, last = 0, None, None
     cpu_start, count_at_start = None, 0
     deadline = time.monotonic() + timeout
-    try:
+    async with reader(bootstrap, topic) as consumer:
         while count < expected and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=200, max_records=10000)).values():
                 for r in records:
@@ -94,8 +90,6 @@ async def drain(
                 cpu_start, count_at_start = cpu_seconds(pid), count
         if pid is not None and cpu_start is not None and count > count_at_start:
             CPU_US[pid] = (cpu_seconds(pid) - cpu_start) / (count - count_at_start) * 1e6
-    finally:
-        await consumer.stop()
     return count, ((last - first) / 1000.0 if first is not None and last is not None else 0.0)
 
 

@@ -7,7 +7,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -166,12 +166,7 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
 class JudgeClient:
     """Calls an OpenAI-compatible chat endpoint and returns validated verdicts."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        sleep: Callable[[float], Any] = asyncio.sleep,
-    ) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.default_model = settings.judge_model
         self.max_attempts = settings.judge_max_attempts
         self.backoff_base = settings.judge_backoff_base_s
@@ -181,7 +176,6 @@ class JudgeClient:
         self._secret = (
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         )
-        self._sleep = sleep
         self._client = AsyncOpenAI(
             base_url=settings.openai_base_url,
             # local servers (Ollama, vLLM) need no key, but the SDK insists on one
@@ -307,7 +301,7 @@ class JudgeClient:
                 break  # a temperature-0 judge rarely changes its mind; don't burn the budget
             if attempt < self.max_attempts:
                 metrics.JUDGE_RETRIES.labels(model=model, reason=last_error.kind).inc()
-                await self._sleep(self._backoff(attempt, retry_after))
+                await asyncio.sleep(self._backoff(attempt, retry_after))
         assert last_error is not None
         raise JudgeError(
             f"{last_error} (after {attempt} attempts)", kind=last_error.kind, attempts=attempt

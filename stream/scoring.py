@@ -67,7 +67,6 @@ class TracePlan:
 @dataclass
 class TraceResult:
     outcomes: list[RuleOutcome]
-    judge_seconds: float = 0.0  # wall time waiting for the judge (its calls run concurrently)
 
     @property
     def scores(self) -> list[ScoreEvent]:
@@ -135,11 +134,10 @@ class Scorer:
         """Make the plan's judge calls concurrently and add their outcomes."""
         if not plan.judge_jobs:
             return TraceResult(plan.outcomes)
-        started = time.perf_counter()
         judged = await asyncio.gather(
             *(self._run_judge(job, plan.trace) for job in plan.judge_jobs)
         )
-        return TraceResult(plan.outcomes + list(judged), time.perf_counter() - started)
+        return TraceResult(plan.outcomes + list(judged))
 
     def _run_check(
         self, rule: CheckRule, trace: Trace, values: dict[str, Any], now: datetime

@@ -19,6 +19,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stream.broker import free_port
+from stream.kafka_io import reader
 
 _counter = itertools.count()
 
@@ -129,19 +130,13 @@ def trace_bytes(document: dict[str, Any]) -> tuple[bytes, bytes]:
 
 async def read(bootstrap: str, topic: str, *, until: Any, timeout: float = 60.0) -> list[Any]:
     """Read ``topic`` from the start until ``until(records)`` is true or ``timeout`` passes."""
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
     records: list[Any] = []
     deadline = time.monotonic() + timeout
-    try:
+    async with reader(bootstrap, topic) as consumer:
         while time.monotonic() < deadline and not until(records):
             batch = await consumer.getmany(timeout_ms=300)
             for part in batch.values():
                 records.extend(part)
-    finally:
-        await consumer.stop()
     return records
 
 
