@@ -1,19 +1,26 @@
 """Per-thread state: folding turns in, deciding when a thread closes, and what rules see.
 
-Pure functions over plain models; the thread agent (a Faust table per partition) calls them.
+Plain functions over plain models; the thread agent keeps one ``ThreadState`` per thread in a
+changelog-backed table and calls them. They change the state in place and say whether it
+changed, so the agent writes the table (and its changelog) only when something happened.
 
 - Folding is deterministic: turns are kept in (seq, event time, key) order whatever order
   they arrive in, and a duplicate (same key, e.g. the same ``seq`` twice) keeps the copy whose
-  canonical JSON sorts first, so redelivery or reordering cannot change the result.
+  canonical JSON sorts first, so redelivery or reordering cannot change the result. A
+  duplicate is not activity: it neither reopens a closed thread nor delays a close.
 - State is bounded: past ``max_turns`` or ``max_bytes`` the oldest turns are dropped and
-  counted, and the thread document says how many were dropped.
-- A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways: in
-  wall-clock time since its last event arrived (live: an idle thread closes even when its
-  partition receives nothing else), and in event time against the partition's watermark
-  (the latest event time seen), so a replay of history closes threads where they would have
-  closed live, although the replay itself runs in minutes.
+  counted, and the thread document (and so the score event) says how many were dropped.
+- A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways:
+  in wall-clock time since its last new event arrived in Kafka (live: an idle thread closes
+  even when its partition receives nothing else), and in event time: the partition's
+  watermark (the latest event time seen, never ahead of arrival) has moved ``gap`` past the
+  watermark at the thread's last event. A replay of history therefore closes threads where
+  they would have closed live, although the replay itself runs in minutes; and a producer
+  whose clock lags cannot make its own threads close at once.
 - A turn after a close reopens the thread; its turns are kept, so the next close judges the
   whole conversation, under a new close sequence (part of the score id).
+- A close is kept as pending (with the document the rules judge) until its scores are
+  published, so a worker that dies in between scores it again after recovery, identically.
 """
 
 from __future__ import annotations
@@ -58,95 +65,158 @@ class ThreadLimits(BaseModel):
     max_bytes: int = Field(default=256_000, ge=1024)
 
 
+class PendingClose(BaseModel):
+    """A close whose scores are not known to be published yet."""
+
+    close_seq: int
+    reason: CloseReason
+    closed_at: float = Field(description="Epoch seconds of the clock that closed it")
+    document: dict[str, Any]
+    rules: list[str] = Field(default_factory=list)
+
+
 class ThreadState(BaseModel):
     """What the table holds for one thread."""
 
     thread_id: str
     kind: ThreadKind
     project_name: str = "default"
+    partition: int = 0
     turns: list[Turn] = Field(default_factory=list)
     size: int = 0
     dropped_turns: int = 0
     closes: int = 0
+    published: int = 0
     is_open: bool = True
     ended: bool = False
+    end_keys: list[str] = Field(default_factory=list)
+    rules: list[str] = Field(
+        default_factory=list, description="Conversation rules whose filter matched a trace"
+    )
     last_event_time: datetime | None = None
-    last_seen_wall: float = 0.0  # epoch seconds: survives a restart, unlike a monotonic clock
+    last_arrival: float = Field(default=0.0, description="Kafka time of the last new event")
+    activity: float = Field(
+        default=0.0, description="Partition watermark (epoch s) at the last new event"
+    )
+    pending: list[PendingClose] = Field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ThreadState:
+        return cls.model_validate_json(raw)
 
 
 def new_thread(thread_id: str, kind: ThreadKind, project_name: str) -> ThreadState:
     return ThreadState(thread_id=thread_id, kind=kind, project_name=project_name)
 
 
-def _touch(state: ThreadState, event_time: datetime, wall_now: float) -> None:
+def _touch(state: ThreadState, event_time: datetime, arrival: float, watermark: float) -> None:
     if state.last_event_time is None or event_time > state.last_event_time:
         state.last_event_time = event_time
-    state.last_seen_wall = max(state.last_seen_wall, wall_now)
-    if not state.is_open:
-        state.is_open = True  # a turn after a close reopens the thread
+    state.last_arrival = max(state.last_arrival, arrival)
+    state.activity = max(state.activity, watermark)
 
 
 def fold_turn(
-    state: ThreadState, turn: Turn, *, wall_now: float, limits: ThreadLimits
-) -> ThreadState:
-    """``state`` with ``turn`` folded in (a new object; the input is not changed)."""
-    state = state.model_copy(deep=True)
+    state: ThreadState,
+    turn: Turn,
+    *,
+    arrival: float,
+    watermark: float | None = None,
+    limits: ThreadLimits,
+) -> bool:
+    """Fold ``turn`` into ``state`` (in place). False when it was a duplicate that changed nothing.
+
+    ``arrival``: when the turn's source message reached Kafka (epoch s); ``watermark``: the
+    partition's event-time watermark after this turn (defaults to ``arrival``).
+    """
     existing = next((i for i, t in enumerate(state.turns) if t.key == turn.key), None)
     if existing is not None:
         kept = state.turns[existing]
-        if turn.canonical() < kept.canonical():
-            state.size += turn.size - kept.size
-            state.turns[existing] = turn
-    else:
-        position = len(state.turns)
-        while position > 0 and state.turns[position - 1].order() > turn.order():
-            position -= 1
-        state.turns.insert(position, turn)
-        state.size += turn.size
+        if turn.canonical() >= kept.canonical():
+            return False
+        state.size += turn.size - kept.size
+        state.turns[existing] = turn
+        return True  # the same turn, settled deterministically: not new activity
+    position = len(state.turns)
+    while position > 0 and state.turns[position - 1].order() > turn.order():
+        position -= 1
+    state.turns.insert(position, turn)
+    state.size += turn.size
     while len(state.turns) > limits.max_turns or (
         state.size > limits.max_bytes and len(state.turns) > 1
     ):
         dropped = state.turns.pop(0)
         state.size -= dropped.size
         state.dropped_turns += 1
-    _touch(state, turn.event_time, wall_now)
-    return state
+    _touch(state, turn.event_time, arrival, arrival if watermark is None else watermark)
+    state.is_open = True  # a turn after a close reopens the thread
+    return True
 
 
-def mark_end(state: ThreadState, *, event_time: datetime, wall_now: float) -> ThreadState:
-    """An explicit end (a session ``end`` event, a trace marking the conversation finished)."""
-    state = state.model_copy(deep=True)
-    _touch(state, event_time, wall_now)
-    state.ended = True
-    return state
+def mark_end(
+    state: ThreadState,
+    key: str,
+    *,
+    event_time: datetime,
+    arrival: float,
+    watermark: float | None = None,
+) -> bool:
+    """An explicit end (a session ``end`` event, a trace marking the conversation finished).
+
+    Each end (by ``key``) counts once. An end for a thread that is already closed records
+    nothing new to judge, so it does not reopen it.
+    """
+    if key in state.end_keys:
+        return False
+    state.end_keys.append(key)
+    if state.is_open:
+        state.ended = True
+        _touch(state, event_time, arrival, arrival if watermark is None else watermark)
+    return True
 
 
 def close_reason(
-    state: ThreadState, *, wall_now: float, watermark: datetime | None, gap_s: float
+    state: ThreadState, *, wall_now: float | None, watermark: float | None, gap_s: float
 ) -> CloseReason | None:
     """Why ``state`` should close now, or None. Closed threads never close again until reopened."""
     if not state.is_open:
         return None
     if state.ended:
         return "end"
-    if wall_now - state.last_seen_wall >= gap_s:
+    if wall_now is not None and wall_now - state.last_arrival >= gap_s:
         return "inactivity"
-    if (
-        watermark is not None
-        and state.last_event_time is not None
-        and (watermark - state.last_event_time).total_seconds() >= gap_s
-    ):
+    if watermark is not None and watermark - state.activity >= gap_s:
         return "inactivity_event_time"
     return None
 
 
-def close(state: ThreadState) -> ThreadState:
-    """The closed state; its ``closes`` is the close sequence the scores of this close carry."""
-    state = state.model_copy(deep=True)
+def close(
+    state: ThreadState, reason: CloseReason, *, closed_at: float, rules: list[str] | None = None
+) -> PendingClose:
+    """Close ``state`` (in place); the returned pending close carries what the rules judge."""
     state.is_open = False
     state.ended = False
     state.closes += 1
-    return state
+    pending = PendingClose(
+        close_seq=state.closes,
+        reason=reason,
+        closed_at=closed_at,
+        document=thread_document(state),
+        rules=list(state.rules if rules is None else rules),
+    )
+    state.pending.append(pending)
+    return pending
+
+
+def mark_published(state: ThreadState, close_seq: int) -> bool:
+    """The scores of close ``close_seq`` are on the scores topic: forget its pending copy."""
+    before = len(state.pending)
+    state.pending = [p for p in state.pending if p.close_seq != close_seq]
+    state.published = max(state.published, close_seq)
+    return len(state.pending) != before
 
 
 def thread_document(state: ThreadState) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from stream.threads import (
     close_reason,
     fold_turn,
     mark_end,
+    mark_published,
     new_thread,
     thread_document,
 )
@@ -42,20 +43,17 @@ def chat_turn(n: int, user: str, assistant: str) -> Turn:
     )
 
 
-def greeting_thread(wall_now: float) -> ThreadState:
-    """A conversation with one exchange that arrived at ``wall_now``."""
-    return fold_turn(
-        new_thread("th", "conversation", "p"),
-        chat_turn(0, "hi", "hello"),
-        wall_now=wall_now,
-        limits=LIMITS,
-    )
+def greeting_thread(arrival: float) -> ThreadState:
+    """A conversation with one exchange that arrived at ``arrival``."""
+    state = new_thread("th", "conversation", "p")
+    fold_turn(state, chat_turn(0, "hi", "hello"), arrival=arrival, limits=LIMITS)
+    return state
 
 
-def fold_all(turns: list[Turn], limits: ThreadLimits = LIMITS) -> object:
+def fold_all(turns: list[Turn], limits: ThreadLimits = LIMITS) -> ThreadState:
     state = new_thread("s-1", "session", "fretcoach")
     for turn in turns:
-        state = fold_turn(state, turn, wall_now=1000.0, limits=limits)
+        fold_turn(state, turn, arrival=1000.0, limits=limits)
     return state
 
 
@@ -68,10 +66,11 @@ def test_any_arrival_order_and_duplicates_fold_to_the_same_state() -> None:
     assert [t.seq for t in reference.turns] == [0, 1, 2, 3, 4]
 
 
-def test_folding_does_not_change_the_input_state() -> None:
-    state = new_thread("s-1", "session", "fretcoach")
-    folded = fold_turn(state, session_turn(0), wall_now=1.0, limits=LIMITS)
-    assert state.turns == [] and len(folded.turns) == 1
+def test_a_duplicate_is_not_activity_and_does_not_reopen() -> None:
+    state = greeting_thread(arrival=10.0)
+    close(state, "inactivity", closed_at=10.0 + GAP)
+    assert not fold_turn(state, chat_turn(0, "hi", "hello"), arrival=5000.0, limits=LIMITS)
+    assert (state.is_open, state.last_arrival, state.closes) == (False, 10.0, 1)
 
 
 def test_state_is_bounded_by_turns_and_bytes_and_says_what_it_dropped() -> None:
@@ -86,50 +85,74 @@ def test_state_is_bounded_by_turns_and_bytes_and_says_what_it_dropped() -> None:
 
 
 def test_live_close_after_the_wall_clock_gap() -> None:
-    state = greeting_thread(wall_now=1000.0)
+    state = greeting_thread(arrival=1000.0)
     assert close_reason(state, wall_now=1000.0 + GAP - 1, watermark=None, gap_s=GAP) is None
     assert close_reason(state, wall_now=1000.0 + GAP, watermark=None, gap_s=GAP) == "inactivity"
 
 
 def test_replay_closes_by_event_time_while_wall_time_barely_moves() -> None:
-    state = greeting_thread(wall_now=1000.0)
-    last = state.last_event_time
-    assert last is not None
-    # the replay has reached events 14 minutes later in this partition: still open
-    assert (
-        close_reason(state, wall_now=1001.0, watermark=last + timedelta(minutes=14), gap_s=GAP)
-        is None
+    state = new_thread("th", "conversation", "p")
+    event_time = T0.timestamp()
+    fold_turn(
+        state, chat_turn(0, "hi", "hello"), arrival=1000.0, watermark=event_time, limits=LIMITS
     )
+    # the replay has reached events 14 minutes later in this partition: still open
+    assert close_reason(state, wall_now=1001.0, watermark=event_time + 14 * 60, gap_s=GAP) is None
     # ...and 15 minutes later: it would have closed live by now
     assert (
-        close_reason(state, wall_now=1001.0, watermark=last + timedelta(minutes=15), gap_s=GAP)
+        close_reason(state, wall_now=1001.0, watermark=event_time + 15 * 60, gap_s=GAP)
         == "inactivity_event_time"
     )
 
 
+def test_a_lagging_producer_clock_does_not_close_its_thread_at_once() -> None:
+    """The thread's activity is the partition watermark at its last event, not its own
+    (old) event time: a thread whose traces carry times 20 minutes behind stays open."""
+    state = new_thread("th", "conversation", "p")
+    watermark = T0.timestamp()  # other producers have brought the partition here
+    lagging = chat_turn(0, "hi", "hello")  # event time T0, arrives at T0 + 20 min
+    fold_turn(state, lagging, arrival=watermark + 1200, watermark=watermark, limits=LIMITS)
+    assert close_reason(state, wall_now=watermark + 1200, watermark=watermark, gap_s=GAP) is None
+
+
 def test_an_explicit_end_closes_at_once_and_an_empty_session_can_close() -> None:
-    empty = mark_end(new_thread("s-empty", "session", "p"), event_time=T0, wall_now=5.0)
-    assert close_reason(empty, wall_now=5.0, watermark=T0, gap_s=GAP) == "end"
-    closed = close(empty)
-    assert close_reason(closed, wall_now=1e9, watermark=None, gap_s=GAP) is None  # never twice
-    assert thread_document(closed)["turns"] == [] and thread_document(closed)["close_seq"] == 1
+    empty = new_thread("s-empty", "session", "p")
+    assert mark_end(empty, "end", event_time=T0, arrival=5.0)
+    assert not mark_end(empty, "end", event_time=T0, arrival=6.0)  # the same end twice
+    assert close_reason(empty, wall_now=5.0, watermark=None, gap_s=GAP) == "end"
+    pending = close(empty, "end", closed_at=5.0)
+    assert close_reason(empty, wall_now=1e9, watermark=1e9, gap_s=GAP) is None  # never twice
+    assert pending.document["turns"] == [] and pending.document["close_seq"] == 1
+    # an end after the thread closed has nothing new to judge: it does not reopen it
+    assert mark_end(empty, "another-end", event_time=T0, arrival=7.0) and not empty.is_open
 
 
 def test_a_turn_after_a_close_reopens_with_a_new_close_sequence_and_all_turns() -> None:
-    state = greeting_thread(wall_now=0.0)
-    first = close(state)
-    assert (first.is_open, first.closes) == (False, 1)
-    reopened = fold_turn(
-        first, chat_turn(30, "still there?", "yes"), wall_now=2000.0, limits=LIMITS
-    )
-    assert (
-        reopened.is_open
-        and close_reason(reopened, wall_now=2000.0, watermark=None, gap_s=GAP) is None
-    )
-    second = close(reopened)
-    document = thread_document(second)
-    assert document["close_seq"] == 2
-    assert [m["content"] for m in document["messages"]] == ["hi", "hello", "still there?", "yes"]
+    state = greeting_thread(arrival=0.0)
+    first = close(state, "inactivity", closed_at=GAP)
+    assert (state.is_open, state.closes, first.close_seq) == (False, 1, 1)
+    fold_turn(state, chat_turn(30, "still there?", "yes"), arrival=2000.0, limits=LIMITS)
+    assert state.is_open and close_reason(state, wall_now=2000.0, watermark=None, gap_s=GAP) is None
+    second = close(state, "inactivity", closed_at=2000.0 + GAP)
+    assert second.document["close_seq"] == 2
+    assert [m["content"] for m in second.document["messages"]] == [
+        "hi",
+        "hello",
+        "still there?",
+        "yes",
+    ]
+    # the first close's document is what it judged then, unchanged by the reopen
+    assert [m["content"] for m in first.document["messages"]] == ["hi", "hello"]
+    assert [p.close_seq for p in state.pending] == [1, 2]
+    assert mark_published(state, 1) and not mark_published(state, 1)
+    assert [p.close_seq for p in state.pending] == [2] and state.published == 1
+
+
+def test_state_round_trips_through_table_bytes() -> None:
+    state = fold_all([session_turn(i) for i in range(3)])
+    mark_end(state, "end", event_time=T0, arrival=2000.0)
+    close(state, "end", closed_at=2000.0)
+    assert ThreadState.from_bytes(state.to_bytes()) == state
 
 
 @pytest.mark.parametrize("late_first", [False, True])
@@ -139,7 +162,7 @@ def test_conversation_document_is_in_order_whatever_the_arrival(late_first: bool
         turns.reverse()
     state = new_thread("th", "conversation", "fretcoach")
     for turn in turns:
-        state = fold_turn(state, turn, wall_now=0.0, limits=LIMITS)
+        fold_turn(state, turn, arrival=0.0, limits=LIMITS)
     assert thread_document(state)["messages"] == [
         {"role": "user", "content": "hey coach!"},
         {"role": "assistant", "content": "Hey!"},
