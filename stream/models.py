@@ -17,7 +17,6 @@ Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error"]
 
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c8f5e-3b7a-4c1e-9a57-5d1b2f0c9e11")
 _NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
-_NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
 
 
 def utcnow() -> datetime:
@@ -69,6 +68,16 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
 
 
+class ThreadInfo(BaseModel):
+    """What a thread-scope score judged: which close of which thread, and how much of it."""
+
+    kind: Literal["conversation", "session"]
+    close_seq: int = Field(description="1 for the first close; a reopened thread closes again")
+    close_reason: Literal["end", "inactivity", "inactivity_event_time"]
+    turn_count: int = Field(description="Turns the rule saw")
+    dropped_turns: int = Field(description="Oldest turns dropped by the thread's size caps")
+
+
 class ScoreEvent(BaseModel):
     """One score, published on the scores topic (key = target id)."""
 
@@ -90,6 +99,7 @@ class ScoreEvent(BaseModel):
     judge_model: str | None = None
     latency_ms: float | None = None
     usage: TokenUsage | None = None
+    thread: ThreadInfo | None = Field(default=None, description="Thread-scope scores only")
     created_at: datetime = Field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:
@@ -98,9 +108,9 @@ class ScoreEvent(BaseModel):
 
 @dataclass(slots=True)
 class Decision:
-    """Audit record: what the engine decided for one trace and one rule."""
+    """Audit record: what the engine decided for one target (trace or thread) and one rule."""
 
-    trace_id: str
+    target_id: str
     rule_id: str
     pack: str
     rule_version: int
@@ -121,6 +131,21 @@ class TraceDecisions:
     """
 
     trace_id: str
+    project_name: str
+    decisions: list[Decision]
+    created_at: datetime = field(default_factory=utcnow)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+
+@dataclass(slots=True)
+class ThreadDecisions:
+    """One message on the decisions topic per thread close (key = thread id)."""
+
+    thread_id: str
+    kind: str
+    close_seq: int
     project_name: str
     decisions: list[Decision]
     created_at: datetime = field(default_factory=utcnow)

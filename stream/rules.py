@@ -125,15 +125,21 @@ class JudgeSpec(Strict):
 
 
 class ThreadSpec(Strict):
-    """Which threads a thread-scope rule judges, and how a trace becomes a conversation turn.
+    """Which threads a thread-scope rule judges, how a trace becomes a conversation turn, and
+    when a thread closes.
 
     ``conversation``: traces that carry a ``thread_id``; each contributes a user message and an
-    assistant message (paths into the trace). ``session``: coaching-session events.
+    assistant message (paths into the trace), and ``end`` (a path into the trace) marks the
+    conversation finished when its value is true. ``session``: coaching-session events, which
+    end with an ``end`` event. Either closes after ``inactivity_gap_s`` without activity
+    (None: the deployment's ``SCORER_THREAD_INACTIVITY_GAP_S``, 15 minutes like Opik).
     """
 
     kind: Literal["conversation", "session"]
     user: str | None = None
     assistant: str | None = None
+    end: str | None = None
+    inactivity_gap_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _turn_paths(self) -> ThreadSpec:
@@ -141,12 +147,16 @@ class ThreadSpec(Strict):
         if self.kind == "conversation":
             if None in paths:
                 raise ValueError("a conversation thread needs user and assistant paths")
-            for path in paths:
-                assert path is not None
-                compile_path(path)
-        elif paths != (None, None):
-            raise ValueError("user and assistant paths are for conversation threads only")
+            for path in (*paths, self.end):
+                if path is not None:
+                    compile_path(path)
+        elif paths != (None, None) or self.end is not None:
+            raise ValueError("user, assistant and end paths are for conversation threads only")
         return self
+
+    def folding(self) -> tuple[Any, ...]:
+        """What every rule of one thread kind must agree on: threads are folded once."""
+        return (self.user, self.assistant, self.end, self.inactivity_gap_s)
 
 
 class RuleBase(Strict):
@@ -254,6 +264,14 @@ class RuleSet:
     def for_scope(self, scope: str) -> list[LLMJudgeRule | CheckRule]:
         return [r for r in self.rules if r.scope == scope]
 
+    def thread_rules(self, kind: str) -> list[LLMJudgeRule | CheckRule]:
+        return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
+
+    def thread_spec(self, kind: str) -> ThreadSpec | None:
+        """The (agreed) thread spec of ``kind``, or None when no rule judges such threads."""
+        rules = self.thread_rules(kind)
+        return rules[0].thread if rules else None
+
     @property
     def packs(self) -> list[str]:
         return sorted({r.pack for r in self.rules})
@@ -310,21 +328,19 @@ def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path
     return files
 
 
-def _conflicting_turn_paths(
+def _conflicting_thread_spec(
     rule: LLMJudgeRule | CheckRule, loaded: list[LLMJudgeRule | CheckRule]
 ) -> str | None:
-    """Conversation threads are folded once for every rule: their turn paths must agree."""
-    if rule.thread is None or rule.thread.kind != "conversation":
+    """Threads of one kind are folded and closed once for every rule: their specs must agree."""
+    if rule.thread is None:
         return None
     for other in loaded:
-        if other.thread is not None and other.thread.kind == "conversation":
-            if (other.thread.user, other.thread.assistant) != (
-                rule.thread.user,
-                rule.thread.assistant,
-            ):
+        if other.thread is not None and other.thread.kind == rule.thread.kind:
+            if other.thread.folding() != rule.thread.folding():
                 return (
-                    f"field thread: user/assistant paths differ from rule {other.id!r}; "
-                    "every conversation rule of a rule set must use the same ones"
+                    "field thread: user/assistant/end paths or inactivity_gap_s differ from "
+                    f"rule {other.id!r}; every {rule.thread.kind} rule of a rule set must use "
+                    "the same ones"
                 )
     return None
 
@@ -355,7 +371,7 @@ def check_rules(
                 )
             )
             continue
-        if problem := _conflicting_turn_paths(rule, rules):
+        if problem := _conflicting_thread_spec(rule, rules):
             errors.append(RuleFileError(str(path), [problem]))
             continue
         seen[rule.id] = path

@@ -26,6 +26,7 @@ from .models import (
     Outcome,
     ScoreEvent,
     Status,
+    ThreadInfo,
     TokenUsage,
     Trace,
     score_id,
@@ -34,6 +35,7 @@ from .models import (
 from .paths import lookup, render_value
 from .rules import CheckRule, LLMJudgeRule, RuleSet
 from .templates import render
+from .threads import PendingClose, ThreadKind
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,43 @@ class JudgeJob:
     prompt: str
 
 
+@dataclass(slots=True)
+class Target:
+    """What is scored: a trace, or one close of a thread (its id hashes into score ids)."""
+
+    id: str
+    project_name: str
+    score_key: str
+    thread: ThreadInfo | None = None
+
+
+@dataclass
+class ThreadClose:
+    """One close of one thread, as the thread agent hands it to the scorer."""
+
+    thread_id: str
+    kind: ThreadKind
+    project_name: str
+    pending: PendingClose
+    topic: str | None = None
+
+    @property
+    def info(self) -> ThreadInfo:
+        document = self.pending.document
+        return ThreadInfo(
+            kind=self.kind,
+            close_seq=self.pending.close_seq,
+            close_reason=self.pending.reason,
+            turn_count=document["turn_count"],
+            dropped_turns=document["dropped_turns"],
+        )
+
+
 @dataclass
 class TracePlan:
-    """A trace after the synchronous part of scoring: finished outcomes and judge calls to make."""
+    """A target after the synchronous part of scoring: finished outcomes and judge calls to make."""
 
-    trace: Trace
+    target: Target
     outcomes: list[RuleOutcome] = field(default_factory=list)
     judge_jobs: list[JudgeJob] = field(default_factory=list)
     created_at: datetime = field(default_factory=utcnow)
@@ -101,47 +135,81 @@ class Scorer:
         """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
         return await self.finish(self.plan(trace, document, topic))
 
+    async def score_thread(self, close: ThreadClose) -> TraceResult:
+        return await self.finish(self.plan_thread(close))
+
     def plan(self, trace: Trace, document: Any, topic: str | None = None) -> TracePlan:
         """Everything that needs no judge: decide, look up, check, render prompts."""
-        plan = TracePlan(trace)
-        now = plan.created_at  # one timestamp for everything decided synchronously
+        plan = TracePlan(Target(trace.id, trace.project_name, trace.id))
         for rule in self.trace_rules:
             if not rule.filter.matches(trace, topic):
-                plan.outcomes.append(self._decide(rule, trace, "filtered", None, None, now))
+                plan.outcomes.append(self._decide(rule, plan, "filtered", None, None))
                 continue
-            if not rule.sampled(trace.id):
-                detail = f"sampling rate {rule.sampling_rate:g}"
-                plan.outcomes.append(self._decide(rule, trace, "sampled_out", detail, None, now))
-                continue
-            try:
-                values = resolve_variables(rule, document)
-            except MissingVariable as exc:
+            self._plan_rule(plan, rule, document)
+        return plan
+
+    def plan_thread(self, close: ThreadClose) -> TracePlan:
+        """The thread rules of ``close``'s kind on the thread document of that close.
+
+        Conversation rules apply when their filter matched a trace of the thread (the trace
+        agent records that); session rules filter on the session's project and topic. An
+        empty thread is not sent to a judge (``skipped``); checks decide for themselves.
+        """
+        document = close.pending.document
+        target = Target(
+            close.thread_id,
+            close.project_name,
+            f"{close.thread_id}#{close.pending.close_seq}",
+            close.info,
+        )
+        plan = TracePlan(target)
+        as_trace = Trace(id=close.thread_id, project_name=close.project_name)
+        for rule in self.ruleset.thread_rules(close.kind):
+            if close.kind == "conversation":
+                applies = rule.id in close.pending.rules
+            else:
+                applies = rule.filter.matches(as_trace, close.topic)
+            if not applies:
+                plan.outcomes.append(self._decide(rule, plan, "filtered", None, None))
+            elif isinstance(rule, LLMJudgeRule) and not document["turn_count"]:
                 plan.outcomes.append(
-                    self._finish(rule, trace, now, status="skipped", status_reason=str(exc))
-                )
-                continue
-            if isinstance(rule, CheckRule):
-                plan.outcomes.append(self._run_check(rule, trace, values, now))
-            elif self.judge is None:
-                plan.outcomes.append(
-                    self._finish(rule, trace, now, status="skipped", status_reason=NO_JUDGE_REASON)
+                    self._finish(
+                        rule, plan, status="skipped", status_reason="the thread has no turns"
+                    )
                 )
             else:
-                plan.judge_jobs.append(JudgeJob(rule, render_prompt(rule, values)))
+                self._plan_rule(plan, rule, document)
         return plan
+
+    def _plan_rule(self, plan: TracePlan, rule: AnyRule, document: Any) -> None:
+        if not rule.sampled(plan.target.id):
+            detail = f"sampling rate {rule.sampling_rate:g}"
+            plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail, None))
+            return
+        try:
+            values = resolve_variables(rule, document)
+        except MissingVariable as exc:
+            plan.outcomes.append(
+                self._finish(rule, plan, status="skipped", status_reason=str(exc))
+            )
+            return
+        if isinstance(rule, CheckRule):
+            plan.outcomes.append(self._run_check(rule, plan, values))
+        elif self.judge is None:
+            plan.outcomes.append(
+                self._finish(rule, plan, status="skipped", status_reason=NO_JUDGE_REASON)
+            )
+        else:
+            plan.judge_jobs.append(JudgeJob(rule, render_prompt(rule, values)))
 
     async def finish(self, plan: TracePlan) -> TraceResult:
         """Make the plan's judge calls concurrently and add their outcomes."""
         if not plan.judge_jobs:
             return TraceResult(plan.outcomes)
-        judged = await asyncio.gather(
-            *(self._run_judge(job, plan.trace) for job in plan.judge_jobs)
-        )
+        judged = await asyncio.gather(*(self._run_judge(job, plan) for job in plan.judge_jobs))
         return TraceResult(plan.outcomes + list(judged))
 
-    def _run_check(
-        self, rule: CheckRule, trace: Trace, values: dict[str, Any], now: datetime
-    ) -> RuleOutcome:
+    def _run_check(self, rule: CheckRule, plan: TracePlan, values: dict[str, Any]) -> RuleOutcome:
         spec = checks_registry.get(rule.check)
         assert spec is not None  # checked at load time
         started = time.perf_counter()
@@ -149,21 +217,19 @@ class Scorer:
             result = spec.func(values, rule.validated_params)
         except checks_registry.NotApplicable as exc:
             return self._finish(
-                rule, trace, now, status="skipped", status_reason=f"check not applicable: {exc}"
+                rule, plan, status="skipped", status_reason=f"check not applicable: {exc}"
             )
         except Exception as exc:  # a bug in a check must not stop the stream
-            log.exception("check %s failed on trace %s", rule.check, trace.id)
+            log.exception("check %s failed on %s", rule.check, plan.target.id)
             return self._finish(
                 rule,
-                trace,
-                now,
+                plan,
                 status="error",
                 status_reason=f"check {rule.check} raised {type(exc).__name__}: {exc}",
             )
         return self._finish(
             rule,
-            trace,
-            now,
+            plan,
             status="ok",
             raw_value=result.raw_value,
             label=result.label,
@@ -171,7 +237,7 @@ class Scorer:
             latency_ms=(time.perf_counter() - started) * 1000,
         )
 
-    async def _run_judge(self, job: JudgeJob, trace: Trace) -> RuleOutcome:
+    async def _run_judge(self, job: JudgeJob, plan: TracePlan) -> RuleOutcome:
         assert self.judge is not None
         rule = job.rule
         try:
@@ -179,7 +245,7 @@ class Scorer:
         except JudgeError as exc:
             return self._finish(
                 rule,
-                trace,
+                plan,
                 utcnow(),
                 status="error",
                 status_reason=f"judge {exc.kind}: {exc}",
@@ -187,7 +253,7 @@ class Scorer:
             )
         return self._finish(
             rule,
-            trace,
+            plan,
             utcnow(),
             status="ok",
             raw_value=verdict.answer.raw_value,
@@ -201,31 +267,31 @@ class Scorer:
     def _decide(
         self,
         rule: AnyRule,
-        trace: Trace,
+        plan: TracePlan,
         outcome: Outcome,
         detail: str | None,
         sid: str | None,
-        now: datetime,
+        now: datetime | None = None,
     ) -> RuleOutcome:
         metrics.decisions(rule.id, rule.pack, outcome).inc()
         decision = Decision(
-            trace_id=trace.id,
+            target_id=plan.target.id,
             rule_id=rule.id,
             pack=rule.pack,
             rule_version=rule.version,
-            project_name=trace.project_name,
+            project_name=plan.target.project_name,
             outcome=outcome,
             detail=detail,
             score_id=sid,
-            created_at=now,
+            created_at=now or plan.created_at,
         )
         return RuleOutcome(decision, None)
 
     def _finish(
         self,
         rule: AnyRule,
-        trace: Trace,
-        now: datetime,
+        plan: TracePlan,
+        now: datetime | None = None,
         *,
         status: Status,
         status_reason: str | None = None,
@@ -236,7 +302,11 @@ class Scorer:
         latency_ms: float | None = None,
         usage: TokenUsage | None = None,
     ) -> RuleOutcome:
-        sid = score_id(rule.id, rule.version, rule.scope, trace.id)
+        """``now``: when the outcome was decided (default: when the plan was made, one
+        timestamp for everything decided synchronously)."""
+        target = plan.target
+        now = now or plan.created_at
+        sid = score_id(rule.id, rule.version, rule.scope, target.score_key)
         ok = status == "ok" and raw_value is not None
         score = ScoreEvent(
             score_id=sid,
@@ -244,8 +314,8 @@ class Scorer:
             pack=rule.pack,
             rule_version=rule.version,
             scope=rule.scope,
-            target_id=trace.id,
-            project_name=trace.project_name,
+            target_id=target.id,
+            project_name=target.project_name,
             value=rule.output.normalise(raw_value) if ok and raw_value is not None else None,
             raw_value=raw_value if ok else None,
             scale=rule.output.scale,
@@ -257,9 +327,10 @@ class Scorer:
             judge_model=judge_model,
             latency_ms=latency_ms,
             usage=usage,
+            thread=target.thread,
             created_at=now,
         )
         outcome: Outcome = {"ok": "scored", "skipped": "skipped", "error": "error"}[status]  # type: ignore[assignment]
-        decided = self._decide(rule, trace, outcome, status_reason, sid, now)
+        decided = self._decide(rule, plan, outcome, status_reason, sid, now)
         decided.score = score
         return decided

@@ -194,7 +194,7 @@ def hub_thread_document() -> dict[str, Any]:
                 {"role": "assistant", "content": assistant},
             ],
         )
-        state = fold_turn(state, turn, wall_now=0.0, limits=ThreadLimits())
+        fold_turn(state, turn, arrival=0.0, limits=ThreadLimits())
     return thread_document(state)
 
 

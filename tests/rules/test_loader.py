@@ -191,5 +191,19 @@ def test_conversation_rules_must_share_turn_paths(rules_copy: Path) -> None:
     )
     found = problems(rules_copy)
     assert any(
-        "user/assistant paths differ from rule 'hub_conversational_coherence'" in p for p in found
+        "user/assistant/end paths or inactivity_gap_s differ from rule "
+        "'hub_conversational_coherence'" in p
+        for p in found
+    ), found
+
+
+def test_session_rules_must_share_their_inactivity_gap(rules_copy: Path) -> None:
+    edit(
+        rules_copy,
+        "studio_live_feedback_improvement",
+        thread={"kind": "session", "inactivity_gap_s": 60},
+    )
+    found = problems(rules_copy)
+    assert any(
+        "every session rule of a rule set must use the same ones" in p for p in found
     ), found
