@@ -18,6 +18,7 @@ from .acking import InOrderAcker, Pending
 from .app import Topics
 from .models import ScoreEvent, Trace, TraceDecisions
 from .scoring import Scorer, TraceResult
+from .thread_events import SessionEvent, ThreadEvent, ThreadRouter, parse_session
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +27,17 @@ PUBLISH_BACKOFF_MAX_S = 30.0
 Send = tuple[Any, bytes | None, bytes, dict[str, bytes] | None]
 
 
-def describe_invalid(exc: Exception) -> tuple[str, str]:
+def describe_invalid(exc: Exception, what: str = "trace event") -> tuple[str, str]:
     """(reason label from a closed set, human-readable error) for a message we cannot use."""
     if isinstance(exc, orjson.JSONDecodeError):
         return "invalid_json", f"not valid JSON: {exc}"
     if isinstance(exc, ValidationError):
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(message)'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or '(message)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
         )
-        return "invalid_event", f"not a valid trace event: {problems}"
-    return "invalid_event", f"not a valid trace event: {exc}"
+        return "invalid_event", f"not a valid {what}: {problems}"
+    return "invalid_event", f"not a valid {what}: {exc}"
 
 
 def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:
@@ -63,8 +65,9 @@ class TracePipeline:
         self.scorer = scorer
 
     async def declare_topics(self) -> None:
-        """Create the output topics up front: we publish through the producer directly."""
-        for topic in (self.topics.scores, self.topics.decisions, self.topics.dlq):
+        """Create the output topics up front: we publish through the producer directly (and the
+        thread-events topic must exist with its partition count before anything is keyed to it)."""
+        for topic in self.topics.outputs():
             await topic.maybe_declare()
 
     async def send(self, sends: list[Send]) -> list[Awaitable[Any]]:
@@ -111,10 +114,16 @@ class TracePipeline:
         )
 
     def dead_letter(
-        self, message: Any, exc: Exception, *, reason: str | None = None, error: str | None = None
+        self,
+        message: Any,
+        exc: Exception,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        what: str = "trace event",
     ) -> list[Send]:
         if reason is None or error is None:
-            reason, error = describe_invalid(exc)
+            reason, error = describe_invalid(exc, what)
         headers = {
             "scorer.error": error.encode()[:4000],
             "scorer.error.reason": reason.encode(),
@@ -139,87 +148,131 @@ class TracePipeline:
         sends.append((self.topics.decisions, key, record.to_bytes(), None))
         return sends
 
+    def thread_event(self, event: ThreadEvent) -> Send:
+        return (self.topics.thread_events, event.key, event.to_bytes(), None)
+
+
+class OrderedDelivery:
+    """Publish what each consumed message produced; ack its offset once the broker has all of
+    it and every earlier offset of its partition is acked too (at-least-once, in order).
+
+    At most ``max_in_flight`` messages are in flight; a failed send is retried in the
+    background until it succeeds (the offset stays unacked meanwhile).
+    """
+
+    def __init__(self, pipeline: TracePipeline, ack: Any, max_in_flight: int) -> None:
+        self.pipeline = pipeline
+        self.acker = InOrderAcker(ack)
+        self.slots = asyncio.Semaphore(max_in_flight)
+        self.finished: asyncio.Queue[tuple[Any, Pending]] = asyncio.Queue()
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def start(self) -> None:
+        self.spawn(self._ack_finished())
+
+    def stop(self) -> None:
+        for task in list(self.background):
+            task.cancel()
+
+    async def admit(self, event: Any) -> tuple[Any, Pending]:
+        await self.slots.acquire()
+        message = event.message
+        return message.tp, self.acker.track(event, message.tp, message.offset)
+
+    async def _ack_finished(self) -> None:
+        while True:
+            tp, entry = await self.finished.get()
+            try:
+                await self.acker.finish(tp, entry)
+            except Exception:  # never let one failed ack stop every later ack
+                log.exception("acking %s@%s failed", tp, entry.offset)
+
+    def _published(self, tp: Any, entry: Pending, scores: list[ScoreEvent]) -> None:
+        """The broker has every message of this entry: count its scores, free its slot, and
+        let the acker ack it once the offsets before it are done too."""
+        for score in scores:
+            observe_published(score)
+        self.slots.release()
+        self.finished.put_nowait((tp, entry))
+
+    def _delivered(
+        self,
+        tp: Any,
+        entry: Pending,
+        sends: list[Send],
+        scores: list[ScoreEvent],
+        handed: float,
+        delivery: asyncio.Future[Any],
+    ) -> None:
+        if delivery.cancelled() or delivery.exception() is not None:
+            self.spawn(self._redeliver(tp, entry, sends, scores))
+            return
+        metrics.PUBLISH_LATENCY.observe(time.perf_counter() - handed)
+        self._published(tp, entry, scores)
+
+    async def _redeliver(
+        self, tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
+    ) -> None:
+        await self.pipeline.send_until_delivered(sends)
+        self._published(tp, entry, scores)
+
+    async def deliver(
+        self,
+        tp: Any,
+        entry: Pending,
+        sends: list[Send],
+        scores: list[ScoreEvent],
+        early: tuple[list[Send], list[Awaitable[Any]]] | None = None,
+    ) -> None:
+        """Hand ``sends`` to the producer; the offset is acked once the broker has them all,
+        and the ``early`` messages (already sent, with their delivery futures) too."""
+        early_sends, early_futures = early or ([], [])
+        try:
+            futures = await self.pipeline.send(sends)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.spawn(self._redeliver(tp, entry, early_sends + sends, scores))
+            return
+        delivery = asyncio.gather(*early_futures, *futures)
+        delivery.add_done_callback(
+            partial(self._delivered, tp, entry, early_sends + sends, scores, time.perf_counter())
+        )
+
 
 def register_trace_agent(
-    app: faust.App, topics: Topics, scorer: Scorer, *, max_in_flight: int
+    app: faust.App,
+    topics: Topics,
+    scorer: Scorer,
+    *,
+    max_in_flight: int,
+    router: ThreadRouter | None = None,
 ) -> Any:
     """The trace agent: one actor, up to ``max_in_flight`` traces in flight at once.
 
     Synchronous work (parsing, filters, checks, rendering) runs inline in the actor; only
     traces that wait for the judge get a task. Each trace's messages are acknowledged by the
     broker before its offset may be acked, and offsets are acked in order per partition.
+    A trace that belongs to a judged conversation also sends its turn to the thread-events
+    topic at once (not after its own judge calls), in the same at-least-once set.
     """
     pipeline = TracePipeline(app, topics, scorer)
+    router = router if router is not None and router.wants_conversations else None
 
     @app.agent(topics.traces, concurrency=1, name="score-traces")
     async def score_traces(stream: Any) -> None:
         await pipeline.declare_topics()
         manual = stream.noack()
-        acker = InOrderAcker(manual.ack)
-        metrics.IN_FLIGHT.set_function(acker.in_flight)  # read at scrape time, not per trace
-        slots = asyncio.Semaphore(max_in_flight)
-        finished: asyncio.Queue[tuple[Any, Pending]] = asyncio.Queue()
-        background: set[asyncio.Task[None]] = set()
+        delivery = OrderedDelivery(pipeline, manual.ack, max_in_flight)
+        metrics.IN_FLIGHT.set_function(delivery.acker.in_flight)  # read at scrape time
+        deliver = delivery.deliver
 
-        def spawn(coro: Any) -> None:
-            task = asyncio.create_task(coro)
-            background.add(task)
-            task.add_done_callback(background.discard)
-
-        def published(tp: Any, entry: Pending, scores: list[ScoreEvent]) -> None:
-            """The broker has every message of this trace: count its scores, free its slot,
-            and let the acker ack it once the offsets before it are done too."""
-            for score in scores:
-                observe_published(score)
-            slots.release()
-            finished.put_nowait((tp, entry))
-
-        async def ack_finished() -> None:
-            while True:
-                tp, entry = await finished.get()
-                try:
-                    await acker.finish(tp, entry)
-                except Exception:  # never let one failed ack stop every later ack
-                    log.exception("acking %s@%s failed", tp, entry.offset)
-
-        def delivered(
-            tp: Any,
-            entry: Pending,
-            sends: list[Send],
-            scores: list[ScoreEvent],
-            handed: float,
-            delivery: asyncio.Future[Any],
-        ) -> None:
-            if delivery.cancelled() or delivery.exception() is not None:
-                spawn(redeliver(tp, entry, sends, scores))
-                return
-            metrics.PUBLISH_LATENCY.observe(time.perf_counter() - handed)
-            published(tp, entry, scores)
-
-        async def redeliver(
-            tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
-        ) -> None:
-            """A send failed: keep retrying (the offset stays unacked meanwhile)."""
-            await pipeline.send_until_delivered(sends)
-            published(tp, entry, scores)
-
-        async def deliver(
-            tp: Any, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
-        ) -> None:
-            """Hand the messages to the producer; the offset is acked once the broker has them all."""
-            try:
-                futures = await pipeline.send(sends)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                spawn(redeliver(tp, entry, sends, scores))
-                return
-            delivery = asyncio.gather(*futures)
-            delivery.add_done_callback(
-                partial(delivered, tp, entry, sends, scores, time.perf_counter())
-            )
-
-        async def judged(tp: Any, entry: Pending, plan: Any, trace: Trace) -> None:
+        async def judged(tp: Any, entry: Pending, plan: Any, trace: Trace, early: Any) -> None:
             try:
                 result = await scorer.finish(plan)
                 engine_started = time.perf_counter()
@@ -230,16 +283,14 @@ def register_trace_agent(
             except Exception as exc:
                 await deliver(tp, entry, pipeline.engine_failure(entry.event.message, exc), [])
                 return
-            await deliver(tp, entry, sends, result.scores)
+            await deliver(tp, entry, sends, result.scores, early)
 
-        spawn(ack_finished())
+        delivery.start()
         try:
             async for event in manual.events():
-                await slots.acquire()
+                tp, entry = await delivery.admit(event)
                 message = event.message
                 metrics.traces_consumed(message.topic).inc()
-                tp = message.tp
-                entry = acker.track(event, tp, message.offset)
                 started = time.perf_counter()
                 try:
                     trace, document = parse_trace(message.value)
@@ -248,18 +299,57 @@ def register_trace_agent(
                     continue
                 try:
                     plan = scorer.plan(trace, document, message.topic)
+                    turn = router and router.from_trace(
+                        trace, document, message.topic, message.timestamp
+                    )
                 except Exception as exc:
                     await deliver(tp, entry, pipeline.engine_failure(message, exc), [])
                     continue
+                early = None
+                if turn:
+                    early_sends = [pipeline.thread_event(turn)]
+                    early = (early_sends, await pipeline.send(early_sends))
                 entry.engine_seconds = time.perf_counter() - started
                 if plan.judge_jobs:
-                    spawn(judged(tp, entry, plan, trace))
+                    delivery.spawn(judged(tp, entry, plan, trace, early))
                 else:
                     sends = pipeline.outputs(TraceResult(plan.outcomes), trace)
                     metrics.SCORING_OVERHEAD.observe(time.perf_counter() - started)
-                    await deliver(tp, entry, sends, [o.score for o in plan.outcomes if o.score])
+                    scores = [o.score for o in plan.outcomes if o.score]
+                    await deliver(tp, entry, sends, scores, early)
         finally:
-            for task in list(background):
-                task.cancel()
+            delivery.stop()
 
     return score_traces
+
+
+def register_session_agent(
+    app: faust.App, topics: Topics, scorer: Scorer, router: ThreadRouter, *, max_in_flight: int
+) -> Any:
+    """Validate coaching-session events and forward them, keyed by session, to thread events.
+
+    An invalid event goes to the DLQ with its bytes and error; offsets are acked in order once
+    the forwarded event (or the DLQ copy) is on the broker.
+    """
+    pipeline = TracePipeline(app, topics, scorer)
+
+    @app.agent(topics.sessions, concurrency=1, name="forward-sessions")
+    async def forward_sessions(stream: Any) -> None:
+        await pipeline.declare_topics()
+        manual = stream.noack()
+        delivery = OrderedDelivery(pipeline, manual.ack, max_in_flight)
+        delivery.start()
+        try:
+            async for event in manual.events():
+                tp, entry = await delivery.admit(event)
+                message = event.message
+                try:
+                    session: SessionEvent = parse_session(message.value)
+                    sends = [pipeline.thread_event(router.from_session(session, message.timestamp))]
+                except (ValueError, ValidationError) as exc:
+                    sends = pipeline.dead_letter(message, exc, what="session event")
+                await delivery.deliver(tp, entry, sends, [])
+        finally:
+            delivery.stop()
+
+    return forward_sessions

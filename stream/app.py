@@ -27,6 +27,14 @@ class Topics:
     scores: Any
     decisions: Any
     dlq: Any
+    sessions: Any = None
+    thread_events: Any = None
+
+    def outputs(self) -> list[Any]:
+        """Topics the worker writes to (declared up front)."""
+        return [
+            t for t in (self.scores, self.decisions, self.dlq, self.thread_events) if t is not None
+        ]
 
 
 def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
@@ -48,12 +56,18 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         broker_commit_interval=1.0,
         stream_wait_empty=True,
+        table_standby_replicas=0,  # the memory store drops standby data after each recovery
         web_enabled=True,
     )
 
-    def raw_topic(name: str) -> Any:
+    def raw_topic(name: str, **options: Any) -> Any:
         return app.topic(
-            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            **options,
         )
 
     topics = Topics(
@@ -61,6 +75,11 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
         scores=raw_topic(settings.scores_topic),
         decisions=raw_topic(settings.decisions_topic),
         dlq=raw_topic(settings.dlq_topic),
+        sessions=raw_topic(settings.sessions_topic),
+        # internal: turns of one thread meet in one partition, co-partitioned with the table
+        thread_events=raw_topic(
+            settings.thread_events_topic_name, partitions=settings.topic_partitions, internal=True
+        ),
     )
 
     @app.page("/metrics")

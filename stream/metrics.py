@@ -58,6 +58,32 @@ PUBLISH_LATENCY = Histogram(
 IN_FLIGHT = Gauge(
     f"{PREFIX}_traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
 )
+THREADS_OPEN = Gauge(
+    f"{PREFIX}_threads_open",
+    "Open threads (conversations and sessions) in this worker's partitions",
+)
+THREAD_PENDING_CLOSES = Gauge(
+    f"{PREFIX}_thread_pending_closes", "Thread closes whose scores are not yet published"
+)
+THREAD_EVENTS = Counter(
+    f"{PREFIX}_thread_events", "Events applied to thread state, by type", ["type"]
+)
+THREAD_CLOSES = Counter(
+    f"{PREFIX}_thread_closes",
+    "Thread closes by kind and reason (end, inactivity, inactivity_event_time)",
+    ["kind", "reason"],
+)
+THREAD_TURNS_AT_CLOSE = Histogram(
+    f"{PREFIX}_thread_turns_at_close",
+    "Turns a thread holds when it closes",
+    ["kind"],
+    buckets=[0, 1, 2, 5, 10, 20, 50, 100, 200, 500],
+)
+THREAD_CLOSE_DELAY = Histogram(
+    f"{PREFIX}_thread_close_delay_seconds",
+    "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
+    buckets=[0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300],
+)
 WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])
 
 
@@ -75,6 +101,16 @@ def scores(rule: str, pack: str, status: str) -> Any:
 @lru_cache(maxsize=4096)
 def score_values(rule: str, pack: str) -> Any:
     return SCORE_VALUE.labels(rule=rule, pack=pack)
+
+
+@lru_cache(maxsize=64)
+def thread_events(kind: str) -> Any:
+    return THREAD_EVENTS.labels(type=kind)
+
+
+@lru_cache(maxsize=64)
+def thread_closes(kind: str, reason: str) -> Any:
+    return THREAD_CLOSES.labels(kind=kind, reason=reason)
 
 
 @lru_cache(maxsize=256)

@@ -189,9 +189,7 @@ class Scorer:
         try:
             values = resolve_variables(rule, document)
         except MissingVariable as exc:
-            plan.outcomes.append(
-                self._finish(rule, plan, status="skipped", status_reason=str(exc))
-            )
+            plan.outcomes.append(self._finish(rule, plan, status="skipped", status_reason=str(exc)))
             return
         if isinstance(rule, CheckRule):
             plan.outcomes.append(self._run_check(rule, plan, values))

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     scores_topic: str = "scores"
     decisions_topic: str = "score-decisions"
     dlq_topic: str = "scorer-dlq"
+    thread_events_topic: str | None = None  # None: "<app_id>-thread-events"
     topic_partitions: int = 4
     session_timeout_s: float = 30.0
 
@@ -50,6 +51,17 @@ class Settings(BaseSettings):
     web_port: int = 6066
     web_host: str = "127.0.0.1"
     data_dir: Path = Path(".scorer-data")
+
+    # Threads (conversations and coaching sessions).
+    thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes
+    thread_tick_s: float = Field(default=1.0, gt=0)  # how often idle threads are looked for
+    thread_max_turns: int = Field(default=200, ge=1)
+    thread_max_bytes: int = Field(default=256_000, ge=1024)
+    thread_retention_s: float = Field(default=86_400.0, ge=0)  # closed threads keep their turns
+
+    @property
+    def thread_events_topic_name(self) -> str:
+        return self.thread_events_topic or f"{self.app_id}-thread-events"
 
     @property
     def judge_configured(self) -> bool:

@@ -8,13 +8,15 @@ import os
 import faust
 
 from . import __version__, metrics
-from .agents import register_trace_agent
+from .agents import register_session_agent, register_trace_agent
 from .app import create_app
 from .broker import EmbeddedBroker
 from .judge import NO_JUDGE_REASON, JudgeClient
 from .rules import load_rules
 from .scoring import Scorer
 from .settings import Settings
+from .thread_agent import register_thread_agent
+from .thread_events import ThreadRouter
 
 log = logging.getLogger(__name__)
 
@@ -25,18 +27,16 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     judge = JudgeClient(settings) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap)
     scorer = Scorer(ruleset, judge, default_model=settings.judge_model)
-    register_trace_agent(app, topics, scorer, max_in_flight=settings.max_in_flight)
+    router = ThreadRouter(ruleset, settings.sessions_topic)
+    register_trace_agent(app, topics, scorer, max_in_flight=settings.max_in_flight, router=router)
+    if router.session_rules:
+        register_session_agent(app, topics, scorer, router, max_in_flight=settings.max_in_flight)
+    if ruleset.for_scope("thread"):
+        register_thread_agent(app, topics, scorer, settings)
     metrics.WORKER_INFO.clear()
     metrics.WORKER_INFO.labels(version=__version__, ruleset=ruleset.digest).set(1)
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
-    if thread_rules := ruleset.for_scope("thread"):
-        log.warning(
-            "%d thread rules loaded (%s) but not run: thread closing is not implemented in "
-            "this version, so only trace rules score",
-            len(thread_rules),
-            ", ".join(r.id for r in thread_rules),
-        )
     log.info(
         "loaded %d rules (%s) from %s, rule set %s",
         len(ruleset.rules),

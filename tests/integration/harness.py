@@ -47,6 +47,10 @@ class Names:
         return f"dlq-{self.suffix}"
 
     @property
+    def sessions(self) -> str:
+        return f"sessions-{self.suffix}"
+
+    @property
     def group(self) -> str:
         return f"scorer-{self.suffix}"
 
@@ -56,6 +60,7 @@ class Names:
             "SCORER_SCORES_TOPIC": self.scores,
             "SCORER_DECISIONS_TOPIC": self.decisions,
             "SCORER_DLQ_TOPIC": self.dlq,
+            "SCORER_SESSIONS_TOPIC": self.sessions,
             "SCORER_APP_ID": self.group,
         }
 

@@ -204,6 +204,4 @@ def test_session_rules_must_share_their_inactivity_gap(rules_copy: Path) -> None
         thread={"kind": "session", "inactivity_gap_s": 60},
     )
     found = problems(rules_copy)
-    assert any(
-        "every session rule of a rule set must use the same ones" in p for p in found
-    ), found
+    assert any("every session rule of a rule set must use the same ones" in p for p in found), found

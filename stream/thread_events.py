@@ -1,0 +1,175 @@
+"""Events on the internal thread-events topic, and how traces and sessions become them.
+
+Traces are keyed by trace id (or anything), coaching-session events by whatever their
+producer chose; the turns of one thread must meet in one partition, in one agent. So the
+trace agent and the session agent repartition them onto ``<app id>-thread-events``, keyed by
+``<kind>/<thread id>``, the same key the thread table uses. Four event types travel there:
+
+- ``turn``: a turn to fold in (``end``: the trace also marked the conversation finished);
+- ``end``: a coaching session's end event;
+- ``tick``: the wall clock, sent by each worker to the partitions it owns, so idle threads
+  close when their partition receives nothing else;
+- ``published``: the scores of a close are on the scores topic (its pending copy can go).
+
+``arrival`` is the Kafka timestamp of the source message, not the time the event was
+forwarded, so redelivery or a slow judge cannot make a thread look active later than it was.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .models import Trace
+from .paths import compile_path
+from .rules import RuleSet
+from .threads import ThreadKind, Turn
+
+EventType = Literal["turn", "end", "tick", "published"]
+
+
+class ThreadEvent(BaseModel):
+    type: EventType
+    kind: ThreadKind = "conversation"
+    thread_id: str = ""
+    project_name: str = "default"
+    arrival: float = Field(default=0.0, description="Kafka time of the source (tick: its clock)")
+    event_time: datetime | None = None
+    turn: Turn | None = None
+    end: bool = False
+    end_key: str | None = None
+    rules: list[str] = Field(default_factory=list)
+    close_seq: int = 0
+
+    @property
+    def key(self) -> bytes:
+        return table_key(self.kind, self.thread_id)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ThreadEvent:
+        return cls.model_validate_json(raw)
+
+
+def table_key(kind: str, thread_id: str) -> bytes:
+    return f"{kind}/{thread_id}".encode()
+
+
+def tick(now: float) -> bytes:
+    return ThreadEvent(type="tick", arrival=now).to_bytes()
+
+
+def published(kind: ThreadKind, thread_id: str, close_seq: int) -> ThreadEvent:
+    return ThreadEvent(type="published", kind=kind, thread_id=thread_id, close_seq=close_seq)
+
+
+class SessionEvent(BaseModel):
+    """A coaching-session event on the ``coaching-sessions`` topic."""
+
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str = Field(min_length=1)
+    type: Literal["turn", "end"]
+    seq: int | None = Field(default=None, ge=0)
+    timestamp: datetime | None = None
+    project_name: str = "default"
+    metrics: dict[str, Any] | None = None
+    feedback: str | None = None
+    user: Any = None
+    assistant: Any = None
+
+    @model_validator(mode="after")
+    def _turn_fields(self) -> SessionEvent:
+        if self.type == "turn":
+            if self.seq is None:
+                raise ValueError("a turn needs seq (its position in the session)")
+            if self.timestamp is None:
+                raise ValueError("a turn needs a timestamp")
+            if (self.metrics, self.feedback, self.user, self.assistant) == (None,) * 4:
+                raise ValueError("a turn needs metrics and feedback, or user/assistant messages")
+        return self
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
+    pair = (("user", user), ("assistant", assistant))
+    return [{"role": role, "content": content} for role, content in pair if content is not None]
+
+
+class ThreadRouter:
+    """Turns traces and session events into thread events, as the rule set asks."""
+
+    def __init__(self, ruleset: RuleSet, sessions_topic: str | None = None) -> None:
+        self.conversation_rules = ruleset.thread_rules("conversation")
+        self.session_rules = ruleset.thread_rules("session")
+        spec = ruleset.thread_spec("conversation")
+        self._user = compile_path(spec.user) if spec and spec.user else None
+        self._assistant = compile_path(spec.assistant) if spec and spec.assistant else None
+        self._end = compile_path(spec.end) if spec and spec.end else None
+        self.sessions_topic = sessions_topic
+
+    @property
+    def wants_conversations(self) -> bool:
+        return bool(self.conversation_rules)
+
+    def from_trace(
+        self, trace: Trace, document: Any, topic: str | None, arrival: float
+    ) -> ThreadEvent | None:
+        """The turn a trace adds to its conversation, or None (no thread id, or no rule wants it)."""
+        if trace.thread_id is None or not self.conversation_rules:
+            return None
+        rules = [r.id for r in self.conversation_rules if r.filter.matches(trace, topic)]
+        if not rules:
+            return None
+        user = self._user.search(document) if self._user else None
+        assistant = self._assistant.search(document) if self._assistant else None
+        moment = trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC)
+        turn = Turn(key=trace.id, event_time=_aware(moment), messages=_messages(user, assistant))
+        return ThreadEvent(
+            type="turn",
+            kind="conversation",
+            thread_id=trace.thread_id,
+            project_name=trace.project_name,
+            arrival=arrival,
+            turn=turn,
+            end=bool(self._end and self._end.search(document)),
+            rules=rules,
+        )
+
+    def from_session(self, event: SessionEvent, arrival: float) -> ThreadEvent:
+        moment = _aware(event.timestamp or datetime.fromtimestamp(arrival, UTC))
+        common: dict[str, Any] = {
+            "kind": "session",
+            "thread_id": event.session_id,
+            "project_name": event.project_name,
+            "arrival": arrival,
+        }
+        if event.type == "end":
+            end_key = f"end-{event.seq}" if event.seq is not None else f"end-{moment.isoformat()}"
+            return ThreadEvent(type="end", event_time=moment, end_key=end_key, **common)
+        turn = Turn(
+            key=f"seq-{event.seq}",
+            seq=event.seq,
+            event_time=moment,
+            messages=_messages(event.user, event.assistant),
+            metrics=event.metrics,
+            feedback=event.feedback,
+        )
+        return ThreadEvent(type="turn", turn=turn, **common)
+
+
+def parse_session(raw: bytes | None) -> SessionEvent:
+    if raw is None:
+        raise ValueError("empty message (no value)")
+    document = orjson.loads(raw)
+    if not isinstance(document, dict):
+        raise ValueError(f"a session event must be a JSON object, got {type(document).__name__}")
+    return SessionEvent.model_validate(document)

@@ -1,0 +1,261 @@
+"""The thread agent's logic, apart from Faust: fold events into a table, decide closes.
+
+``ThreadProcessor`` works on any ``MutableMapping[bytes, bytes]`` (the Faust table in the
+worker, a dict in unit tests) holding one ``ThreadState`` per thread, and keeps a small index
+per partition so that neither a tick nor an event scans every thread:
+
+- ``open``: each open thread's two deadlines, wall clock (last arrival + gap) and event
+  time (activity + gap), with a min-heap of each (stale heap entries are skipped lazily);
+- the partition's event-time watermark (the latest event time seen, never ahead of arrival);
+- the threads with a pending close (scores not known to be published).
+
+The index is rebuilt from the table after every recovery (restart or rebalance), so the
+table stays the only state: a worker that takes over a partition closes its threads exactly
+where the previous owner would have, and scores the closes it left pending.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from . import metrics
+from .scoring import ThreadClose
+from .thread_events import ThreadEvent
+from .threads import (
+    CloseReason,
+    PendingClose,
+    ThreadLimits,
+    ThreadState,
+    close,
+    close_reason,
+    fold_turn,
+    mark_end,
+    mark_published,
+    new_thread,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PartitionIndex:
+    watermark: float = 0.0
+    open: dict[bytes, tuple[float, float]] = field(default_factory=dict)
+    wall: list[tuple[float, bytes]] = field(default_factory=list)
+    event_time: list[tuple[float, bytes]] = field(default_factory=list)
+    closed: list[tuple[float, bytes]] = field(default_factory=list)
+    pending: set[bytes] = field(default_factory=set)
+    resume: bool = False  # score the pending closes at the next tick (after a recovery)
+
+
+class ThreadProcessor:
+    def __init__(
+        self,
+        table: MutableMapping[bytes, bytes],
+        *,
+        gaps: dict[str, float],
+        limits: ThreadLimits,
+        retention_s: float,
+        sessions_topic: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.table = table
+        self.gaps = gaps
+        self.limits = limits
+        self.retention_s = retention_s
+        self.sessions_topic = sessions_topic
+        self.clock = clock
+        self.partitions: dict[int, PartitionIndex] = {}
+
+    # -- index -------------------------------------------------------------------------
+
+    def rebuild(self, partitions: Iterable[int]) -> int:
+        """Index the threads of ``partitions`` from the table; forget every other partition.
+
+        Returns the number of threads indexed. Pending closes are scored at the partition's
+        next tick: a tick is queued behind every event already in the partition, so the
+        ``published`` events of closes the previous owner finished are seen first.
+        """
+        self.partitions = {p: PartitionIndex(resume=True) for p in partitions}
+        indexed = 0
+        for key, raw in self.table.items():
+            state = orjson.loads(raw)
+            index = self.partitions.get(state.get("partition", 0))
+            if index is None:
+                continue
+            indexed += 1
+            activity = state.get("activity", 0.0)
+            index.watermark = max(index.watermark, activity)
+            self._index(index, key, state)
+        return indexed
+
+    def _index(self, index: PartitionIndex, key: bytes, state: ThreadState | dict) -> None:
+        if isinstance(state, ThreadState):
+            kind, is_open, arrival = state.kind, state.is_open, state.last_arrival
+            activity, pending, turns = state.activity, bool(state.pending), bool(state.turns)
+        else:
+            kind, is_open = state["kind"], state.get("is_open", True)
+            arrival, activity = state.get("last_arrival", 0.0), state.get("activity", 0.0)
+            pending, turns = bool(state.get("pending")), bool(state.get("turns"))
+        gap = self.gaps[kind]
+        if is_open:
+            deadlines = (arrival + gap, activity + gap)
+            if index.open.get(key) != deadlines:
+                index.open[key] = deadlines
+                heapq.heappush(index.wall, (deadlines[0], key))
+                heapq.heappush(index.event_time, (deadlines[1], key))
+        else:
+            index.open.pop(key, None)
+            if turns and not pending:
+                heapq.heappush(index.closed, (arrival + gap + self.retention_s, key))
+        if pending:
+            index.pending.add(key)
+        else:
+            index.pending.discard(key)
+
+    def open_threads(self) -> int:
+        return sum(len(i.open) for i in self.partitions.values())
+
+    def pending_closes(self) -> int:
+        return sum(len(i.pending) for i in self.partitions.values())
+
+    # -- events ------------------------------------------------------------------------
+
+    def apply(self, partition: int, event: ThreadEvent) -> list[ThreadClose]:
+        """Apply one event of ``partition``; returns the closes to score now."""
+        index = self.partitions.get(partition)
+        if index is None:  # before the first recovery completed (tests drive this directly)
+            index = self.partitions[partition] = PartitionIndex()
+        metrics.thread_events(event.type).inc()
+        if event.type == "tick":
+            return self._tick(partition, index, event.arrival)
+        key = event.key
+        raw = self.table.get(key)
+        if event.type == "published":
+            if raw is not None:
+                state = ThreadState.from_bytes(raw)
+                if mark_published(state, event.close_seq):
+                    self._store(index, key, state)
+            return []
+        if raw is None:
+            state = new_thread(event.thread_id, event.kind, event.project_name)
+            state.partition = partition
+        else:
+            state = ThreadState.from_bytes(raw)
+        moment = event.turn.event_time if event.turn else event.event_time
+        if moment is not None:
+            index.watermark = max(index.watermark, min(moment.timestamp(), event.arrival))
+        changed = False
+        if event.turn is not None:
+            changed = fold_turn(
+                state,
+                event.turn,
+                arrival=event.arrival,
+                watermark=index.watermark,
+                limits=self.limits,
+            )
+            if missing := [r for r in event.rules if r not in state.rules]:
+                state.rules.extend(missing)
+                changed = True
+        if event.type == "end" or event.end:
+            end_key = event.end_key or (event.turn.key if event.turn else "end")
+            assert moment is not None
+            changed = (
+                mark_end(
+                    state,
+                    end_key,
+                    event_time=moment,
+                    arrival=event.arrival,
+                    watermark=index.watermark,
+                )
+                or changed
+            )
+        closes = []
+        if changed and state.is_open and state.ended:
+            closes.append(self._close(partition, state, "end", closed_at=event.arrival))
+        if changed:
+            self._store(index, key, state)
+        closes.extend(self._close_by_event_time(partition, index))
+        return closes
+
+    def _tick(self, partition: int, index: PartitionIndex, now: float) -> list[ThreadClose]:
+        closes = []
+        while index.wall and index.wall[0][0] <= now:
+            deadline, key = heapq.heappop(index.wall)
+            if index.open.get(key, (None,))[0] != deadline:
+                continue  # stale: the thread moved on or closed
+            state = ThreadState.from_bytes(self.table[key])
+            reason = close_reason(
+                state, wall_now=now, watermark=index.watermark, gap_s=self.gaps[state.kind]
+            )
+            if reason is not None:
+                metrics.THREAD_CLOSE_DELAY.observe(max(0.0, self.clock() - deadline))
+                closes.append(self._close(partition, state, reason, closed_at=now))
+                self._store(index, key, state)
+        self._compact(index, now)
+        if index.resume:
+            index.resume = False
+            for key in sorted(index.pending):
+                state = ThreadState.from_bytes(self.table[key])
+                closes.extend(self._as_close(state, p) for p in state.pending)
+        return closes
+
+    def _close_by_event_time(self, partition: int, index: PartitionIndex) -> list[ThreadClose]:
+        closes = []
+        while index.event_time and index.event_time[0][0] <= index.watermark:
+            deadline, key = heapq.heappop(index.event_time)
+            if index.open.get(key, (None, None))[1] != deadline:
+                continue
+            state = ThreadState.from_bytes(self.table[key])
+            reason = close_reason(
+                state, wall_now=None, watermark=index.watermark, gap_s=self.gaps[state.kind]
+            )
+            if reason is not None:
+                closes.append(self._close(partition, state, reason, closed_at=index.watermark))
+                self._store(index, key, state)
+        return closes
+
+    def _compact(self, index: PartitionIndex, now: float) -> None:
+        """Closed threads idle for the retention period keep their counters, not their turns:
+        a later turn still reopens them under the next close sequence, with only new turns."""
+        while index.closed and index.closed[0][0] <= now:
+            deadline, key = heapq.heappop(index.closed)
+            raw = self.table.get(key)
+            if raw is None:
+                continue
+            state = ThreadState.from_bytes(raw)
+            expected = state.last_arrival + self.gaps[state.kind] + self.retention_s
+            if state.is_open or state.pending or not state.turns or expected != deadline:
+                continue
+            state.dropped_turns += len(state.turns)
+            state.turns, state.size = [], 0
+            self._store(index, key, state)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _store(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
+        self.table[key] = state.to_bytes()
+        self._index(index, key, state)
+
+    def _close(
+        self, partition: int, state: ThreadState, reason: CloseReason, *, closed_at: float
+    ) -> ThreadClose:
+        pending = close(state, reason, closed_at=closed_at)
+        metrics.thread_closes(state.kind, reason).inc()
+        metrics.THREAD_TURNS_AT_CLOSE.labels(kind=state.kind).observe(len(state.turns))
+        return self._as_close(state, pending)
+
+    def _as_close(self, state: ThreadState, pending: PendingClose) -> ThreadClose:
+        return ThreadClose(
+            thread_id=state.thread_id,
+            kind=state.kind,
+            project_name=state.project_name,
+            pending=pending,
+            topic=self.sessions_topic if state.kind == "session" else None,
+        )

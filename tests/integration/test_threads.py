@@ -1,0 +1,324 @@
+"""Thread closing end to end: real workers, the embedded broker, a scripted judge."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fixtures import hub_trace
+
+from stream.broker import EmbeddedBroker
+from stream.mockjudge import MockJudge, Reply
+
+from .harness import Names, Worker, produce, read_scores, trace_bytes
+from .test_worker import start
+
+COHERENCE = "evaluating conversational coherence"
+FRUSTRATION = "the user experiences confusion, annoyance, or disengagement"
+EFFECTIVENESS = "evaluating live feedback effectiveness"
+T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
+FAST = {"SCORER_THREAD_TICK_S": "0.3"}
+
+
+def chat(thread: str, n: int, *, at: datetime | None = None, finished: bool = False) -> dict:
+    document = hub_trace(1)
+    document["id"] = f"{thread}-trace-{n}"
+    document["thread_id"] = thread
+    document["start_time"] = (at or datetime.now(UTC)).isoformat()
+    document["input"]["messages"][-1]["content"] = f"question {n} of {thread}"
+    document["output"]["messages"][-1]["content"] = f"answer {n} of {thread}"
+    if finished:
+        document["metadata"]["conversation_finished"] = True
+    return document
+
+
+def session_turn(session: str, seq: int, timing: float, feedback: str = "steady the beat") -> dict:
+    return {
+        "session_id": session,
+        "type": "turn",
+        "seq": seq,
+        "timestamp": (T0 + timedelta(seconds=10 * seq)).isoformat(),
+        "project_name": "fretcoach",
+        "metrics": {"pitch_accuracy": 0.9, "scale_conformity": 0.85, "timing_stability": timing},
+        "feedback": feedback,
+    }
+
+
+def session_end(session: str, seq: int = 99) -> dict:
+    return {"session_id": session, "type": "end", "seq": seq, "timestamp": T0.isoformat()}
+
+
+def as_messages(events: list[dict]) -> list[tuple[bytes, bytes]]:
+    return [(e.get("session_id", e.get("id", "")).encode(), orjson.dumps(e)) for e in events]
+
+
+def thread_scores(scores: list[dict]) -> list[dict]:
+    return [s for s in scores if s["scope"] == "thread"]
+
+
+def by_target(scores: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for s in thread_scores(scores):
+        grouped.setdefault(s["target_id"], []).append(s)
+    return grouped
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sample of ``name`` whose labels include ``labels`` (0 when there is none)."""
+    for line in text.splitlines():
+        found = re.match(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", line)
+        if found:
+            have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(1) or ""))
+            if labels.items() <= have.items():
+                return float(found.group(2))
+    return 0.0
+
+
+async def test_conversations_and_sessions_close_once_and_reopen(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    judge.script(COHERENCE, '{"score": 0.9, "reason": "coherent"}')
+    judge.script(FRUSTRATION, '{"User frustration": {"score": 0.2, "reason": "calm"}}')
+    judge.script(EFFECTIVENESS, '{"score": 1.0, "reason": "timing improved"}')
+    worker = start(
+        workers, broker, names, tmp_path, judge, SCORER_THREAD_INACTIVITY_GAP_S="4", **FAST
+    )
+    await produce(
+        broker.bootstrap,
+        names.traces,
+        [
+            trace_bytes(chat("idle", 0)),
+            trace_bytes(chat("idle", 1)),
+            trace_bytes(chat("single", 0)),
+            trace_bytes(chat("finished", 0, finished=True)),
+        ],
+    )
+    improving = [session_turn("improving", i, 0.5 + 0.08 * i) for i in range(6)]
+    shuffled = [session_turn("shuffled", i, 0.6) for i in (2, 0, 1, 3)]
+    shuffled.insert(2, session_turn("shuffled", 1, 0.6, feedback="a second copy of seq 1"))
+    await produce(
+        broker.bootstrap,
+        names.sessions,
+        as_messages(
+            improving
+            + [session_end("improving")]
+            + shuffled
+            + [session_end("shuffled")]
+            + [session_end("empty")]
+            + [{"session_id": "broken", "type": "turn"}]  # no seq, no timestamp: DLQ
+        ),
+    )
+    targets = {"idle", "single", "finished", "improving", "shuffled", "empty"}
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: {s["target_id"] for s in thread_scores(rs)} >= targets,
+        timeout=60,
+    )
+    await asyncio.sleep(3)  # past another gap: nothing closes twice
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=3)
+    grouped = by_target(scores)
+    assert set(grouped) == targets
+    for target, found in grouped.items():
+        rules = sorted(s["rule_id"] for s in found)
+        expected = (
+            ["hub_conversational_coherence", "hub_user_frustration_score"]
+            if target in ("idle", "single", "finished")
+            else ["studio_live_feedback_effectiveness", "studio_live_feedback_improvement"]
+        )
+        assert rules == expected, (target, rules)
+        assert {s["thread"]["close_seq"] for s in found} == {1}
+    reasons = {t: found[0]["thread"]["close_reason"] for t, found in grouped.items()}
+    assert reasons == {
+        "idle": "inactivity",
+        "single": "inactivity",
+        "finished": "end",
+        "improving": "end",
+        "shuffled": "end",
+        "empty": "end",
+    }
+    frustration = next(s for s in grouped["idle"] if s["rule_id"] == "hub_user_frustration_score")
+    assert (frustration["value"], frustration["higher_is_better"]) == (0.2, False)
+    assert {s["thread"]["turn_count"] for s in grouped["idle"]} == {2}
+    # the judge saw the conversation in order, as a list of user/assistant messages
+    (idle_prompt,) = [p for p in judge.prompts() if COHERENCE in p and "of idle" in p]
+    order = [
+        idle_prompt.index(f"{kind} {n} of idle") for n in (0, 1) for kind in ("question", "answer")
+    ]
+    assert order == sorted(order) and '"role": "user"' in idle_prompt
+    # out-of-order and duplicate seq: folded in seq order, one copy of seq 1
+    (shuffled_prompt,) = [p for p in judge.prompts() if EFFECTIVENESS in p and "a second copy" in p]
+    seqs = [int(m) for m in re.findall(r'"seq": (\d+)', shuffled_prompt)]
+    assert seqs == [0, 1, 2, 3]
+    improvement = next(
+        s for s in grouped["improving"] if s["rule_id"] == "studio_live_feedback_improvement"
+    )
+    assert improvement["value"] == 1.0 and improvement["thread"]["turn_count"] == 6
+    empty = {s["rule_id"]: s for s in grouped["empty"]}
+    assert empty["studio_live_feedback_effectiveness"]["status"] == "skipped"
+    assert empty["studio_live_feedback_effectiveness"]["status_reason"] == "the thread has no turns"
+    assert empty["studio_live_feedback_improvement"]["value"] == 0.5  # too short: the seed's 0.5
+    text = worker.metrics()
+    assert metric(text, "scorer_thread_closes_total", kind="conversation", reason="inactivity") == 2
+    assert metric(text, "scorer_thread_closes_total", kind="session", reason="end") == 3
+    assert metric(text, "scorer_threads_open") == 0
+    assert metric(text, "scorer_thread_pending_closes") == 0
+    assert (
+        metric(
+            text, "scorer_score_value_count", rule="hub_conversational_coherence", pack="fretcoach"
+        )
+        == 3
+    )
+    assert (
+        metric(text, "scorer_dlq_messages_total", topic=names.sessions, reason="invalid_event") == 1
+    )
+
+    # a turn after the close reopens the thread; the next close is a new version
+    first_ids = {s["score_id"] for s in grouped["idle"]}
+    await produce(broker.bootstrap, names.traces, [trace_bytes(chat("idle", 2))])
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: len(by_target(rs).get("idle", [])) >= 4,
+        timeout=30,
+    )
+    idle = by_target(scores)["idle"]
+    second = [s for s in idle if s["thread"]["close_seq"] == 2]
+    assert len(idle) == 4 and len(second) == 2
+    assert {s["thread"]["turn_count"] for s in second} == {3}
+    assert not first_ids & {s["score_id"] for s in second}
+
+
+async def test_a_replay_closes_threads_by_event_time(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    """History produced in a second closes threads where they would have closed live: the
+    15-minute gap is measured in event time, not in the second the replay took."""
+    start(workers, broker, names, tmp_path, None)
+    history = [
+        chat("morning", 0, at=T0),
+        chat("morning", 1, at=T0 + timedelta(minutes=5)),
+        chat("later", 0, at=T0 + timedelta(minutes=12)),
+        chat("later", 1, at=T0 + timedelta(minutes=21)),  # morning idle for 16 minutes: closes
+    ]
+    await produce(broker.bootstrap, names.traces, [trace_bytes(d) for d in history])
+    scores = await read_scores(
+        broker.bootstrap, names.scores, until=lambda rs: "morning" in by_target(rs), timeout=60
+    )
+    await asyncio.sleep(2)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
+    grouped = by_target(scores)
+    assert set(grouped) == {"morning"}  # "later" is 0 minutes idle in event time: open
+    assert {s["thread"]["close_reason"] for s in grouped["morning"]} == {"inactivity_event_time"}
+    assert {s["thread"]["turn_count"] for s in grouped["morning"]} == {2}
+    assert {s["status"] for s in grouped["morning"]} == {"skipped"}  # no judge configured
+
+
+async def test_kill_9_before_the_close_and_during_the_close(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    """Sessions whose turns are in the table but whose gap has not passed when the worker is
+    killed close exactly once after the restart, with every turn; a session whose close was
+    being judged when the worker died is scored after the restart, once."""
+    judge.script(EFFECTIVENESS, '{"score": 0.5, "reason": "partial"}')
+    judge.script("pending-session", Reply(delay_s=120), Reply('{"score": 1.0, "reason": "ok"}'))
+    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "25", **FAST}
+    worker = start(workers, broker, names, tmp_path, judge, **env)
+    sessions = [f"s{n:02d}" for n in range(40)]
+    turns = [session_turn(s, seq, 0.5 + seq / 20) for seq in range(4) for s in sessions]
+    pending = [session_turn("pending-session", 0, 0.7), session_end("pending-session")]
+    await produce(broker.bootstrap, names.sessions, as_messages(turns + pending))
+    for _ in range(100):  # every turn folded and the pending session's judge call started
+        text = worker.metrics()
+        if metric(text, "scorer_thread_events_total", type="turn") >= 161 and any(
+            "pending-session" in p for p in judge.prompts()
+        ):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the worker did not fold every turn")
+    await asyncio.sleep(1.5)  # let the changelog writes of the last events reach the broker
+    worker.kill()
+    start(workers, broker, names, tmp_path, judge, **env)
+
+    want = set(sessions) | {"pending-session"}
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: {s["target_id"] for s in thread_scores(rs)} >= want,
+        timeout=120,
+    )
+    await asyncio.sleep(2)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
+    grouped = by_target(scores)
+    assert set(grouped) == want
+    for session, found in grouped.items():
+        assert Counter(s["rule_id"] for s in found) == {
+            "studio_live_feedback_effectiveness": 1,
+            "studio_live_feedback_improvement": 1,
+        }, session
+        assert {s["thread"]["close_seq"] for s in found} == {1}
+    assert {
+        s["thread"]["turn_count"]
+        for s in thread_scores(scores)
+        if s["target_id"] != "pending-session"
+    } == {4}
+    assert {s["thread"]["close_reason"] for s in grouped["s00"]} == {"inactivity"}
+    pending_scores = {s["rule_id"]: s for s in grouped["pending-session"]}
+    assert (
+        pending_scores["studio_live_feedback_effectiveness"]["value"] == 1.0
+    )  # the restart's call
+
+
+async def test_two_workers_hand_threads_over_without_losing_a_turn(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "300", **FAST}
+    first = start(workers, broker, names, tmp_path, None, **env)
+    sessions = [f"h{n:02d}" for n in range(30)]
+
+    async def turns(seqs: range) -> None:
+        await produce(
+            broker.bootstrap,
+            names.sessions,
+            as_messages([session_turn(s, q, 0.5 + q / 20) for q in seqs for s in sessions]),
+        )
+
+    async def folded(worker: Worker, count: int) -> None:
+        for _ in range(150):
+            if metric(worker.metrics(), "scorer_thread_events_total", type="turn") >= count:
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"fewer than {count} turns folded")
+
+    await turns(range(0, 2))
+    await folded(first, 60)
+    second = start(workers, broker, names, tmp_path, None, **env)
+    await asyncio.sleep(8)  # the group rebalances onto both workers
+    await turns(range(2, 4))
+    await asyncio.sleep(3)
+    first.stop()  # the second worker takes every partition over, with the table
+    await turns(range(4, 5))
+    await produce(broker.bootstrap, names.sessions, as_messages([session_end(s) for s in sessions]))
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: {s["target_id"] for s in thread_scores(rs)} >= set(sessions),
+        timeout=120,
+    )
+    await asyncio.sleep(2)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
+    grouped = by_target(scores)
+    assert set(grouped) == set(sessions)
+    for session, found in grouped.items():
+        assert Counter(s["rule_id"] for s in found) == {
+            "studio_live_feedback_effectiveness": 1,
+            "studio_live_feedback_improvement": 1,
+        }, session
+        assert {(s["thread"]["close_seq"], s["thread"]["turn_count"]) for s in found} == {(1, 5)}
+    assert "Traceback" not in second.log()
