@@ -300,7 +300,11 @@ def register_trace_agent(
                 try:
                     plan = scorer.plan(trace, document, message.topic)
                     turn = router and router.from_trace(
-                        trace, document, message.topic, message.timestamp
+                        trace,
+                        document,
+                        message.topic,
+                        message.timestamp,
+                        f"{message.topic}:{message.partition}",
                     )
                 except Exception as exc:
                     await deliver(tp, entry, pipeline.engine_failure(message, exc), [])
@@ -345,7 +349,9 @@ def register_session_agent(
                 message = event.message
                 try:
                     session: SessionEvent = parse_session(message.value)
-                    sends = [pipeline.thread_event(router.from_session(session, message.timestamp))]
+                    source = f"{message.topic}:{message.partition}"
+                    thread_event = router.from_session(session, message.timestamp, source)
+                    sends = [pipeline.thread_event(thread_event)]
                 except (ValueError, ValidationError) as exc:
                     sends = pipeline.dead_letter(message, exc, what="session event")
                 await delivery.deliver(tp, entry, sends, [])

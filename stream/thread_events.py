@@ -37,6 +37,7 @@ class ThreadEvent(BaseModel):
     thread_id: str = ""
     project_name: str = "default"
     arrival: float = Field(default=0.0, description="Kafka time of the source (tick: its clock)")
+    source: str = Field(default="", description="Source topic:partition (event-time progress)")
     event_time: datetime | None = None
     turn: Turn | None = None
     end: bool = False
@@ -121,7 +122,7 @@ class ThreadRouter:
         return bool(self.conversation_rules)
 
     def from_trace(
-        self, trace: Trace, document: Any, topic: str | None, arrival: float
+        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
     ) -> ThreadEvent | None:
         """The turn a trace adds to its conversation, or None (no thread id, or no rule wants it)."""
         if trace.thread_id is None or not self.conversation_rules:
@@ -139,18 +140,20 @@ class ThreadRouter:
             thread_id=trace.thread_id,
             project_name=trace.project_name,
             arrival=arrival,
+            source=source,
             turn=turn,
             end=bool(self._end and self._end.search(document)),
             rules=rules,
         )
 
-    def from_session(self, event: SessionEvent, arrival: float) -> ThreadEvent:
+    def from_session(self, event: SessionEvent, arrival: float, source: str = "") -> ThreadEvent:
         moment = _aware(event.timestamp or datetime.fromtimestamp(arrival, UTC))
         common: dict[str, Any] = {
             "kind": "session",
             "thread_id": event.session_id,
             "project_name": event.project_name,
             "arrival": arrival,
+            "source": source,
         }
         if event.type == "end":
             end_key = f"end-{event.seq}" if event.seq is not None else f"end-{moment.isoformat()}"

@@ -6,7 +6,13 @@ per partition so that neither a tick nor an event scans every thread:
 
 - ``open``: each open thread's two deadlines, wall clock (last arrival + gap) and event
   time (activity + gap), with a min-heap of each (stale heap entries are skipped lazily);
-- the partition's event-time watermark (the latest event time seen, never ahead of arrival);
+- the partition's event-time watermark. Turns reach a thread-events partition from every
+  source partition (traces are keyed by trace id, and each source is forwarded by whichever
+  worker owns it), so a replay's turns interleave out of time order across sources. As in
+  Flink, the watermark is the minimum over the sources seen of each one's latest event
+  time (never ahead of arrival), so no thread closes by event time while a source that may
+  still hold its next turn is behind. A source that stops holds it back: live, the wall
+  clock closes idle threads anyway;
 - the threads with a pending close (scores not known to be published).
 
 The index is rebuilt from the table after every recovery (restart or rebalance), so the
@@ -45,13 +51,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PartitionIndex:
-    watermark: float = 0.0
+    floor: float = 0.0  # the watermark recovered from the table after a restart
+    sources: dict[str, float] = field(default_factory=dict)
     open: dict[bytes, tuple[float, float]] = field(default_factory=dict)
     wall: list[tuple[float, bytes]] = field(default_factory=list)
     event_time: list[tuple[float, bytes]] = field(default_factory=list)
     closed: list[tuple[float, bytes]] = field(default_factory=list)
     pending: set[bytes] = field(default_factory=set)
     resume: bool = False  # score the pending closes at the next tick (after a recovery)
+
+    @property
+    def watermark(self) -> float:
+        return max(self.floor, min(self.sources.values(), default=self.floor))
+
+    def advance(self, source: str, event_time: float) -> None:
+        if event_time > self.sources.get(source, 0.0):
+            self.sources[source] = event_time
 
 
 class ThreadProcessor:
@@ -90,8 +105,7 @@ class ThreadProcessor:
             if index is None:
                 continue
             indexed += 1
-            activity = state.get("activity", 0.0)
-            index.watermark = max(index.watermark, activity)
+            index.floor = max(index.floor, state.get("activity", 0.0))
             self._index(index, key, state)
         return indexed
 
@@ -149,15 +163,20 @@ class ThreadProcessor:
         else:
             state = ThreadState.from_bytes(raw)
         moment = event.turn.event_time if event.turn else event.event_time
+        # the thread's activity mark: its own event time, or the watermark if that is later
+        # (a producer whose clock lags cannot make its own thread look idle)
+        mark = index.watermark
         if moment is not None:
-            index.watermark = max(index.watermark, min(moment.timestamp(), event.arrival))
+            clamped = min(moment.timestamp(), event.arrival)
+            index.advance(event.source, clamped)
+            mark = max(index.watermark, clamped)
         changed = False
         if event.turn is not None:
             changed = fold_turn(
                 state,
                 event.turn,
                 arrival=event.arrival,
-                watermark=index.watermark,
+                watermark=mark,
                 limits=self.limits,
             )
             if missing := [r for r in event.rules if r not in state.rules]:
@@ -172,7 +191,7 @@ class ThreadProcessor:
                     end_key,
                     event_time=moment,
                     arrival=event.arrival,
-                    watermark=index.watermark,
+                    watermark=mark,
                 )
                 or changed
             )
@@ -208,16 +227,17 @@ class ThreadProcessor:
 
     def _close_by_event_time(self, partition: int, index: PartitionIndex) -> list[ThreadClose]:
         closes = []
-        while index.event_time and index.event_time[0][0] <= index.watermark:
+        watermark = index.watermark
+        while index.event_time and index.event_time[0][0] <= watermark:
             deadline, key = heapq.heappop(index.event_time)
             if index.open.get(key, (None, None))[1] != deadline:
                 continue
             state = ThreadState.from_bytes(self.table[key])
             reason = close_reason(
-                state, wall_now=None, watermark=index.watermark, gap_s=self.gaps[state.kind]
+                state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
             )
             if reason is not None:
-                closes.append(self._close(partition, state, reason, closed_at=index.watermark))
+                closes.append(self._close(partition, state, reason, closed_at=watermark))
                 self._store(index, key, state)
         return closes
 

@@ -13,8 +13,8 @@ changed, so the agent writes the table (and its changelog) only when something h
 - A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways:
   in wall-clock time since its last new event arrived in Kafka (live: an idle thread closes
   even when its partition receives nothing else), and in event time: the partition's
-  watermark (the latest event time seen, never ahead of arrival) has moved ``gap`` past the
-  watermark at the thread's last event. A replay of history therefore closes threads where
+  watermark has moved ``gap`` past the thread's activity mark (its last event time, or the
+  watermark then if that was later). A replay of history therefore closes threads where
   they would have closed live, although the replay itself runs in minutes; and a producer
   whose clock lags cannot make its own threads close at once.
 - A turn after a close reopens the thread; its turns are kept, so the next close judges the

@@ -97,6 +97,30 @@ def test_a_replay_closes_by_event_time_where_live_would_have() -> None:
     assert p.open_threads() == 1
 
 
+def test_event_time_waits_for_the_slowest_source() -> None:
+    """Turns reach a partition from several source partitions, out of time order between
+    them: a thread does not close by event time while a source that may still hold its next
+    turn is behind (the watermark is the minimum over the sources)."""
+    p = processor()
+    first = chat("a", 0, arrival=WALL, at=T0)
+    first.source = "traces:0"
+    p.apply(0, first)
+    ahead = chat("b", 0, arrival=WALL + 1, at=T0 + timedelta(minutes=20))
+    ahead.source = "traces:1"
+    assert p.apply(0, ahead) == []  # traces:0 is still at 18:00: a's next turn may come
+    late = chat("a", 1, arrival=WALL + 2, at=T0 + timedelta(minutes=10))
+    late.source = "traces:0"
+    assert p.apply(0, late) == []  # it did: a is 10 minutes further on
+    catching_up = chat("c", 0, arrival=WALL + 3, at=T0 + timedelta(minutes=26))
+    catching_up.source = "traces:0"
+    # the watermark is min(18:26, 18:20) = 18:20: a (18:10) is not 15 minutes idle yet
+    assert p.apply(0, catching_up) == []
+    on = chat("d", 0, arrival=WALL + 4, at=T0 + timedelta(minutes=40))
+    on.source = "traces:1"
+    # min(18:26, 18:40): a closes; b (last event 18:20, ahead of the watermark then) does not
+    assert closes_of(p.apply(0, on)) == [("a", 1, "inactivity_event_time")]
+
+
 def test_event_time_never_runs_ahead_of_arrival() -> None:
     """A trace stamped a day in the future cannot push the watermark and close everything."""
     p = processor()

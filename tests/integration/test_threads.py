@@ -7,13 +7,15 @@ import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import orjson
 from fixtures import hub_trace
 
 from stream.broker import EmbeddedBroker
+from stream.kafka_io import message_key
 from stream.mockjudge import MockJudge, Reply
+from stream.partitioning import key_hash
+from stream.thread_events import table_key
 
 from .harness import Names, Worker, produce, read_scores, trace_bytes
 from .test_worker import start
@@ -57,6 +59,10 @@ def as_messages(events: list[dict]) -> list[tuple[bytes, bytes]]:
     return [(e.get("session_id", e.get("id", "")).encode(), orjson.dumps(e)) for e in events]
 
 
+def partition_of(conversation: str, partitions: int = 4) -> int:
+    return key_hash(table_key("conversation", conversation)) % partitions
+
+
 def thread_scores(scores: list[dict]) -> list[dict]:
     return [s for s in scores if s["scope"] == "thread"]
 
@@ -66,6 +72,14 @@ def by_target(scores: list[dict]) -> dict[str, list[dict]]:
     for s in thread_scores(scores):
         grouped.setdefault(s["target_id"], []).append(s)
     return grouped
+
+
+def scrape(worker: Worker) -> str:
+    """The worker's /metrics page, or nothing while its web server is not up yet."""
+    try:
+        return worker.metrics()
+    except OSError:
+        return ""
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -198,15 +212,27 @@ async def test_a_replay_closes_threads_by_event_time(
     broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
 ) -> None:
     """History produced in a second closes threads where they would have closed live: the
-    15-minute gap is measured in event time, not in the second the replay took."""
+    15-minute gap is measured in event time, not in the second the replay took.
+
+    Event time advances per thread-events partition, as the minimum over the source
+    partitions feeding it; like `scorer replay`, this history is keyed by thread id, and the
+    two threads share both partitions (a real replay has enough threads for every source)."""
     start(workers, broker, names, tmp_path, None)
+    later = next(
+        f"later-{n}"
+        for n in range(1000)
+        if partition_of(f"later-{n}") == partition_of("morning")
+        and key_hash(f"later-{n}".encode()) % 4 == key_hash(b"morning") % 4
+    )
     history = [
         chat("morning", 0, at=T0),
         chat("morning", 1, at=T0 + timedelta(minutes=5)),
-        chat("later", 0, at=T0 + timedelta(minutes=12)),
-        chat("later", 1, at=T0 + timedelta(minutes=21)),  # morning idle for 16 minutes: closes
+        chat(later, 0, at=T0 + timedelta(minutes=12)),
+        chat(later, 1, at=T0 + timedelta(minutes=21)),  # morning idle for 16 minutes: closes
     ]
-    await produce(broker.bootstrap, names.traces, [trace_bytes(d) for d in history])
+    await produce(
+        broker.bootstrap, names.traces, [(message_key(d), orjson.dumps(d)) for d in history]
+    )
     scores = await read_scores(
         broker.bootstrap, names.scores, until=lambda rs: "morning" in by_target(rs), timeout=60
     )
@@ -226,17 +252,18 @@ async def test_kill_9_before_the_close_and_during_the_close(
     killed close exactly once after the restart, with every turn; a session whose close was
     being judged when the worker died is scored after the restart, once."""
     judge.script(EFFECTIVENESS, '{"score": 0.5, "reason": "partial"}')
-    judge.script("pending-session", Reply(delay_s=120), Reply('{"score": 1.0, "reason": "ok"}'))
+    held = "feedback of the held session"
+    judge.script(held, Reply(delay_s=120), Reply('{"score": 1.0, "reason": "ok"}'))
     env = {"SCORER_THREAD_INACTIVITY_GAP_S": "25", **FAST}
     worker = start(workers, broker, names, tmp_path, judge, **env)
     sessions = [f"s{n:02d}" for n in range(40)]
     turns = [session_turn(s, seq, 0.5 + seq / 20) for seq in range(4) for s in sessions]
-    pending = [session_turn("pending-session", 0, 0.7), session_end("pending-session")]
+    pending = [session_turn("pending-session", 0, 0.7, held), session_end("pending-session")]
     await produce(broker.bootstrap, names.sessions, as_messages(turns + pending))
     for _ in range(100):  # every turn folded and the pending session's judge call started
-        text = worker.metrics()
+        text = scrape(worker)
         if metric(text, "scorer_thread_events_total", type="turn") >= 161 and any(
-            "pending-session" in p for p in judge.prompts()
+            held in p for p in judge.prompts()
         ):
             break
         await asyncio.sleep(0.2)
@@ -291,7 +318,7 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
 
     async def folded(worker: Worker, count: int) -> None:
         for _ in range(150):
-            if metric(worker.metrics(), "scorer_thread_events_total", type="turn") >= count:
+            if metric(scrape(worker), "scorer_thread_events_total", type="turn") >= count:
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(f"fewer than {count} turns folded")
