@@ -24,12 +24,15 @@ from .rules import RuleSet, load_rules
 from .settings import Settings
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
+SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
+DEMO_GAP_S = 5.0  # the demo closes idle conversations after seconds, not 15 minutes
 
 
 def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
     """How many score events the worker must publish for these traces (rules that match and
     are sampled in publish exactly one score each, whatever its status)."""
     total = 0
+    conversation_rules: dict[str, set[str]] = defaultdict(set)  # thread id -> matched rules
     for item in items:
         if not isinstance(item, dict):
             continue
@@ -42,7 +45,25 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
             for r in ruleset.for_scope("trace")
             if r.filter.matches(trace, topic) and r.sampled(trace.id)
         )
+        if trace.thread_id:
+            conversation_rules[trace.thread_id].update(
+                r.id for r in ruleset.thread_rules("conversation") if r.filter.matches(trace, topic)
+            )
+    for thread_id, rule_ids in conversation_rules.items():
+        total += sum(1 for r in ruleset.rules if r.id in rule_ids and r.sampled(thread_id))
     return total
+
+
+def expected_session_scores(ruleset: RuleSet, sessions: list[Any], topic: str) -> int:
+    """Score events for the sample sessions: each closes once (they all end)."""
+    ids = {s["session_id"] for s in sessions if isinstance(s, dict) and "session_id" in s}
+    return sum(
+        1
+        for session_id in ids
+        for r in ruleset.thread_rules("session")
+        if r.filter.matches(Trace(id=session_id, project_name="fretcoach"), topic)
+        and r.sampled(session_id)
+    )
 
 
 def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
@@ -50,7 +71,7 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
     for score in scores.values():
         by_rule[score["rule_id"]].append(score)
     table = Table(title="Scores on the scores topic")
-    for column in ("rule", "kind", "count", "mean (0..1)", "statuses"):
+    for column in ("rule", "scope", "kind", "count", "mean (0..1)", "statuses"):
         table.add_column(column)
     for rule_id in sorted(by_rule):
         items = by_rule[rule_id]
@@ -61,6 +82,7 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
         kind = "judge" if rule is None or rule.kind == "llm_judge" else "check"
         table.add_row(
             rule_id,
+            items[0]["scope"],
             kind,
             str(len(items)),
             mean,
@@ -71,8 +93,10 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
 
 def run_demo(settings: Settings, traces_file: Path | None, timeout: float, console: Console) -> int:
     items = read_traces(traces_file or SAMPLES)
+    sessions = read_traces(SESSION_SAMPLES) if traces_file is None else []
     ruleset = load_rules(settings.rules_dir, settings.packs)
     expected = expected_scores(ruleset, items, settings.traces_topic)
+    expected += expected_session_scores(ruleset, sessions, settings.sessions_topic)
     broker: EmbeddedBroker | None = None
     bootstrap = settings.kafka_bootstrap_servers
     worker: subprocess.Popen[bytes] | None = None
@@ -87,6 +111,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
                 bootstrap,
                 [
                     settings.traces_topic,
+                    settings.sessions_topic,
                     settings.scores_topic,
                     settings.decisions_topic,
                     settings.dlq_topic,
@@ -101,6 +126,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             SCORER_WEB_PORT=str(web_port),
             SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)),
         )
+        env.setdefault("SCORER_THREAD_INACTIVITY_GAP_S", str(DEMO_GAP_S))
         worker = subprocess.Popen(
             [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"],
             env=env,
@@ -112,8 +138,11 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
         if not settings.judge_configured:
             console.print(f"[yellow]{NO_JUDGE_REASON}[/]")
         n = asyncio.run(produce(bootstrap, settings.traces_topic, items))
+        s = asyncio.run(produce(bootstrap, settings.sessions_topic, sessions)) if sessions else 0
         console.print(
-            f"produced {n} sample traces to '{settings.traces_topic}'; waiting for {expected} scores"
+            f"produced {n} sample traces to '{settings.traces_topic}' and {s} coaching-session "
+            f"events to '{settings.sessions_topic}'; conversations idle for "
+            f"{env['SCORER_THREAD_INACTIVITY_GAP_S']}s close; waiting for {expected} scores"
         )
         started = time.monotonic()
         scores = asyncio.run(collect_scores(bootstrap, settings.scores_topic, expected, timeout))

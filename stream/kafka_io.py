@@ -59,9 +59,10 @@ def read_traces(path: Path) -> list[Any]:
 
 
 def message_key(item: Any) -> bytes | None:
-    """Key = thread id when the trace has one (a thread stays in one partition), else trace id."""
+    """Key = thread id when the trace has one (a thread stays in one partition), a session
+    event's session id, else the trace id."""
     if isinstance(item, dict):
-        key = item.get("thread_id") or item.get("id")
+        key = item.get("thread_id") or item.get("session_id") or item.get("id")
         return str(key).encode() if key is not None else None
     return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -291,7 +292,12 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"produced {sample_count} sample traces" in result.stdout
-    assert "48/48 scores" in result.stdout
+    # 48 trace scores, 2 rules x 4 hub conversations, 2 rules x 2 coaching sessions
+    assert "60/60 scores" in result.stdout
+    assert re.search(r"hub_user_frustration_score +│ thread +│ judge +│ 4", result.stdout)
+    assert re.search(
+        r"studio_live_feedback_improvement +│ thread +│ check +│ 2 +│ 0\.75", result.stdout
+    )
     assert "OPENAI_BASE_URL" in result.stdout  # says how to configure a judge
     assert "metrics: http://127.0.0.1:" in result.stdout
     assert tansu_processes() == before  # the demo's broker is gone
