@@ -24,3 +24,4 @@ test: install
 
 bench: install
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/threads.py

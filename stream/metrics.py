@@ -82,7 +82,7 @@ THREAD_TURNS_AT_CLOSE = Histogram(
 THREAD_CLOSE_DELAY = Histogram(
     f"{PREFIX}_thread_close_delay_seconds",
     "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
-    buckets=[0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300],
+    buckets=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
 )
 WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])
 

@@ -1,0 +1,188 @@
+"""Thread workload on the embedded broker. Prints figures; asserts nothing.
+
+(t1) Many concurrent coaching sessions: ``--sessions`` sessions of ``--turns`` turns each,
+     none ending, produced to the sessions topic; a worker folds them into its thread
+     table. Prints the fold rate (turn events per second, session agent + thread agent +
+     changelog) and the worker's RSS with every session open.
+(t2) Close latency: ``--close-sessions`` sessions go idle at once with a short inactivity
+     gap; prints how long after their deadline (last arrival + gap) the closes were decided
+     (the worker's own histogram) and when their scores reached the scores topic.
+
+    python bench/threads.py [--sessions 100000] [--turns 2] [--close-sessions 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_subset, stop
+
+from stream.broker import EmbeddedBroker
+from stream.kafka_io import ensure_topics, reader
+
+SESSION_RULES = ["studio_live_feedback_effectiveness", "studio_live_feedback_improvement"]
+T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
+
+
+def session_events(
+    sessions: int, turns: int, prefix: str, start: datetime = T0, spacing_s: float = 8.0
+) -> list[tuple[bytes, bytes]]:
+    out = []
+    for seq in range(turns):
+        for n in range(sessions):
+            session = f"{prefix}-{n}"
+            event = {
+                "session_id": session,
+                "type": "turn",
+                "seq": seq,
+                "timestamp": (start + timedelta(seconds=spacing_s * seq)).isoformat(),
+                "project_name": "fretcoach",
+                "metrics": {
+                    "pitch_accuracy": 0.9,
+                    "scale_conformity": 0.82,
+                    "timing_stability": 0.55 + seq / 50,
+                },
+                "feedback": "Timing Stability is your weakest metric; play with the metronome "
+                "at 70 bpm and land each note on the click.",
+            }
+            out.append((session.encode(), orjson.dumps(event)))
+    return out
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    for line in text.splitlines():
+        if line.startswith(name) and all(w in line for w in want):
+            head, _, value = line.rpartition(" ")
+            if head.split("{")[0] == name:
+                return float(value)
+    return 0.0
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def wait_metric(port: int, name: str, target: float, timeout: float, **labels: str) -> list:
+    """Poll until ``name`` reaches ``target``; returns [(monotonic time, value)] samples."""
+    seen: list[tuple[float, float]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = sample(fetch_metrics(port), name, **labels)
+        except OSError:
+            value = 0.0
+        seen.append((time.monotonic(), value))
+        if value >= target:
+            break
+        time.sleep(0.5)
+    return seen
+
+
+def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
+    p = Phase(bs, tmp)
+    topic = f"bench-sessions-{p.suffix}"
+    asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
+    rules = rules_subset(tmp, SESSION_RULES)
+    proc, port = p.worker(
+        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S="36000"
+    )
+    wait_metric(port, "scorer_threads_open", 0, 60)  # the web server is up
+    time.sleep(8)  # joined and recovered
+    baseline = rss_mib(proc.pid)
+    events = session_events(sessions, turns, f"open-{p.suffix}")
+    size = sum(len(v) for _, v in events) / len(events)
+    print(f"(t1) {sessions} sessions x {turns} turns = {len(events)} events of ~{size:.0f} bytes")
+    asyncio.run(produce(bs, topic, events))
+    seen = wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
+    started = next(t for t, v in seen if v > 0)
+    ended, folded = seen[-1]
+    rate = folded / max(ended - started, 1e-9)
+    text = fetch_metrics(port)
+    print(f"     folded {folded:.0f} turn events at {rate:,.0f} events/s (poll resolution 0.5 s)")
+    print(
+        f"     open threads {sample(text, 'scorer_threads_open'):.0f}; worker RSS "
+        f"{rss_mib(proc.pid):.0f} MiB (idle before: {baseline:.0f} MiB)"
+    )
+    stop(proc)
+
+
+def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
+    p = Phase(bs, tmp)
+    topic = f"bench-sessions-{p.suffix}"
+    asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
+    rules = rules_subset(tmp, SESSION_RULES)
+    proc, port = p.worker(
+        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap)
+    )
+    wait_metric(port, "scorer_threads_open", 0, 60)
+    time.sleep(8)
+    # live: event times are now, so only the wall clock (ticks) closes them
+    events = session_events(sessions, 3, f"close-{p.suffix}", datetime.now(UTC), 0.001)
+    asyncio.run(produce(bs, topic, events))
+    produced = time.time()
+    expected = sessions * len(SESSION_RULES)
+
+    async def score_times() -> list[float]:
+        stamps: list[float] = []
+        deadline = time.monotonic() + 300
+        async with reader(bs, p.dst) as consumer:
+            while len(stamps) < expected and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    stamps.extend(r.timestamp / 1000 for r in records)
+        return stamps
+
+    stamps = sorted(asyncio.run(score_times()))
+    text = fetch_metrics(port)
+    stop(proc)
+    if len(stamps) < expected:
+        print(f"(t2) only {len(stamps)}/{expected} scores arrived")
+        return
+    name = "scorer_thread_close_delay_seconds"
+    p50, p99 = histogram_quantile(text, name, 0.5), histogram_quantile(text, name, 0.99)
+    closes = sample(text, "scorer_thread_closes_total", reason="inactivity")
+    print(f"(t2) {sessions} sessions idle at once, gap {gap:g} s, tick 1 s")
+    if p50 is not None and p99 is not None:
+        print(
+            f"     {closes:.0f} inactivity closes decided after their deadline: "
+            f"p50 {p50:.2f} s, p99 {p99:.2f} s"
+        )
+    deadline = produced + gap  # every last turn arrived by ``produced``
+    print(
+        f"     scores on the topic after the deadline: first {stamps[0] - deadline:+.2f} s, "
+        f"median {stamps[len(stamps) // 2] - deadline:+.2f} s, last {stamps[-1] - deadline:+.2f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--close-sessions", type=int, default=2000)
+    parser.add_argument("--gap", type=float, default=5.0)
+    parser.add_argument("--phases", default="t1,t2")
+    args = parser.parse_args()
+    phases = set(args.phases.split(","))
+    tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-threads-"))
+    broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
+    print(f"embedded broker {broker.bootstrap}; 2 cores")
+    try:
+        if "t1" in phases:
+            open_threads_phase(broker.bootstrap, tmp, args.sessions, args.turns)
+        if "t2" in phases:
+            close_latency_phase(broker.bootstrap, tmp, args.close_sessions, args.gap)
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
