@@ -19,6 +19,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_subset, stop
@@ -88,16 +89,23 @@ def wait_metric(port: int, name: str, target: float, timeout: float, **labels: s
     return seen
 
 
-def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
+def session_worker(bs: str, tmp: Path, gap: float) -> tuple[Phase, str, Any, int]:
+    """A worker judging sessions only, ready (joined, recovered); its phase, sessions topic,
+    process and web port."""
     p = Phase(bs, tmp)
     topic = f"bench-sessions-{p.suffix}"
     asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
     rules = rules_subset(tmp, SESSION_RULES)
     proc, port = p.worker(
-        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S="36000"
+        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap)
     )
     wait_metric(port, "scorer_threads_open", 0, 60)  # the web server is up
     time.sleep(8)  # joined and recovered
+    return p, topic, proc, port
+
+
+def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
+    p, topic, proc, port = session_worker(bs, tmp, gap=36_000)
     baseline = rss_mib(proc.pid)
     events = session_events(sessions, turns, f"open-{p.suffix}")
     size = sum(len(v) for _, v in events) / len(events)
@@ -117,15 +125,7 @@ def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
 
 
 def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
-    p = Phase(bs, tmp)
-    topic = f"bench-sessions-{p.suffix}"
-    asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
-    rules = rules_subset(tmp, SESSION_RULES)
-    proc, port = p.worker(
-        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap)
-    )
-    wait_metric(port, "scorer_threads_open", 0, 60)
-    time.sleep(8)
+    p, topic, proc, port = session_worker(bs, tmp, gap)
     # live: event times are now, so only the wall clock (ticks) closes them
     events = session_events(sessions, 3, f"close-{p.suffix}", datetime.now(UTC), 0.001)
     asyncio.run(produce(bs, topic, events))

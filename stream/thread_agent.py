@@ -26,6 +26,7 @@ from . import metrics
 from .agents import Send, TracePipeline, observe_published
 from .app import Topics
 from .models import ThreadDecisions
+from .rules import RuleSet
 from .scoring import Scorer, ThreadClose, TraceResult
 from .settings import Settings
 from .thread_events import ThreadEvent, published, tick
@@ -74,14 +75,17 @@ def close_dead_letter(pipeline: TracePipeline, close: ThreadClose, exc: Exceptio
     ]
 
 
+def inactivity_gap(ruleset: RuleSet, kind: str, settings: Settings) -> float:
+    """The rule set's gap for threads of ``kind``, else the deployment's."""
+    spec = ruleset.thread_spec(kind)
+    return (spec.inactivity_gap_s if spec else None) or settings.thread_inactivity_gap_s
+
+
 def register_thread_agent(
     app: faust.App, topics: Topics, scorer: Scorer, settings: Settings
 ) -> ThreadProcessor:
-    ruleset = scorer.ruleset
     gaps = {
-        kind: ((spec.inactivity_gap_s if spec else None) or settings.thread_inactivity_gap_s)
-        for kind in ("conversation", "session")
-        for spec in [ruleset.thread_spec(kind)]
+        kind: inactivity_gap(scorer.ruleset, kind, settings) for kind in ("conversation", "session")
     }
     table = app.Table(
         TABLE_NAME,
