@@ -23,12 +23,9 @@ where the previous owner would have, and scores the closes it left pending.
 from __future__ import annotations
 
 import heapq
-import logging
 import time
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
-
-import orjson
 
 from . import metrics
 from .scoring import ThreadClose
@@ -45,8 +42,6 @@ from .threads import (
     mark_published,
     new_thread,
 )
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,35 +95,28 @@ class ThreadProcessor:
         self.partitions = {p: PartitionIndex(resume=True) for p in partitions}
         indexed = 0
         for key, raw in self.table.items():
-            state = orjson.loads(raw)
-            index = self.partitions.get(state.get("partition", 0))
+            state = ThreadState.from_bytes(raw)
+            index = self.partitions.get(state.partition)
             if index is None:
                 continue
             indexed += 1
-            index.floor = max(index.floor, state.get("activity", 0.0))
+            index.floor = max(index.floor, state.activity)
             self._index(index, key, state)
         return indexed
 
-    def _index(self, index: PartitionIndex, key: bytes, state: ThreadState | dict) -> None:
-        if isinstance(state, ThreadState):
-            kind, is_open, arrival = state.kind, state.is_open, state.last_arrival
-            activity, pending, turns = state.activity, bool(state.pending), bool(state.turns)
-        else:
-            kind, is_open = state["kind"], state.get("is_open", True)
-            arrival, activity = state.get("last_arrival", 0.0), state.get("activity", 0.0)
-            pending, turns = bool(state.get("pending")), bool(state.get("turns"))
-        gap = self.gaps[kind]
-        if is_open:
-            deadlines = (arrival + gap, activity + gap)
+    def _index(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
+        gap = self.gaps[state.kind]
+        if state.is_open:
+            deadlines = (state.last_arrival + gap, state.activity + gap)
             if index.open.get(key) != deadlines:
                 index.open[key] = deadlines
                 heapq.heappush(index.wall, (deadlines[0], key))
                 heapq.heappush(index.event_time, (deadlines[1], key))
         else:
             index.open.pop(key, None)
-            if turns and not pending:
-                heapq.heappush(index.closed, (arrival + gap + self.retention_s, key))
-        if pending:
+            if state.turns and not state.pending:
+                heapq.heappush(index.closed, (state.last_arrival + gap + self.retention_s, key))
+        if state.pending:
             index.pending.add(key)
         else:
             index.pending.discard(key)
@@ -148,7 +136,7 @@ class ThreadProcessor:
             index = self.partitions[partition] = PartitionIndex()
         metrics.thread_events(event.type).inc()
         if event.type == "tick":
-            return self._tick(partition, index, event.arrival)
+            return self._tick(index, event.arrival)
         key = event.key
         raw = self.table.get(key)
         if event.type == "published":
@@ -197,25 +185,32 @@ class ThreadProcessor:
             )
         closes = []
         if changed and state.is_open and state.ended:
-            closes.append(self._close(partition, state, "end", closed_at=event.arrival))
+            closes.append(self._close(state, "end", closed_at=event.arrival))
         if changed:
             self._store(index, key, state)
-        closes.extend(self._close_by_event_time(partition, index))
+        closes.extend(self._close_by_event_time(index))
         return closes
 
-    def _tick(self, partition: int, index: PartitionIndex, now: float) -> list[ThreadClose]:
+    def _due(
+        self, index: PartitionIndex, heap: list[tuple[float, bytes]], slot: int, bound: float
+    ) -> Iterator[tuple[float, bytes, ThreadState]]:
+        """Open threads whose deadline in ``heap`` (``slot`` of their ``open`` entry) is past
+        ``bound``; stale heap entries (the thread moved on or closed) are dropped."""
+        while heap and heap[0][0] <= bound:
+            deadline, key = heapq.heappop(heap)
+            deadlines = index.open.get(key)
+            if deadlines is not None and deadlines[slot] == deadline:
+                yield deadline, key, ThreadState.from_bytes(self.table[key])
+
+    def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         closes = []
-        while index.wall and index.wall[0][0] <= now:
-            deadline, key = heapq.heappop(index.wall)
-            if index.open.get(key, (None,))[0] != deadline:
-                continue  # stale: the thread moved on or closed
-            state = ThreadState.from_bytes(self.table[key])
+        for deadline, key, state in self._due(index, index.wall, 0, now):
             reason = close_reason(
                 state, wall_now=now, watermark=index.watermark, gap_s=self.gaps[state.kind]
             )
             if reason is not None:
                 metrics.THREAD_CLOSE_DELAY.observe(max(0.0, self.clock() - deadline))
-                closes.append(self._close(partition, state, reason, closed_at=now))
+                closes.append(self._close(state, reason, closed_at=now))
                 self._store(index, key, state)
         self._compact(index, now)
         if index.resume:
@@ -225,19 +220,15 @@ class ThreadProcessor:
                 closes.extend(self._as_close(state, p) for p in state.pending)
         return closes
 
-    def _close_by_event_time(self, partition: int, index: PartitionIndex) -> list[ThreadClose]:
+    def _close_by_event_time(self, index: PartitionIndex) -> list[ThreadClose]:
         closes = []
         watermark = index.watermark
-        while index.event_time and index.event_time[0][0] <= watermark:
-            deadline, key = heapq.heappop(index.event_time)
-            if index.open.get(key, (None, None))[1] != deadline:
-                continue
-            state = ThreadState.from_bytes(self.table[key])
+        for _, key, state in self._due(index, index.event_time, 1, watermark):
             reason = close_reason(
                 state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
             )
             if reason is not None:
-                closes.append(self._close(partition, state, reason, closed_at=watermark))
+                closes.append(self._close(state, reason, closed_at=watermark))
                 self._store(index, key, state)
         return closes
 
@@ -263,9 +254,7 @@ class ThreadProcessor:
         self.table[key] = state.to_bytes()
         self._index(index, key, state)
 
-    def _close(
-        self, partition: int, state: ThreadState, reason: CloseReason, *, closed_at: float
-    ) -> ThreadClose:
+    def _close(self, state: ThreadState, reason: CloseReason, *, closed_at: float) -> ThreadClose:
         pending = close(state, reason, closed_at=closed_at)
         metrics.thread_closes(state.kind, reason).inc()
         metrics.THREAD_TURNS_AT_CLOSE.labels(kind=state.kind).observe(len(state.turns))
