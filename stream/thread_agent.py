@@ -56,15 +56,14 @@ def close_outputs(pipeline: TracePipeline, result: TraceResult, close: ThreadClo
 def close_dead_letter(pipeline: TracePipeline, close: ThreadClose, exc: Exception) -> list[Send]:
     """A bug met this close: keep what it would have judged, with the error, on the DLQ."""
     error = f"scoring thread close failed: {type(exc).__name__}: {exc}"
+    source = pipeline.topics.thread_events.get_topic_name()
     headers = {
         "scorer.error": error.encode()[:4000],
         "scorer.error.reason": b"engine_error",
-        "scorer.source.topic": pipeline.topics.thread_events.get_topic_name().encode(),
+        "scorer.source.topic": source.encode(),
         "scorer.thread.close_seq": str(close.pending.close_seq).encode(),
     }
-    metrics.DLQ_MESSAGES.labels(
-        topic=pipeline.topics.thread_events.get_topic_name(), reason="engine_error"
-    ).inc()
+    metrics.DLQ_MESSAGES.labels(topic=source, reason="engine_error").inc()
     return [
         (
             pipeline.topics.dlq,

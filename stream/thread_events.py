@@ -108,14 +108,13 @@ def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
 class ThreadRouter:
     """Turns traces and session events into thread events, as the rule set asks."""
 
-    def __init__(self, ruleset: RuleSet, sessions_topic: str | None = None) -> None:
+    def __init__(self, ruleset: RuleSet) -> None:
         self.conversation_rules = ruleset.thread_rules("conversation")
         self.session_rules = ruleset.thread_rules("session")
         spec = ruleset.thread_spec("conversation")
         self._user = compile_path(spec.user) if spec and spec.user else None
         self._assistant = compile_path(spec.assistant) if spec and spec.assistant else None
         self._end = compile_path(spec.end) if spec and spec.end else None
-        self.sessions_topic = sessions_topic
 
     @property
     def wants_conversations(self) -> bool:

@@ -134,10 +134,10 @@ def fold_turn(
     """
     existing = next((i for i, t in enumerate(state.turns) if t.key == turn.key), None)
     if existing is not None:
-        kept = state.turns[existing]
-        if turn.canonical() >= kept.canonical():
+        new, kept = turn.canonical(), state.turns[existing].canonical()
+        if new >= kept:
             return False
-        state.size += turn.size - kept.size
+        state.size += len(new) - len(kept)
         state.turns[existing] = turn
         return True  # the same turn, settled deterministically: not new activity
     position = len(state.turns)

@@ -27,7 +27,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     judge = JudgeClient(settings) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap)
     scorer = Scorer(ruleset, judge, default_model=settings.judge_model)
-    router = ThreadRouter(ruleset, settings.sessions_topic)
+    router = ThreadRouter(ruleset)
     register_trace_agent(app, topics, scorer, max_in_flight=settings.max_in_flight, router=router)
     if router.session_rules:
         register_session_agent(app, topics, scorer, router, max_in_flight=settings.max_in_flight)
