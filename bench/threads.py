@@ -26,6 +26,7 @@ from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_
 
 from stream.broker import EmbeddedBroker
 from stream.kafka_io import ensure_topics, reader
+from stream.metrics import sample_value
 
 SESSION_RULES = ["studio_live_feedback_effectiveness", "studio_live_feedback_improvement"]
 T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
@@ -56,16 +57,6 @@ def session_events(
     return out
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    want = [f'{k}="{v}"' for k, v in labels.items()]
-    for line in text.splitlines():
-        if line.startswith(name) and all(w in line for w in want):
-            head, _, value = line.rpartition(" ")
-            if head.split("{")[0] == name:
-                return float(value)
-    return 0.0
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -79,7 +70,7 @@ def wait_metric(port: int, name: str, target: float, timeout: float, **labels: s
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            value = sample(fetch_metrics(port), name, **labels)
+            value = sample_value(fetch_metrics(port), name, **labels)
         except OSError:
             value = 0.0
         seen.append((time.monotonic(), value))
@@ -118,7 +109,7 @@ def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
     text = fetch_metrics(port)
     print(f"     folded {folded:.0f} turn events at {rate:,.0f} events/s (poll resolution 0.5 s)")
     print(
-        f"     open threads {sample(text, 'scorer_threads_open'):.0f}; worker RSS "
+        f"     open threads {sample_value(text, 'scorer_threads_open'):.0f}; worker RSS "
         f"{rss_mib(proc.pid):.0f} MiB (idle before: {baseline:.0f} MiB)"
     )
     stop(proc)
@@ -149,7 +140,7 @@ def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
         return
     name = "scorer_thread_close_delay_seconds"
     p50, p99 = histogram_quantile(text, name, 0.5), histogram_quantile(text, name, 0.99)
-    closes = sample(text, "scorer_thread_closes_total", reason="inactivity")
+    closes = sample_value(text, "scorer_thread_closes_total", reason="inactivity")
     print(f"(t2) {sessions} sessions idle at once, gap {gap:g} s, tick 1 s")
     if p50 is not None and p99 is not None:
         print(

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 PREFIX = "scorer"
 
@@ -116,6 +117,16 @@ def thread_closes(kind: str, reason: str) -> Any:
 @lru_cache(maxsize=256)
 def traces_consumed(topic: str) -> Any:
     return TRACES_CONSUMED.labels(topic=topic)
+
+
+def sample_value(text: str, name: str, **labels: str) -> float:
+    """The first sample called ``name`` whose labels include ``labels``, read from a /metrics
+    page (0.0 when there is none): for tests and benchmarks that watch a worker."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return 0.0
 
 
 def exposition() -> tuple[bytes, str]:

@@ -13,6 +13,7 @@ from fixtures import hub_trace
 
 from stream.broker import EmbeddedBroker
 from stream.kafka_io import message_key
+from stream.metrics import sample_value
 from stream.mockjudge import MockJudge, Reply
 from stream.partitioning import key_hash
 from stream.thread_events import table_key
@@ -80,17 +81,6 @@ def scrape(worker: Worker) -> str:
         return worker.metrics()
     except OSError:
         return ""
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The sample of ``name`` whose labels include ``labels`` (0 when there is none)."""
-    for line in text.splitlines():
-        found = re.match(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", line)
-        if found:
-            have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(1) or ""))
-            if labels.items() <= have.items():
-                return float(found.group(2))
-    return 0.0
 
 
 async def test_conversations_and_sessions_close_once_and_reopen(
@@ -178,18 +168,24 @@ async def test_conversations_and_sessions_close_once_and_reopen(
     assert empty["studio_live_feedback_effectiveness"]["status_reason"] == "the thread has no turns"
     assert empty["studio_live_feedback_improvement"]["value"] == 0.5  # too short: the seed's 0.5
     text = worker.metrics()
-    assert metric(text, "scorer_thread_closes_total", kind="conversation", reason="inactivity") == 2
-    assert metric(text, "scorer_thread_closes_total", kind="session", reason="end") == 3
-    assert metric(text, "scorer_threads_open") == 0
-    assert metric(text, "scorer_thread_pending_closes") == 0
     assert (
-        metric(
+        sample_value(text, "scorer_thread_closes_total", kind="conversation", reason="inactivity")
+        == 2
+    )
+    assert sample_value(text, "scorer_thread_closes_total", kind="session", reason="end") == 3
+    assert sample_value(text, "scorer_threads_open") == 0
+    assert sample_value(text, "scorer_thread_pending_closes") == 0
+    assert (
+        sample_value(
             text, "scorer_score_value_count", rule="hub_conversational_coherence", pack="fretcoach"
         )
         == 3
     )
     assert (
-        metric(text, "scorer_dlq_messages_total", topic=names.sessions, reason="invalid_event") == 1
+        sample_value(
+            text, "scorer_dlq_messages_total", topic=names.sessions, reason="invalid_event"
+        )
+        == 1
     )
 
     # a turn after the close reopens the thread; the next close is a new version
@@ -262,7 +258,7 @@ async def test_kill_9_before_the_close_and_during_the_close(
     await produce(broker.bootstrap, names.sessions, as_messages(turns + pending))
     for _ in range(100):  # every turn folded and the pending session's judge call started
         text = scrape(worker)
-        if metric(text, "scorer_thread_events_total", type="turn") >= 161 and any(
+        if sample_value(text, "scorer_thread_events_total", type="turn") >= 161 and any(
             held in p for p in judge.prompts()
         ):
             break
@@ -318,7 +314,7 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
 
     async def folded(worker: Worker, count: int) -> None:
         for _ in range(150):
-            if metric(scrape(worker), "scorer_thread_events_total", type="turn") >= count:
+            if sample_value(scrape(worker), "scorer_thread_events_total", type="turn") >= count:
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(f"fewer than {count} turns folded")
