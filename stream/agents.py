@@ -51,9 +51,10 @@ def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:
 
 
 def observe_published(score: ScoreEvent) -> None:
-    metrics.scores(score.rule_id, score.pack, score.status).inc()
+    criterion = score.criterion or ""
+    metrics.scores(score.rule_id, score.pack, criterion, score.status).inc()
     if score.status == "ok" and score.value is not None:
-        metrics.score_values(score.rule_id, score.pack).observe(score.value)
+        metrics.score_values(score.rule_id, score.pack, criterion).observe(score.value)
 
 
 class TracePipeline:
@@ -317,9 +318,10 @@ def register_trace_agent(
                 if plan.judge_jobs:
                     delivery.spawn(judged(tp, entry, plan, trace, early))
                 else:
-                    sends = pipeline.outputs(TraceResult(plan.outcomes), trace)
+                    result = TraceResult(plan.outcomes)
+                    sends = pipeline.outputs(result, trace)
                     metrics.SCORING_OVERHEAD.observe(time.perf_counter() - started)
-                    scores = [o.score for o in plan.outcomes if o.score]
+                    scores = result.scores
                     await deliver(tp, entry, sends, scores, early)
         finally:
             delivery.stop()

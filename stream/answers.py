@@ -7,12 +7,15 @@ match, so a score quoted earlier in the answer (or injected through the trace) c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
 
-from .rules import OutputSpec
+from .rubric import CriterionAnswer
+from .rules import OutputSpec, PromptedRule, RubricRule
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
 _SCORE_LINE = re.compile(r"\bscore\b[\"'*\s]*[:=]\s*[\"'*]*\s*(" + _NUMBER + r")", re.IGNORECASE)
@@ -30,21 +33,39 @@ class ParsedAnswer:
     reason: str | None
 
 
-def response_schema(spec: OutputSpec) -> dict[str, Any]:
-    """JSON schema for structured output: a score (or one of the allowed labels) and a reason."""
+def _verdict_schema(spec: OutputSpec) -> tuple[str, dict[str, Any]]:
     if spec.type == "choice":
         assert spec.choices
-        verdict: dict[str, Any] = {"type": "string", "enum": list(spec.choices)}
-        key = "choice"
-    else:
-        verdict = {"type": "integer" if spec.integer else "number"}
-        key = "score"
-    schema = {
+        return spec.verdict_field or "choice", {"type": "string", "enum": list(spec.choices)}
+    return spec.verdict_field or "score", {"type": "integer" if spec.integer else "number"}
+
+
+def _verdict_object(spec: OutputSpec) -> dict[str, Any]:
+    key, verdict = _verdict_schema(spec)
+    reason = {"type": "string"}
+    # a seed that names its fields asks for the reason first (think, then answer)
+    properties = (
+        {spec.reason_field: reason, key: verdict}
+        if spec.verdict_field
+        else {key: verdict, spec.reason_field: reason}
+    )
+    return {
         "type": "object",
-        "properties": {key: verdict, "reason": {"type": "string"}},
-        "required": [key, "reason"],
+        "properties": properties,
+        "required": list(properties),
         "additionalProperties": False,
     }
+
+
+def response_schema(spec: OutputSpec) -> dict[str, Any] | None:
+    """JSON schema for structured output: a score (or one of the allowed labels) and a reason.
+
+    None when the rule's answer is not JSON (``score_lines``): asking for JSON would
+    contradict the prompt.
+    """
+    if spec.answer_format == "score_lines":
+        return None
+    schema = _verdict_object(spec)
     if spec.answer_key:
         return {
             "type": "object",
@@ -141,7 +162,14 @@ def parse_answer(spec: OutputSpec, content: str) -> ParsedAnswer:
 
     A rule with an ``answer_key`` accepts only its own shape, ``{"<key>": {"score", "reason"}}``.
     """
+    if spec.answer_format == "score_lines":
+        return parse_score_lines(spec, content)
     objects = _json_objects(content)
+    if spec.verdict_field:
+        for obj in reversed(objects):
+            if spec.verdict_field in obj:
+                return validate(spec, obj[spec.verdict_field], obj.get(spec.reason_field))
+        raise InvalidAnswer(f'expected {{"{spec.reason_field}": ..., "{spec.verdict_field}": ...}}')
     if spec.answer_key:
         for obj in reversed(objects):
             inner = obj.get(spec.answer_key)
@@ -169,3 +197,71 @@ def _reason_from_text(content: str) -> str:
         r"\b(?:reason|justification|rationale)\b\s*[:=]\s*(.+)", content, re.IGNORECASE | re.DOTALL
     )
     return (match.group(1) if match else content).strip()
+
+
+_SCORE_LINE_EXACT = re.compile(
+    r"^[ \t*]*score[ \t*]*:[ \t*]*(" + _NUMBER + r")[ \t*]*$", re.I | re.M
+)
+_JUSTIFICATION_LINE = re.compile(r"^[ \t*]*justification[ \t*]*:[ \t*]*(.*)", re.I | re.M | re.S)
+
+
+def parse_score_lines(spec: OutputSpec, content: str) -> ParsedAnswer:
+    """The two-line answer MLflow's metrics ask for: ``score: <n>`` then ``justification: ...``.
+
+    The last ``score:`` line wins (a score quoted earlier cannot); the justification is the
+    text after the ``justification:`` label that follows it, to the end of the answer.
+    """
+    scores = list(_SCORE_LINE_EXACT.finditer(content))
+    if not scores:
+        raise InvalidAnswer("no 'score: <number>' line in the answer")
+    last = scores[-1]
+    justification = _JUSTIFICATION_LINE.search(content, last.end())
+    reason = justification.group(1).strip() if justification else None
+    return validate(spec, last.group(1), reason)
+
+
+def rubric_schema(rule: RubricRule) -> dict[str, Any]:
+    """Structured output for a rubric: one verdict object per criterion, every one required."""
+    item = _verdict_object(rule.output)
+    properties = {c.id: item for c in rule.criteria}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def parse_rubric(rule: RubricRule, content: str) -> dict[str, CriterionAnswer | None]:
+    """Per-criterion answers from the last JSON object that answers any criterion.
+
+    An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
+    criterion the judge left out is absent. No criterion answered at all is unusable.
+    """
+    spec = rule.output
+    key, _ = _verdict_schema(spec)
+    ids = [c.id for c in rule.criteria]
+    for obj in reversed(_json_objects(content)):
+        if not any(isinstance(obj.get(cid), dict) for cid in ids):
+            continue
+        answers: dict[str, CriterionAnswer | None] = {}
+        for cid in ids:
+            item = obj.get(cid)
+            if not isinstance(item, dict):
+                continue
+            try:
+                parsed = validate(spec, item.get(key), item.get(spec.reason_field))
+            except InvalidAnswer:
+                answers[cid] = None
+            else:
+                answers[cid] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
+        return answers
+    raise InvalidAnswer(f"no JSON object answering the criteria {ids}")
+
+
+def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, Callable[[str], Any]]:
+    """What the engine asks of the judge for ``rule`` (a JSON schema, or None for a text
+    answer) and how it reads the answer back."""
+    if isinstance(rule, RubricRule):
+        return rubric_schema(rule), partial(parse_rubric, rule)
+    return response_schema(rule.output), partial(parse_answer, rule.output)

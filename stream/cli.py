@@ -86,8 +86,9 @@ def rules_check(
     rules_dir = directory or Settings().rules_dir
     ruleset, errors = check_rules(rules_dir, pack)
     for rule in ruleset.rules:
-        kind = "judge" if rule.kind == "llm_judge" else f"check:{rule.check}"
-        console.print(f"[green]ok[/]  {rule.pack}/{rule.id} v{rule.version} ({rule.scope}, {kind})")
+        console.print(
+            f"[green]ok[/]  {rule.pack}/{rule.id} v{rule.version} ({rule.scope}, {rule.engine})"
+        )
     for error in errors:
         for problem in error.problems:
             console.print(f"[red]error[/] {error.path}: {problem}", highlight=False, soft_wrap=True)

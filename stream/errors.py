@@ -37,3 +37,13 @@ class MissingVariable(ScorerError):
         super().__init__(
             f"variable {variable!r}: path {path!r} is missing (no value at {missing_at!r})"
         )
+
+
+class EmptyVariable(MissingVariable):
+    """A mapped variable that must not be empty resolved to an empty string, list or object."""
+
+    def __init__(self, variable: str, path: str) -> None:
+        self.variable = variable
+        self.path = path
+        self.missing_at = path
+        ScorerError.__init__(self, f"variable {variable!r}: path {path!r} is empty")

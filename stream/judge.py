@@ -16,10 +16,10 @@ import openai
 from openai import AsyncOpenAI
 
 from . import metrics
-from .answers import InvalidAnswer, ParsedAnswer, parse_answer, response_schema
+from .answers import InvalidAnswer, answer_contract
 from .errors import JudgeError
 from .models import TokenUsage
-from .rules import LLMJudgeRule
+from .rules import PromptedRule
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ INVALID_ANSWER_ATTEMPTS = 2  # an unusable answer is asked again once
 
 @dataclass(frozen=True)
 class Verdict:
-    answer: ParsedAnswer
+    answer: Any  # ParsedAnswer for a one-verdict rule, per-criterion answers for a rubric
     model: str
     latency_ms: float
     usage: TokenUsage
@@ -197,24 +197,23 @@ class JudgeClient:
             0.5, 1.0
         )
 
-    async def judge(self, rule: LLMJudgeRule, prompt: str) -> Verdict:
+    async def judge(self, rule: PromptedRule, prompt: str, system: str | None = None) -> Verdict:
         """Ask the judge; retry timeouts, 429s, 5xx and invalid answers; raise ``JudgeError``."""
         model = rule.judge.model or self.default_model
+        schema, parse = answer_contract(rule)
+        messages = [{"role": "system", "content": system}] if system is not None else []
+        messages.append({"role": "user", "content": prompt})
         request: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": messages,
             "temperature": rule.judge.temperature,
         }
         if rule.judge.max_tokens:
             request["max_tokens"] = rule.judge.max_tokens
-        if self.structured:
+        if self.structured and schema is not None:
             request["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {
-                    "name": "verdict",
-                    "schema": response_schema(rule.output),
-                    "strict": True,
-                },
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
             }
         last_error: JudgeError | None = None
         invalid_answers = 0
@@ -279,7 +278,7 @@ class JudgeClient:
                 )
                 content = completion.choices[0].message.content if completion.choices else None
                 try:
-                    answer = parse_answer(rule.output, content or "")
+                    answer = parse(content or "")
                 except InvalidAnswer as exc:
                     invalid_answers += 1
                     metrics.JUDGE_CALLS.labels(model=model, outcome="invalid_answer").inc()

@@ -22,13 +22,17 @@ DECISIONS = Counter(
     "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
     ["rule", "pack", "outcome"],
 )
+# ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set, declared
+# in the rule files.
 SCORES = Counter(
-    f"{PREFIX}_scores", "Score events published, by status", ["rule", "pack", "status"]
+    f"{PREFIX}_scores",
+    "Score events published, by status",
+    ["rule", "pack", "criterion", "status"],
 )
 SCORE_VALUE = Histogram(
     f"{PREFIX}_score_value",
     "Normalised score value (0..1) of ok scores",
-    ["rule", "pack"],
+    ["rule", "pack", "criterion"],
     buckets=[i / 10 for i in range(1, 11)],
 )
 JUDGE_CALLS = Counter(f"{PREFIX}_judge_calls", "Judge calls by outcome", ["model", "outcome"])
@@ -95,13 +99,13 @@ def decisions(rule: str, pack: str, outcome: str) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def scores(rule: str, pack: str, status: str) -> Any:
-    return SCORES.labels(rule=rule, pack=pack, status=status)
+def scores(rule: str, pack: str, criterion: str, status: str) -> Any:
+    return SCORES.labels(rule=rule, pack=pack, criterion=criterion, status=status)
 
 
 @lru_cache(maxsize=4096)
-def score_values(rule: str, pack: str) -> Any:
-    return SCORE_VALUE.labels(rule=rule, pack=pack)
+def score_values(rule: str, pack: str, criterion: str) -> Any:
+    return SCORE_VALUE.labels(rule=rule, pack=pack, criterion=criterion)
 
 
 @lru_cache(maxsize=64)

@@ -86,6 +86,11 @@ class ScoreEvent(BaseModel):
     pack: str
     rule_version: int
     scope: Scope
+    criterion: str | None = Field(
+        default=None,
+        description="Rubric rules publish several scores per target: which one this is (a "
+        "criterion id, or the rubric's own output such as overall or score); null otherwise",
+    )
     target_id: str
     project_name: str
     value: float | None = Field(description="Normalised to 0..1; null unless status is ok")
@@ -100,6 +105,10 @@ class ScoreEvent(BaseModel):
     latency_ms: float | None = None
     usage: TokenUsage | None = None
     thread: ThreadInfo | None = Field(default=None, description="Thread-scope scores only")
+    details: dict[str, Any] | None = Field(
+        default=None,
+        description="Structured detail of an aggregate score (e.g. a rubric's failed checks)",
+    )
     created_at: datetime = Field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:

@@ -11,7 +11,7 @@ import orjson
 from jmespath.exceptions import JMESPathError
 from jmespath.parser import ParsedResult
 
-from .errors import MissingVariable
+from .errors import EmptyVariable, MissingVariable
 
 Getter = Callable[[Any], Any]
 
@@ -129,6 +129,42 @@ def lookup(document: Any, variable: str, path: str) -> Any:
         except JMESPathError:
             break
     raise MissingVariable(variable, path, missing_at)
+
+
+def lookup_nonempty(document: Any, variable: str, path: str) -> Any:
+    """``lookup``, and an empty string, list or object counts as missing too."""
+    value = lookup(document, variable, path)
+    if value in ("", [], {}):
+        raise EmptyVariable(variable, path)
+    return value
+
+
+def truthy(document: Any, path: str) -> bool:
+    """JMESPath truthiness of ``path`` on ``document`` (null, false and empties are false)."""
+    return compile_path(path).search(document) not in (None, False, "", [], {})
+
+
+def format_value(value: Any, fmt: str, tag: str | None = None) -> str:
+    """Render a mapped value in one of the variable formats a rule file can name."""
+    if fmt == "json":
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    if fmt == "bullets" and isinstance(value, list):
+        return "\n- ".join(["", *(render_value(item) for item in value)])
+    if fmt == "tagged":
+        items = value if isinstance(value, list) else [value]
+        return "\n".join(f"<{tag}>{render_value(item)}</{tag}>" for item in items)
+    if fmt == "tagged_fields" and isinstance(value, dict):
+        return "\n".join(f"<{key}>{render_value(item)}</{key}>" for key, item in value.items())
+    if fmt == "transcript" and isinstance(value, list):
+        return "\n\n".join(_transcript_line(message) for message in value)
+    return render_value(value)
+
+
+def _transcript_line(message: Any) -> str:
+    if isinstance(message, dict) and "content" in message:
+        role = str(message.get("role") or "message")
+        return f"{role[:1].upper()}{role[1:]}: {render_value(message['content'])}"
+    return render_value(message)
 
 
 def render_value(value: Any) -> str:

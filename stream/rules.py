@@ -14,6 +14,7 @@ from jmespath.exceptions import JMESPathError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from . import checks as checks_registry
+from . import rubric as rubric_registry
 from .errors import RuleFileError
 from .models import Scale, Scope, Trace, stable_fraction
 from .paths import compile_path
@@ -81,6 +82,17 @@ class OutputSpec(Strict):
         description='The judge answers {"<answer_key>": {"score", "reason"}} (a seed\'s own shape); '
         "only that shape is accepted",
     )
+    answer_format: Literal["json", "score_lines"] = Field(
+        default="json",
+        description="json: a JSON object (asked for as structured output); score_lines: the two "
+        "lines 'score: <n>' and 'justification: <text>' (no structured output is asked for)",
+    )
+    verdict_field: str | None = Field(
+        default=None,
+        description="The JSON field that holds the verdict, as the prompt names it (e.g. result); "
+        "when set, only JSON answers with that field are accepted",
+    )
+    reason_field: str = Field(default="reason", description="The JSON field that holds the reason")
 
     @model_validator(mode="after")
     def _consistent(self) -> OutputSpec:
@@ -96,6 +108,10 @@ class OutputSpec(Strict):
                 raise ValueError("choice output needs at least two choices")
             if self.min is not None or self.max is not None or self.labels is not None:
                 raise ValueError("choice output takes its scale from choices; drop min/max/labels")
+        if self.answer_format == "score_lines" and (self.type != "numeric" or self.answer_key):
+            raise ValueError("score_lines answers are numeric and not wrapped in an answer_key")
+        if self.verdict_field and self.answer_key:
+            raise ValueError("verdict_field and answer_key are two answer shapes; pick one")
         return self
 
     @cached_property
@@ -116,6 +132,37 @@ class OutputSpec(Strict):
         if self.labels and float(raw).is_integer():
             return self.labels.get(int(raw))
         return None
+
+
+class VariableSpec(Strict):
+    """A mapped variable: a path into the trace (or thread document) and how its value reads.
+
+    Formats: ``text`` (strings verbatim, anything else as JSON); ``json``; ``bullets``
+    (a list becomes a newline then ``- item`` lines, MLflow's expected-facts shape; a string
+    stays as it is); ``tagged`` (each item of a list, or one string, as ``<tag>item</tag>``
+    lines); ``tagged_fields`` (an object as ``<key>value</key>`` lines); ``transcript``
+    (chat messages as ``Role: content`` paragraphs).
+    """
+
+    path: str
+    format: Literal["text", "json", "bullets", "tagged", "tagged_fields", "transcript"] = "text"
+    tag: str | None = Field(default=None, description="The element name for format: tagged")
+    allow_empty: bool = Field(
+        default=True, description="false: an empty string, list or object counts as missing"
+    )
+
+    @model_validator(mode="after")
+    def _tag_for_tagged(self) -> VariableSpec:
+        if (self.format == "tagged") != (self.tag is not None):
+            raise ValueError("tag is required by format: tagged and only used by it")
+        return self
+
+
+class PromptSuffix(Strict):
+    """Text appended to the prompt only when ``when`` (a path into the trace) is truthy."""
+
+    when: str
+    text: str = Field(min_length=1)
 
 
 class JudgeSpec(Strict):
@@ -167,7 +214,7 @@ class RuleBase(Strict):
     description: str | None = None
     filter: RuleFilter = Field(default_factory=RuleFilter)
     sampling_rate: float = Field(default=1.0, ge=0.0, le=1.0)
-    variables: dict[str, str] = Field(default_factory=dict)
+    variables: dict[str, str | VariableSpec] = Field(default_factory=dict)
     output: OutputSpec
     thread: ThreadSpec | None = Field(
         default=None, description="Thread-scope rules only; variables map into the thread document"
@@ -185,12 +232,20 @@ class RuleBase(Strict):
 
     @model_validator(mode="after")
     def _paths_compile(self) -> RuleBase:
-        for name, path in self.variables.items():
+        for name, spec in self.variable_specs.items():
             try:
-                compile_path(path)
+                compile_path(spec.path)
             except JMESPathError as exc:
-                raise ValueError(f"variables.{name}: bad path {path!r}: {exc}") from exc
+                raise ValueError(f"variables.{name}: bad path {spec.path!r}: {exc}") from exc
         return self
+
+    @cached_property
+    def variable_specs(self) -> dict[str, VariableSpec]:
+        """Every variable as a full spec (a bare path is ``format: text``)."""
+        return {
+            name: spec if isinstance(spec, VariableSpec) else VariableSpec(path=spec)
+            for name, spec in self.variables.items()
+        }
 
     def sampled(self, target_id: str) -> bool:
         """Deterministic by target id, so a redelivered trace is sampled the same way."""
@@ -199,24 +254,106 @@ class RuleBase(Strict):
         return stable_fraction(self.id, target_id) < self.sampling_rate
 
 
-class LLMJudgeRule(RuleBase):
-    """A rule scored by an LLM judge from a prompt template."""
+class PromptedRule(RuleBase):
+    """What every judged rule has: the judge, the prompt (and optional system prompt), the
+    literal ``options`` some placeholders take, and suffixes appended on a condition."""
 
-    kind: Literal["llm_judge"]
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
+    system_prompt: str | None = Field(default=None, min_length=1)
     prompt: str = Field(min_length=1)
+    options: dict[str, str] = Field(
+        default_factory=dict, description="Placeholder -> literal text (e.g. instructions)"
+    )
+    suffixes: list[PromptSuffix] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _placeholders_mapped(self) -> LLMJudgeRule:
-        used = placeholders(self.prompt)
-        mapped = set(self.variables)
+    def _placeholders_mapped(self) -> PromptedRule:
+        templates = [self.prompt, self.system_prompt or ""] + [s.text for s in self.suffixes]
+        used = set().union(*(placeholders(t) for t in templates))
         problems = []
+        if both := sorted(set(self.variables) & set(self.options)):
+            problems.append(f"placeholders both mapped and given as options: {both}")
+        mapped = set(self.variables) | set(self.options)
         if unmapped := sorted(used - mapped):
-            problems.append(f"placeholders without a variable mapping: {unmapped}")
+            problems.append(f"placeholders without a variable mapping or option: {unmapped}")
         if unused := sorted(mapped - used):
-            problems.append(f"variables mapped but not used in the prompt: {unused}")
+            problems.append(f"variables or options not used in the prompt: {unused}")
+        for i, suffix in enumerate(self.suffixes):
+            try:
+                compile_path(suffix.when)
+            except JMESPathError as exc:
+                problems.append(f"suffixes.{i}.when: bad path {suffix.when!r}: {exc}")
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+
+class LLMJudgeRule(PromptedRule):
+    """A rule scored by an LLM judge from a prompt template: one verdict, one score."""
+
+    kind: Literal["llm_judge"]
+
+    @property
+    def engine(self) -> str:
+        """How the rule is scored, for listings."""
+        return "judge"
+
+
+class Criterion(Strict):
+    """One criterion of a rubric: the judge answers every criterion in one call."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    name: str
+    na_when: str | None = Field(
+        default=None,
+        description="A path into the trace or thread document; when truthy the criterion does "
+        "not apply and its answer is NA whatever the judge said (e.g. too few exchanges)",
+    )
+
+
+class AggregateSpec(Strict):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RubricRule(PromptedRule):
+    """Several criteria judged in one call; a registered aggregator turns the answers into
+    scores (one per criterion plus its own, such as an overall rating or a pass/fail gate)."""
+
+    kind: Literal["rubric"]
+    criteria: list[Criterion] = Field(min_length=1)
+    aggregate: AggregateSpec
+
+    @property
+    def engine(self) -> str:
+        return f"rubric:{self.aggregate.name}"
+
+    @cached_property
+    def validated_aggregate(self) -> rubric_registry.AggregateParams:
+        spec = rubric_registry.get(self.aggregate.name)
+        assert spec is not None
+        return spec.validate_params(self.aggregate.params, [c.id for c in self.criteria])
+
+    @model_validator(mode="after")
+    def _rubric_consistent(self) -> RubricRule:
+        ids = [c.id for c in self.criteria]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"criteria ids repeat: {sorted(i for i in ids if ids.count(i) > 1)}")
+        for criterion in self.criteria:
+            if criterion.na_when is None:
+                continue
+            compile_path(criterion.na_when)
+            if not self.output.choices or "NA" not in self.output.choices:
+                raise ValueError(f"criterion {criterion.id}: na_when needs an NA choice in output")
+        spec = rubric_registry.get(self.aggregate.name)
+        if spec is None:
+            raise ValueError(
+                f"unknown aggregate {self.aggregate.name!r}; registered: "
+                f"{sorted(rubric_registry.names())}"
+            )
+        spec.validate_params(self.aggregate.params, ids)
+        if self.output.answer_format != "json" or self.output.answer_key:
+            raise ValueError("a rubric is answered as one JSON object keyed by criterion id")
         return self
 
 
@@ -226,6 +363,10 @@ class CheckRule(RuleBase):
     kind: Literal["check"]
     check: str
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def engine(self) -> str:
+        return f"check:{self.check}"
 
     @cached_property
     def validated_params(self) -> checks_registry.CheckParams:
@@ -250,21 +391,22 @@ class CheckRule(RuleBase):
         return self
 
 
-Rule = Annotated[LLMJudgeRule | CheckRule, Field(discriminator="kind")]
-_RULE_ADAPTER: TypeAdapter[LLMJudgeRule | CheckRule] = TypeAdapter(Rule)
+AnyRule = LLMJudgeRule | RubricRule | CheckRule
+Rule = Annotated[AnyRule, Field(discriminator="kind")]
+_RULE_ADAPTER: TypeAdapter[AnyRule] = TypeAdapter(Rule)
 
 
 @dataclass
 class RuleSet:
     """The loaded rules, with a hash that identifies this exact set."""
 
-    rules: list[LLMJudgeRule | CheckRule] = field(default_factory=list)
+    rules: list[AnyRule] = field(default_factory=list)
     digest: str = ""
 
-    def for_scope(self, scope: str) -> list[LLMJudgeRule | CheckRule]:
+    def for_scope(self, scope: str) -> list[AnyRule]:
         return [r for r in self.rules if r.scope == scope]
 
-    def thread_rules(self, kind: str) -> list[LLMJudgeRule | CheckRule]:
+    def thread_rules(self, kind: str) -> list[AnyRule]:
         return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
 
     def thread_spec(self, kind: str) -> ThreadSpec | None:
@@ -281,14 +423,14 @@ def _format_validation_error(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors():
         # drop the discriminator tag pydantic puts in front of union members
-        loc = [str(p) for p in err["loc"] if p not in ("llm_judge", "check")]
+        loc = [str(p) for p in err["loc"] if p not in ("llm_judge", "rubric", "check")]
         where = ".".join(loc) or "(file)"
         msg = err["msg"].removeprefix("Value error, ")
         problems.append(f"field {where}: {msg}")
     return problems
 
 
-def load_rule_file(path: Path) -> LLMJudgeRule | CheckRule:
+def load_rule_file(path: Path) -> AnyRule:
     """Load one rule file; raise ``RuleFileError`` naming the file, the field and the problem."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -328,9 +470,7 @@ def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path
     return files
 
 
-def _conflicting_thread_spec(
-    rule: LLMJudgeRule | CheckRule, loaded: list[LLMJudgeRule | CheckRule]
-) -> str | None:
+def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None:
     """Threads of one kind are folded and closed once for every rule: their specs must agree."""
     if rule.thread is None:
         return None
@@ -350,7 +490,7 @@ def check_rules(
 ) -> tuple[RuleSet, list[RuleFileError]]:
     """Load every rule file, collecting all errors instead of stopping at the first."""
     errors: list[RuleFileError] = []
-    rules: list[LLMJudgeRule | CheckRule] = []
+    rules: list[AnyRule] = []
     seen: dict[str, Path] = {}
     digest = hashlib.sha256()
     try:

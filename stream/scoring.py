@@ -19,11 +19,13 @@ from typing import Any
 
 from . import checks as checks_registry
 from . import metrics
+from . import rubric as rubric_registry
 from .errors import JudgeError, MissingVariable
 from .judge import NO_JUDGE_REASON, JudgeClient
 from .models import (
     Decision,
     Outcome,
+    Scale,
     ScoreEvent,
     Status,
     ThreadInfo,
@@ -32,14 +34,13 @@ from .models import (
     score_id,
     utcnow,
 )
-from .paths import lookup, render_value
-from .rules import CheckRule, LLMJudgeRule, RuleSet
+from .paths import format_value, lookup, lookup_nonempty, truthy
+from .rubric import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
+from .rules import AnyRule, CheckRule, LLMJudgeRule, PromptedRule, RubricRule, RuleSet
 from .templates import render
 from .threads import PendingClose, ThreadKind
 
 log = logging.getLogger(__name__)
-
-AnyRule = LLMJudgeRule | CheckRule
 
 
 @dataclass
@@ -48,12 +49,15 @@ class RuleOutcome:
 
     decision: Decision
     score: ScoreEvent | None
+    extra: list[ScoreEvent] = field(default_factory=list)  # a rubric's other scores
 
 
 @dataclass
 class JudgeJob:
-    rule: LLMJudgeRule
+    rule: PromptedRule
     prompt: str
+    system: str | None = None
+    forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
 
 
 @dataclass(slots=True)
@@ -104,7 +108,11 @@ class TraceResult:
 
     @property
     def scores(self) -> list[ScoreEvent]:
-        return [o.score for o in self.outcomes if o.score is not None]
+        return [
+            score
+            for o in self.outcomes
+            for score in ([o.score] if o.score is not None else []) + o.extra
+        ]
 
     @property
     def decisions(self) -> list[Decision]:
@@ -113,11 +121,36 @@ class TraceResult:
 
 def resolve_variables(rule: AnyRule, document: Any) -> dict[str, Any]:
     """Mapped values of every variable; raises ``MissingVariable`` for the first missing one."""
-    return {name: lookup(document, name, path) for name, path in rule.variables.items()}
+    return {
+        name: (lookup if spec.allow_empty else lookup_nonempty)(document, name, spec.path)
+        for name, spec in rule.variable_specs.items()
+    }
 
 
-def render_prompt(rule: LLMJudgeRule, values: dict[str, Any]) -> str:
-    return render(rule.prompt, {name: render_value(v) for name, v in values.items()})
+def _texts(rule: PromptedRule, values: dict[str, Any]) -> dict[str, str]:
+    specs = rule.variable_specs
+    texts = {
+        name: format_value(value, specs[name].format, specs[name].tag)
+        for name, value in values.items()
+    }
+    texts.update(rule.options)
+    return texts
+
+
+def render_prompt(rule: PromptedRule, values: dict[str, Any], document: Any = None) -> str:
+    """The user prompt, with the suffixes whose condition holds on ``document``."""
+    texts = _texts(rule, values)
+    prompt = render(rule.prompt, texts)
+    for suffix in rule.suffixes:
+        if truthy(document, suffix.when):
+            prompt += render(suffix.text, texts)
+    return prompt
+
+
+def render_system(rule: PromptedRule, values: dict[str, Any]) -> str | None:
+    if rule.system_prompt is None:
+        return None
+    return render(rule.system_prompt, _texts(rule, values))
 
 
 class Scorer:
@@ -171,7 +204,7 @@ class Scorer:
                 applies = rule.filter.matches(as_trace, close.topic)
             if not applies:
                 plan.outcomes.append(self._decide(rule, plan, "filtered", None, None))
-            elif isinstance(rule, LLMJudgeRule) and not document["turn_count"]:
+            elif isinstance(rule, PromptedRule) and not document["turn_count"]:
                 plan.outcomes.append(
                     self._finish(
                         rule, plan, status="skipped", status_reason="the thread has no turns"
@@ -198,7 +231,16 @@ class Scorer:
                 self._finish(rule, plan, status="skipped", status_reason=NO_JUDGE_REASON)
             )
         else:
-            plan.judge_jobs.append(JudgeJob(rule, render_prompt(rule, values)))
+            prompt = render_prompt(rule, values, document)
+            system = render_system(rule, values)
+            forced = {}
+            if isinstance(rule, RubricRule):
+                forced = {
+                    c.id: f"NA: the criterion does not apply ({c.na_when})"
+                    for c in rule.criteria
+                    if c.na_when is not None and truthy(document, c.na_when)
+                }
+            plan.judge_jobs.append(JudgeJob(rule, prompt, system, forced))
 
     async def finish(self, plan: TracePlan) -> TraceResult:
         """Make the plan's judge calls concurrently and add their outcomes."""
@@ -238,8 +280,9 @@ class Scorer:
     async def _run_judge(self, job: JudgeJob, plan: TracePlan) -> RuleOutcome:
         assert self.judge is not None
         rule = job.rule
+        assert isinstance(rule, LLMJudgeRule | RubricRule)
         try:
-            verdict = await self.judge.judge(rule, job.prompt)
+            verdict = await self.judge.judge(rule, job.prompt, job.system)
         except JudgeError as exc:
             return self._finish(
                 rule,
@@ -249,6 +292,8 @@ class Scorer:
                 status_reason=f"judge {exc.kind}: {exc}",
                 judge_model=rule.judge.model or self.default_model,
             )
+        if isinstance(rule, RubricRule):
+            return self._finish_rubric(rule, plan, job, verdict)
         return self._finish(
             rule,
             plan,
@@ -304,7 +349,12 @@ class Scorer:
         timestamp for everything decided synchronously)."""
         target = plan.target
         now = now or plan.created_at
-        sid = score_id(rule.id, rule.version, rule.scope, target.score_key)
+        criterion, scale = None, rule.output.scale
+        if isinstance(rule, RubricRule):
+            # a rubric that could not be judged publishes one score: its primary one
+            assert status != "ok", "rubric scores come from _finish_rubric"
+            criterion, scale = _rubric_primary(rule)
+        sid = score_id(_score_rule_key(rule, criterion), rule.version, rule.scope, target.score_key)
         ok = status == "ok" and raw_value is not None
         score = ScoreEvent(
             score_id=sid,
@@ -312,11 +362,12 @@ class Scorer:
             pack=rule.pack,
             rule_version=rule.version,
             scope=rule.scope,
+            criterion=criterion,
             target_id=target.id,
             project_name=target.project_name,
             value=rule.output.normalise(raw_value) if ok and raw_value is not None else None,
             raw_value=raw_value if ok else None,
-            scale=rule.output.scale,
+            scale=scale,
             label=label,
             reason=reason,
             higher_is_better=rule.output.higher_is_better,
@@ -332,3 +383,92 @@ class Scorer:
         decided = self._decide(rule, plan, outcome, status_reason, sid, now)
         decided.score = score
         return decided
+
+    def _finish_rubric(
+        self, rule: RubricRule, plan: TracePlan, job: JudgeJob, verdict: Any
+    ) -> RuleOutcome:
+        """Every score a rubric publishes from one judge answer; one decision, whose score id
+        is the rubric's primary score."""
+        now = utcnow()
+        answers: dict[str, CriterionAnswer | None] = dict(verdict.answer)
+        for cid, why in job.forced.items():
+            judged = answers.get(cid)
+            said = f"; the judge said {judged.label}" if judged is not None else ""
+            answers[cid] = CriterionAnswer(rule.output.choices["NA"], "NA", None, why + said)  # type: ignore[index]
+        ordered = {c.id: answers[c.id] for c in rule.criteria if c.id in answers}
+        spec = rubric_registry.get(rule.aggregate.name)
+        assert spec is not None  # checked at load time
+        rubric = RubricInput(
+            criteria=[CriterionInfo(c.id, c.name) for c in rule.criteria],
+            answers=ordered,
+            scale=rule.output.scale,
+            labels=rule.output.labels,
+        )
+        try:
+            results = spec.func(rubric, rule.validated_aggregate)
+        except Exception as exc:  # a bug in an aggregator must not stop the stream
+            log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
+            return self._finish(
+                rule,
+                plan,
+                now,
+                status="error",
+                status_reason=f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}",
+                judge_model=verdict.model,
+            )
+        scores = [self._rubric_score(rule, plan, result, verdict, now) for result in results]
+        primary = next((s for s in scores if s.criterion == spec.primary), scores[0])
+        outcome: Outcome = "scored" if primary.status == "ok" else "error"
+        decided = self._decide(rule, plan, outcome, primary.status_reason, primary.score_id, now)
+        decided.score = primary
+        decided.extra = [s for s in scores if s is not primary]
+        return decided
+
+    def _rubric_score(
+        self, rule: RubricRule, plan: TracePlan, result: RubricScore, verdict: Any, now: datetime
+    ) -> ScoreEvent:
+        target = plan.target
+        ok = result.error is None and result.raw_value is not None
+        return ScoreEvent(
+            score_id=score_id(
+                _score_rule_key(rule, result.name), rule.version, rule.scope, target.score_key
+            ),
+            rule_id=rule.id,
+            pack=rule.pack,
+            rule_version=rule.version,
+            scope=rule.scope,
+            criterion=result.name,
+            target_id=target.id,
+            project_name=target.project_name,
+            value=result.value if ok else None,
+            raw_value=result.raw_value if ok else None,
+            scale=result.scale,
+            label=result.label,
+            reason=result.reason,
+            higher_is_better=result.higher_is_better,
+            status="ok" if ok else "error",
+            status_reason=result.error,
+            judge_model=verdict.model,
+            latency_ms=verdict.latency_ms,
+            # one judge call: its usage is counted once, on the primary score
+            usage=verdict.usage if result.name == rule_primary_name(rule) else None,
+            thread=target.thread,
+            details=result.details,
+            created_at=now,
+        )
+
+
+def rule_primary_name(rule: RubricRule) -> str:
+    spec = rubric_registry.get(rule.aggregate.name)
+    assert spec is not None
+    return spec.primary
+
+
+def _rubric_primary(rule: RubricRule) -> tuple[str, Scale]:
+    scale = rule.validated_aggregate.primary_scale() or rule.output.scale
+    return rule_primary_name(rule), scale
+
+
+def _score_rule_key(rule: AnyRule, criterion: str | None) -> str:
+    """What a score id hashes for the rule: its id, and the criterion for rubric scores."""
+    return rule.id if criterion is None else f"{rule.id}/{criterion}"

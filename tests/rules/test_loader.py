@@ -67,7 +67,7 @@ def test_shipped_rules_load() -> None:
         ),
         (
             {"variables": {"input": "input.messages[-1].content"}},
-            "placeholders without a variable mapping: ['output']",
+            "placeholders without a variable mapping or option: ['output']",
         ),
         (
             {
@@ -77,7 +77,7 @@ def test_shipped_rules_load() -> None:
                     "extra": "metadata.x",
                 }
             },
-            "variables mapped but not used in the prompt: ['extra']",
+            "variables or options not used in the prompt: ['extra']",
         ),
         (
             {"variables": {"input": "input.messages[-1.content", "output": "x"}},
