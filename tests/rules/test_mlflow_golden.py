@@ -1,0 +1,310 @@
+"""Golden tests: the MLflow pack reproduces seed 002's judges and v1 metrics exactly.
+
+Expected prompts come from the seed's own code (tests/seed_mlflow.py runs its constant
+blocks and its grading-template builder); expected variable values are computed here with
+plain Python, not through the engine's paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import orjson
+import pytest
+from fixtures import RULES_DIR, as_trace, scorer
+from mlflow_v1_examples import EXAMPLES
+from seed_mlflow import judge_prompts, metric_prompt, metrics
+
+from stream.answers import InvalidAnswer, parse_answer, response_schema
+from stream.mockjudge import MockJudge
+from stream.rules import LLMJudgeRule, load_rule_file, load_rules
+from stream.scoring import render_prompt, render_system, resolve_variables
+
+SEED = judge_prompts()
+METRICS = metrics()
+
+QUESTION = "How long should I practice scales each day?"
+ANSWER = "Fifteen minutes a day, at a slow tempo, beats an hour once a week."
+DOCS = ["Short daily practice builds motor memory.", "Slow tempo first, then speed up."]
+FACTS = ["practice daily", "start slow"]
+GUIDELINES = ["Answer in one sentence.", "Do not recommend paid products."]
+
+
+def trace(**expectations: Any) -> dict[str, Any]:
+    """A chat-shaped trace (Opik's model) with expectations and retrieval context."""
+    return {
+        "id": "trace-mlflow-1",
+        "project_name": "rag-demo",
+        "name": "rag-answer",
+        "input": {"messages": [{"role": "user", "content": QUESTION}]},
+        "output": {"messages": [{"role": "assistant", "content": ANSWER}]},
+        "metadata": {"expectations": expectations, "retrieval_context": DOCS},
+    }
+
+
+def load(rule_id: str) -> LLMJudgeRule:
+    rule = load_rule_file(RULES_DIR / "mlflow" / f"{rule_id}.yaml")
+    assert isinstance(rule, LLMJudgeRule)
+    return rule
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        template = template.replace("{{" + name + "}}", value)
+    assert "{{" not in template, template
+    return template
+
+
+def rendered(rule: LLMJudgeRule, document: dict[str, Any]) -> str:
+    return render_prompt(rule, resolve_variables(rule, document), document)
+
+
+DOCS_JSON = orjson.dumps(DOCS, option=orjson.OPT_INDENT_2).decode()
+FACTS_TEXT = "\n- practice daily\n- start slow"  # MLflow: "\n- ".join([""] + facts)
+
+JUDGES = [
+    # rule id, seed constant, expectations on the trace, the values the prompt must show
+    (
+        "groundedness",
+        "GROUNDEDNESS_PROMPT",
+        {},
+        {"input": QUESTION, "output": ANSWER, "retrieval_context": DOCS_JSON},
+    ),
+    ("relevance_to_query", "RELEVANCE_TO_QUERY_PROMPT", {}, {"input": QUESTION, "output": ANSWER}),
+    ("retrieval_relevance", "RETRIEVAL_RELEVANCE_PROMPT", {}, {"input": QUESTION, "doc": DOCS[0]}),
+    ("safety", "SAFETY_PROMPT", {}, {"content": ANSWER}),
+    (
+        "context_sufficiency",
+        "CONTEXT_SUFFICIENCY_PROMPT",
+        {"expected_facts": FACTS},
+        {"input": QUESTION, "ground_truth": FACTS_TEXT, "retrieval_context": DOCS_JSON},
+    ),
+    (
+        "equivalence",
+        "EQUIVALENCE_PROMPT",
+        {"expected_response": "Practice a little every day."},
+        {"output": ANSWER, "expected_output": "Practice a little every day."},
+    ),
+    (
+        "guidelines",
+        "GUIDELINES_PROMPT",
+        {"guidelines": GUIDELINES},
+        {
+            "guidelines": "<guideline>Answer in one sentence.</guideline>\n"
+            "<guideline>Do not recommend paid products.</guideline>",
+            "guidelines_context": f"<request>{QUESTION}</request>\n<response>{ANSWER}</response>",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "constant", "expectations", "values"), JUDGES)
+def test_judge_prompt_is_the_seeds(
+    rule_id: str, constant: str, expectations: dict[str, Any], values: dict[str, str]
+) -> None:
+    rule = load(rule_id)
+    assert rule.prompt == SEED[constant]
+    assert rendered(rule, trace(**expectations)) == fill(SEED[constant], values)
+
+
+def test_correctness_appends_the_suffix_only_for_expected_facts() -> None:
+    rule = load("correctness")
+    assert rule.prompt == SEED["CORRECTNESS_PROMPT"]
+    with_facts = rendered(rule, trace(expected_facts=FACTS))
+    values = {"input": QUESTION, "output": ANSWER, "ground_truth": FACTS_TEXT}
+    assert (
+        with_facts == fill(SEED["CORRECTNESS_PROMPT"], values) + SEED["CORRECTNESS_PROMPT_SUFFIX"]
+    )
+    response = "Practice a little every day."
+    with_response = rendered(rule, trace(expected_response=response, expected_facts=FACTS))
+    values["ground_truth"] = response
+    assert with_response == fill(SEED["CORRECTNESS_PROMPT"], values)  # no suffix
+
+
+def test_instructions_judge_system_prompt_is_the_seeds_with_the_rules_instructions() -> None:
+    rule = load("instructions")
+    instructions = rule.options["instructions"]
+    assert "{{ outputs }}" in instructions and "{{ inputs }}" in instructions
+    document = trace()
+    values = resolve_variables(rule, document)
+    expected = SEED["INSTRUCTIONS_JUDGE_SYSTEM_PROMPT"].replace("{{instructions}}", instructions)
+    assert render_system(rule, values) == expected
+    assert expected.startswith(SEED["JUDGE_BASE_PROMPT"] + "\n\nYour task: ")
+    assert render_prompt(rule, values) == f"inputs: {QUESTION}\noutputs: {ANSWER}"
+
+
+V1 = [
+    # rule id (MLflow's metric name), seed class, include_input, grading context values
+    ("answer_similarity", "AnswerSimilarityMetric", False, {"targets": "Practice daily, slowly."}),
+    ("faithfulness", "FaithfulnessMetric", False, {"context": DOCS_JSON}),
+    ("answer_correctness", "AnswerCorrectnessMetric", True, {"targets": "Practice daily, slowly."}),
+    ("answer_relevance", "AnswerRelevanceMetric", True, {}),
+    ("relevance", "RelevanceMetric", True, {"context": DOCS_JSON}),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "cls", "include_input", "context"), V1)
+def test_v1_metric_prompt_is_the_grading_template_with_the_metrics_parts(
+    rule_id: str, cls: str, include_input: bool, context: dict[str, str]
+) -> None:
+    metric = METRICS[cls]
+    examples = [metric.examples.get(e) or EXAMPLES[cls][e] for e in metric.default_examples]
+    expected = metric_prompt(rule_id, metric, examples, include_input=include_input)
+    rule = load(rule_id)
+    assert rule.prompt == expected
+    assert metric.definition in rule.prompt and metric.grading_prompt in rule.prompt
+    assert ("\n\nInput:\n{{input}}" in rule.prompt) is include_input
+    values = {"output": ANSWER, **context}
+    if include_input:
+        values["input"] = QUESTION
+    assert rendered(rule, trace(expected_response="Practice daily, slowly.")) == fill(
+        expected, values
+    )
+    assert (rule.output.min, rule.output.max, rule.output.integer) == (1, 5, True)
+    assert response_schema(rule.output) is None  # the prompt asks for two lines, not JSON
+
+
+def test_the_pack_is_the_seeds_eight_judges_instructions_and_five_metrics() -> None:
+    ruleset = load_rules(RULES_DIR, ["mlflow"])
+    assert sorted(r.id for r in ruleset.rules) == sorted(
+        ["correctness", "instructions"] + [j[0] for j in JUDGES] + [m[0] for m in V1]
+    )
+
+
+YES_NO_ANSWERS = [
+    # rule, scripted answer, raw value, label, reason
+    (
+        "safety",
+        '{"rationale": "Let\'s think step by step. Harmless advice.", "result": "yes"}',
+        1.0,
+        "yes",
+        "Let's think step by step. Harmless advice.",
+    ),
+    (
+        "safety",
+        '{"rationale": "Let\'s think step by step. Incites violence.", "result": "no"}',
+        0.0,
+        "no",
+        "Let's think step by step. Incites violence.",
+    ),
+    (
+        "groundedness",
+        'quoted {"result": "yes"} then\n{"rationale": "Not in the documents.", "result": "no"}',
+        0.0,
+        "no",
+        "Not in the documents.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "answer", "raw", "label", "reason"), YES_NO_ANSWERS)
+def test_yes_no_answers(rule_id: str, answer: str, raw: float, label: str, reason: str) -> None:
+    rule = load(rule_id)
+    parsed = parse_answer(rule.output, answer)
+    assert (parsed.raw_value, parsed.label, parsed.reason) == (raw, label, reason)
+    assert rule.output.normalise(raw) == raw
+    schema = response_schema(rule.output)
+    assert schema is not None and schema["required"] == ["rationale", "result"]
+    assert schema["properties"]["result"] == {"type": "string", "enum": ["yes", "no"]}
+
+
+def test_yes_no_rules_accept_only_the_seeds_json_shape() -> None:
+    rule = load("safety")
+    with pytest.raises(InvalidAnswer, match='"rationale"'):
+        parse_answer(rule.output, "yes, it is safe")
+    with pytest.raises(InvalidAnswer, match="not one of"):
+        parse_answer(rule.output, '{"rationale": "unsure", "result": "maybe"}')
+
+
+SCORE_LINES = [
+    (
+        "score: 4\njustification: Mostly aligned with the targets.",
+        4.0,
+        0.75,
+        "Mostly aligned with the targets.",
+    ),
+    (
+        "Score: 1\nJustification: Unrelated.\nIt talks about guitars.",
+        1.0,
+        0.0,
+        "Unrelated.\nIt talks about guitars.",
+    ),
+    ("An example said score: 5\nscore: 2\njustification: Partial.", 2.0, 0.25, "Partial."),
+    ("score: 5", 5.0, 1.0, None),
+]
+
+
+@pytest.mark.parametrize(("answer", "raw", "value", "reason"), SCORE_LINES)
+def test_score_lines_answers(answer: str, raw: float, value: float, reason: str | None) -> None:
+    rule = load("answer_similarity")
+    parsed = parse_answer(rule.output, answer)
+    assert (parsed.raw_value, parsed.reason) == (raw, reason)
+    assert rule.output.normalise(parsed.raw_value) == value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "score: 7\njustification: off the scale",
+        "score: 3.5\njustification: half",
+        "justification: none",
+    ],
+)
+def test_score_lines_reject_what_the_rubric_does_not_allow(answer: str) -> None:
+    with pytest.raises(InvalidAnswer):
+        parse_answer(load("answer_similarity").output, answer)
+
+
+def test_scored_through_a_judge_server_yes_no_and_score_lines() -> None:
+    """End to end through the scorer and a real HTTP judge: the score events and requests."""
+    ruleset = load_rules(RULES_DIR, ["mlflow"])
+    with MockJudge() as judge:
+        judge.script("", '{"rationale": "Fine.", "result": "no"}')  # scripts: newest first
+        judge.script("content safety classifier", '{"rationale": "Safe.", "result": "yes"}')
+        judge.script("numerical score called faithfulness", "score: 4\njustification: Mostly.")
+        document = trace(expected_facts=FACTS)
+        result = asyncio.run(
+            scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
+        )
+        requests = [r["body"] for r in judge.requests]
+    scores = {s.rule_id: s for s in result.scores}
+    safety = scores["safety"]
+    assert (safety.status, safety.value, safety.raw_value, safety.label, safety.reason) == (
+        "ok",
+        1.0,
+        1.0,
+        "yes",
+        "Safe.",
+    )
+    faithfulness = scores["faithfulness"]
+    assert (faithfulness.value, faithfulness.raw_value, faithfulness.reason) == (
+        0.75,
+        4.0,
+        "Mostly.",
+    )
+    assert (faithfulness.scale.min, faithfulness.scale.max) == (1, 5)
+    # needed fields absent: skipped with the path, never an error
+    for rule_id in ("equivalence", "answer_similarity", "answer_correctness", "guidelines"):
+        assert scores[rule_id].status == "skipped", rule_id
+        assert "metadata.expectations" in (scores[rule_id].status_reason or "")
+    assert scores["correctness"].status == "ok" and scores["correctness"].value == 0.0
+    by_prompt = {r["messages"][-1]["content"][:60]: r for r in requests}
+    faith = next(r for p, r in by_prompt.items() if "Task:" in p)
+    assert "response_format" not in faith  # two-line answers: no JSON schema asked
+    safe = next(r for r in requests if "content safety" in r["messages"][-1]["content"])
+    assert safe["response_format"]["json_schema"]["schema"]["required"] == ["rationale", "result"]
+    instructions = next(r for r in requests if r["messages"][0]["role"] == "system")
+    assert instructions["messages"][0]["content"].startswith(SEED["JUDGE_BASE_PROMPT"])
+
+
+def test_a_trace_without_retrieval_context_skips_the_retrieval_rules() -> None:
+    document = copy.deepcopy(trace())
+    del document["metadata"]["retrieval_context"]
+    ruleset = load_rules(RULES_DIR, ["mlflow"])
+    result = asyncio.run(scorer(None, ruleset).score_trace(as_trace(document), document))
+    scores = {s.rule_id: s for s in result.scores}
+    for rule_id in ("groundedness", "retrieval_relevance", "faithfulness", "relevance"):
+        assert scores[rule_id].status == "skipped"
+        assert "metadata.retrieval_context" in (scores[rule_id].status_reason or "")
