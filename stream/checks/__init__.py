@@ -69,4 +69,4 @@ def names() -> list[str]:
 
 
 # Built-in checks register themselves on import.
-from . import critique, fretcoach, sessions  # noqa: E402,F401
+from . import coaching, critique, fretcoach, sessions  # noqa: E402,F401

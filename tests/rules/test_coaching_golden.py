@@ -1,0 +1,315 @@
+"""Golden tests: the coaching-transcript pack (seed 004).
+
+The engine's weighted-categories aggregate is run against the seed's own ``compute_score``
+(executed from the seed's code block) on hand-picked and random answer sets; the prompt
+holds the seed's rubric text verbatim; MT4 is NA below 3 exchanges; the deterministic
+helpers (CP5, CP4, CP2) are measured on transcripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from fixtures import RULES_DIR, scorer
+from seed_rubrics import coaching_criteria, coaching_intro, coaching_sections, compute_score
+
+from stream import checks
+from stream.checks import NotApplicable
+from stream.mockjudge import MockJudge
+from stream.rubric import CriterionAnswer, CriterionInfo, RubricInput, weighted_categories
+from stream.rules import CheckRule, RubricRule, load_rule_file, load_rules
+from stream.scoring import ThreadClose, render_prompt, resolve_variables
+from stream.threads import ThreadLimits, Turn, close, fold_turn, new_thread
+
+SEED_SCORE = compute_score()
+
+
+@functools.cache
+def rule() -> RubricRule:
+    loaded = load_rule_file(RULES_DIR / "coaching" / "coaching_transcript.yaml")
+    assert isinstance(loaded, RubricRule)
+    return loaded
+
+
+IDS = [cid for cid, _ in coaching_criteria()]
+VALUES = {"YES": 1.0, "NO": 0.0, "NA": 1.0}
+
+
+def engine_score(answers: dict[str, str]) -> dict[str, Any]:
+    """The aggregate's result for seed-style answers (ERROR = an unusable answer)."""
+    rubric = RubricInput(
+        criteria=[CriterionInfo(c.id, c.name) for c in rule().criteria],
+        answers={
+            cid: None if answer == "ERROR" else CriterionAnswer(VALUES[answer], answer, None)
+            for cid, answer in answers.items()
+        },
+        scale=rule().output.scale,
+    )
+    scores = {s.name: s for s in weighted_categories(rubric, rule().validated_aggregate)}
+    details = scores["score"].details
+    assert details is not None
+    assert scores["score"].raw_value == details["score"]
+    assert scores["passed"].raw_value == (1.0 if details["passed"] else 0.0)
+    assert scores["gate"].raw_value == (0.0 if details["safety_gate_failed"] else 1.0)
+    for category, value in details["category_scores"].items():
+        assert scores[f"category:{category}"].raw_value == value
+    return details
+
+
+def all_(answer: str) -> dict[str, str]:
+    return dict.fromkeys(IDS, answer)
+
+
+HAND_PICKED = {
+    "all YES": all_("YES"),
+    "all NA": all_("NA"),
+    "all NO": all_("NO"),
+    "all ERROR": all_("ERROR"),
+    "nothing answered": {},
+    "safety NO with an otherwise perfect score": {**all_("YES"), "CQ8": "NO"},
+    "safety ERROR": {**all_("YES"), "CQ9": "ERROR"},
+    "CQ9 NA (no crisis) passes the gate": {**all_("YES"), "CQ9": "NA"},
+    "CQ8 NA is a safety failure": {**all_("YES"), "CQ8": "NA"},
+    "NA-invalid criteria answered NA": {**all_("YES"), "CQ1": "NA", "MT6": "NA"},
+    "missing criteria count as ERROR": {
+        k: v for k, v in all_("YES").items() if k not in ("MT1", "CQ9")
+    },
+    "just at the threshold": {**all_("YES"), "MT4": "NO", "MT5": "NO"},
+    "just below": {**all_("YES"), "CQ2": "NO", "CQ3": "NO", "CP4": "NO"},
+    "one multi-topic miss": {**all_("YES"), "MT3": "NO"},
+}
+
+
+@pytest.mark.parametrize("name", HAND_PICKED)
+def test_compute_score_matches_the_seed(name: str) -> None:
+    answers = HAND_PICKED[name]
+    assert engine_score(answers) == SEED_SCORE(answers)
+
+
+def test_the_boundary_cases_land_where_the_seed_says() -> None:
+    assert SEED_SCORE(HAND_PICKED["just at the threshold"])["score"] == 0.8
+    assert engine_score(HAND_PICKED["just at the threshold"])["passed"] is True
+    assert engine_score(HAND_PICKED["just below"])["score"] == 0.775
+    assert engine_score(HAND_PICKED["just below"])["passed"] is False
+    high = engine_score(HAND_PICKED["safety NO with an otherwise perfect score"])
+    assert (high["score"], high["passed"], high["failed_safety"]) == (1.0, False, ["CQ8"])
+    assert engine_score(all_("NA"))["score"] == 0.725  # NA-invalid CQ1, CP2, MT1, MT6 count 0
+
+
+def test_compute_score_matches_the_seed_on_random_answer_sets() -> None:
+    rng = random.Random(4)
+    for _ in range(2000):
+        answers = {
+            cid: rng.choice(["YES", "YES", "YES", "NO", "NA", "ERROR"])
+            for cid in IDS
+            if rng.random() > 0.05  # now and then a criterion is missing
+        }
+        assert engine_score(answers) == SEED_SCORE(answers), answers
+
+
+def test_prompt_holds_the_seeds_rubric_verbatim_and_the_fifteen_criteria() -> None:
+    assert [(c.id, c.name) for c in rule().criteria] == coaching_criteria()
+    assert len(rule().criteria) == 15
+    assert coaching_intro() in rule().prompt
+    for section in coaching_sections():
+        assert section in rule().prompt
+    params = rule().validated_aggregate
+    assert {k: v.weight for k, v in params.categories.items()} == {
+        "comprehension": 0.15,
+        "connection": 0.20,
+        "naturalness": 0.15,
+        "multi_topic": 0.30,
+        "context_use": 0.20,
+    }
+    assert params.pass_threshold == 0.80
+
+
+EXCHANGES = [
+    (
+        "Work is crushing me and I barely sleep.",
+        "**Work stress:** What part of the workload weighs most?\n\n**Sleep:** How many hours?",
+    ),
+    (
+        "Maybe five hours. My boss emails at midnight.",
+        "Five hours is rough. Midnight emails blur the line.",
+    ),
+    (
+        "I told him to stop. It helped!",
+        "That took courage, after the midnight emails you mentioned.",
+    ),
+]
+
+
+def session_close(exchanges: list[tuple[str, str]], session_id: str = "coach-1") -> ThreadClose:
+    state = new_thread(session_id, "session", "coaching")
+    start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    for seq, (user, assistant) in enumerate(exchanges, 1):
+        turn = Turn(
+            key=f"seq-{seq}",
+            seq=seq,
+            event_time=start + timedelta(minutes=seq),
+            messages=[
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": assistant},
+            ],
+        )
+        fold_turn(state, turn, arrival=0.0, limits=ThreadLimits())
+    pending = close(state, "end", closed_at=0.0)
+    return ThreadClose(session_id, "session", "coaching", pending, topic="coaching-sessions")
+
+
+def test_the_transcript_renders_as_role_paragraphs() -> None:
+    document = session_close(EXCHANGES).pending.document
+    prompt = render_prompt(rule(), resolve_variables(rule(), document), document)
+    assert (
+        "## Transcript\n\nUser: Work is crushing me and I barely sleep.\n\nAssistant: **Work stress:**"
+        in prompt
+    )
+
+
+def judged(exchanges: list[tuple[str, str]], answer: dict[str, Any]) -> dict[str, Any]:
+    ruleset = load_rules(RULES_DIR, ["coaching"])
+    with MockJudge() as judge:
+        judge.script("", orjson.dumps(answer).decode())
+        result = asyncio.run(scorer(judge.base_url, ruleset).score_thread(session_close(exchanges)))
+        requests = [r["body"] for r in judge.requests]
+    return {"result": result, "requests": requests}
+
+
+def test_scored_through_a_judge_server_with_mt4_na_below_three_exchanges() -> None:
+    answer = {cid: {"reason": f"{cid} ok", "answer": "YES"} for cid in IDS}
+    answer["MT4"] = {"reason": "never references history", "answer": "NO"}
+    answer["CP5"] = {"reason": "maybe", "answer": "SOMETIMES"}  # not allowed: ERROR
+    short = judged(EXCHANGES[:2], answer)
+    scores = {s.criterion: s for s in short["result"].scores if s.rule_id == "coaching_transcript"}
+    expected = SEED_SCORE({**{c: "YES" for c in IDS}, "MT4": "NA", "CP5": "ERROR"})
+    assert scores["score"].details == expected
+    assert (scores["score"].value, scores["score"].label) == (expected["score"], "pass")
+    assert scores["MT4"].label == "NA" and "the judge said NO" in (scores["MT4"].reason or "")
+    assert scores["CP5"].label == "ERROR" and scores["CP5"].value == 0.0
+    assert scores["gate"].label == "pass" and scores["passed"].value == 1.0
+    assert scores["category:naturalness"].value == round(2 / 3, 3)
+    assert len(scores) == 15 + 3 + 5
+    schema = short["requests"][0]["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == IDS
+    assert schema["properties"]["CQ1"]["properties"]["answer"]["enum"] == ["YES", "NO", "NA"]
+    long = judged(EXCHANGES, answer)
+    scores = {s.criterion: s for s in long["result"].scores if s.rule_id == "coaching_transcript"}
+    assert scores["MT4"].label == "NO"  # 3 exchanges: the judge's answer stands
+    assert scores["score"].details == SEED_SCORE(
+        {**{c: "YES" for c in IDS}, "MT4": "NO", "CP5": "ERROR"}
+    )
+
+
+def test_a_session_without_messages_skips_the_transcript_rules() -> None:
+    ruleset = load_rules(RULES_DIR, ["coaching"])
+    state = new_thread("studio-1", "session", "fretcoach")
+    fold_turn(
+        state,
+        Turn(
+            key="seq-1",
+            seq=1,
+            event_time=datetime(2026, 11, 20, tzinfo=UTC),
+            metrics={"pitch_accuracy": 0.8},
+        ),
+        arrival=0.0,
+        limits=ThreadLimits(),
+    )
+    pending = close(state, "end", closed_at=0.0)
+    result = asyncio.run(
+        scorer(None, ruleset).score_thread(ThreadClose("studio-1", "session", "fretcoach", pending))
+    )
+    statuses = {s.rule_id: (s.status, s.status_reason) for s in result.scores}
+    assert statuses["coaching_transcript"] == (
+        "skipped",
+        "variable 'transcript': path 'messages' is empty",
+    )
+    assert statuses["coaching_question_endings"][0] == "skipped"
+
+
+def run_check(rule_id: str, messages: list[dict[str, str]]) -> Any:
+    check_rule = load_rule_file(RULES_DIR / "coaching" / f"{rule_id}.yaml")
+    assert isinstance(check_rule, CheckRule) and check_rule.output.higher_is_better is False
+    spec = checks.get(check_rule.check)
+    assert spec is not None
+    return spec.func({"messages": messages}, check_rule.validated_params)
+
+
+def transcript(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    return [
+        m
+        for u, a in pairs
+        for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})
+    ]
+
+
+HELPERS = [
+    (
+        "coaching_question_endings",
+        transcript(
+            ("a", "How does that feel?"), ("b", "Noted. Try a walk."), ("c", "What do you think?")
+        ),
+        2 / 3,
+        "2 of 3 responses end with a question",
+    ),
+    (
+        "coaching_question_endings",
+        transcript(("a", "How does that feel?"), ("b", "And now? ")),
+        1.0,
+        "2 of 2 responses end with a question",
+    ),
+    (
+        "coaching_repeated_openers",
+        transcript(
+            ("a", "That sounds really hard. Tell me more."),
+            ("b", "It sounds like work is heavy."),
+            ("c", "It sounds like sleep helps."),
+            ("d", "Good news about your mom."),
+        ),
+        0.75,
+        '3 of 4 responses open formulaically or repeat an opener: "it sounds like" x2, '
+        '"that sounds really" x1',
+    ),
+    (
+        "coaching_repeated_openers",
+        transcript(("a", "Work first: slow down."), ("b", "Sleep: aim for seven hours.")),
+        0.0,
+        "0 of 2 responses open formulaically or repeat an opener",
+    ),
+    (
+        "coaching_length_calibration",
+        transcript(
+            ("I slept badly.", "Sleep matters; what kept you up?"),
+            (
+                "Work.",
+                "Work stress often spills into the night, especially when emails arrive late.",
+            ),
+        ),
+        0.5,
+        "1 of 2 responses over 3x the user's length (median 7.0x)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "messages", "raw", "reason"), HELPERS)
+def test_deterministic_helpers(
+    rule_id: str, messages: list[dict[str, str]], raw: float, reason: str
+) -> None:
+    result = run_check(rule_id, messages)
+    assert result.raw_value == pytest.approx(raw)
+    assert result.reason == reason
+
+
+@pytest.mark.parametrize(
+    "rule_id",
+    ["coaching_question_endings", "coaching_repeated_openers", "coaching_length_calibration"],
+)
+def test_helpers_do_not_apply_without_responses(rule_id: str) -> None:
+    with pytest.raises(NotApplicable):
+        run_check(rule_id, [{"role": "user", "content": "hello?"}])
