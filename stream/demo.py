@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -26,6 +27,7 @@ from .settings import Settings
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
 SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
 DEMO_GAP_S = 5.0  # the demo closes idle conversations after seconds, not 15 minutes
+DEMO_PACKS = ["fretcoach"]  # the packs the bundled samples are for (SCORER_PACKS overrides)
 
 
 def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
@@ -94,7 +96,8 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
 def run_demo(settings: Settings, traces_file: Path | None, timeout: float, console: Console) -> int:
     items = read_traces(traces_file or SAMPLES)
     sessions = read_traces(SESSION_SAMPLES) if traces_file is None else []
-    ruleset = load_rules(settings.rules_dir, settings.packs)
+    packs = settings.packs if settings.packs is not None else DEMO_PACKS
+    ruleset = load_rules(settings.rules_dir, packs)
     expected = expected_scores(ruleset, items, settings.traces_topic)
     expected += expected_session_scores(ruleset, sessions, settings.sessions_topic)
     broker: EmbeddedBroker | None = None
@@ -125,6 +128,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             SCORER_BROKER_KIND="tansu" if broker else settings.broker_kind,
             SCORER_WEB_PORT=str(web_port),
             SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)),
+            SCORER_PACKS=orjson.dumps(packs).decode(),
         )
         env.setdefault("SCORER_THREAD_INACTIVITY_GAP_S", str(DEMO_GAP_S))
         worker = subprocess.Popen(

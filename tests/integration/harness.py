@@ -80,6 +80,7 @@ class Worker:
             "SCORER_BROKER_KIND": "tansu",
             "SCORER_JUDGE_BACKOFF_BASE_S": "0.05",
             "SCORER_JUDGE_BACKOFF_MAX_S": "0.5",
+            "SCORER_PACKS": '["fretcoach"]',  # the pipeline tests script the FretCoach judges
             **names.env(),
             **env,
         }

@@ -205,3 +205,85 @@ def test_session_rules_must_share_their_inactivity_gap(rules_copy: Path) -> None
     )
     found = problems(rules_copy)
     assert any("every session rule of a rule set must use the same ones" in p for p in found), found
+
+
+PACK_BREAKAGES = [
+    # pack, rule file, a change that breaks it, what `scorer rules check` must say
+    (
+        "mlflow",
+        "correctness",
+        {"variables": {"input": "input"}},
+        "correctness.yaml: field (file): placeholders without a variable mapping or option: ['ground_truth', 'output']",
+    ),
+    (
+        "mlflow",
+        "answer_similarity",
+        {
+            "output": {
+                "type": "choice",
+                "choices": {"yes": 1, "no": 0},
+                "answer_format": "score_lines",
+            }
+        },
+        "answer_similarity.yaml: field output: score_lines answers are numeric",
+    ),
+    (
+        "mlflow",
+        "instructions",
+        {"options": {}},
+        "instructions.yaml: field (file): placeholders without a variable mapping or option: ['instructions']",
+    ),
+    (
+        "critique",
+        "response_critique",
+        {"aggregate": {"name": "overall_quality"}},
+        "response_critique.yaml: field (file): unknown aggregate 'overall_quality'",
+    ),
+    (
+        "critique",
+        "pleasantries",
+        {"params": {"phrases": ["great question"], "minor_at": 3, "major_at": 1}},
+        "pleasantries.yaml: field (file): major_at must be above minor_at",
+    ),
+    (
+        "coaching",
+        "coaching_transcript",
+        {"criteria": [{"id": "CQ1", "name": "Accurate understanding"}]},
+        "coaching_transcript.yaml: field (file): criteria not in the rubric",
+    ),
+    (
+        "coaching",
+        "coaching_question_endings",
+        {"check": "question_ending"},
+        "coaching_question_endings.yaml: field (file): unknown check 'question_ending'",
+    ),
+]
+
+
+@pytest.mark.parametrize("pack", ["fretcoach", "mlflow", "critique", "coaching"])
+def test_cli_rules_check_passes_on_each_shipped_pack(pack: str) -> None:
+    result = CliRunner().invoke(app, ["rules", "check", str(RULES_DIR), "--pack", pack])
+    assert result.exit_code == 0, result.output
+    assert f"ok  {pack}/" in result.output and "0 files with errors" in result.output
+
+
+@pytest.mark.parametrize(("pack", "rule_id", "change", "message"), PACK_BREAKAGES)
+def test_cli_rules_check_fails_clearly_on_a_broken_pack_copy(
+    rules_copy: Path, pack: str, rule_id: str, change: dict, message: str
+) -> None:
+    path = rules_copy / pack / f"{rule_id}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.update(change)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(
+        app, ["rules", "check", str(rules_copy), "--pack", pack], terminal_width=400
+    )
+    assert result.exit_code == 1
+    assert message in " ".join(result.output.split()), result.output
+
+
+def test_the_readme_lists_every_shipped_rule() -> None:
+    readme = (RULES_DIR.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Shipped rules", 1)[1].split("\n\n", 2)[1]
+    listed = {row.split("|")[2].strip().strip("`") for row in table.splitlines()[2:]}
+    assert listed == {r.id for r in load_rules(RULES_DIR).rules}
