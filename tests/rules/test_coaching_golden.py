@@ -313,3 +313,13 @@ def test_deterministic_helpers(
 def test_helpers_do_not_apply_without_responses(rule_id: str) -> None:
     with pytest.raises(NotApplicable):
         run_check(rule_id, [{"role": "user", "content": "hello?"}])
+
+
+def test_a_transcript_session_is_not_judged_by_the_fretcoach_session_judge() -> None:
+    ruleset = load_rules(RULES_DIR, ["fretcoach", "coaching"])
+    result = asyncio.run(scorer(None, ruleset).score_thread(session_close(EXCHANGES)))
+    statuses = {s.rule_id: (s.status, s.status_reason) for s in result.scores}
+    assert statuses["studio_live_feedback_effectiveness"] == (
+        "skipped",
+        "variable 'context': path 'turns' is empty",
+    )
