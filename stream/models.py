@@ -61,6 +61,12 @@ class Scale(BaseModel):
     min: float
     max: float
 
+    def normalise(self, raw: float) -> float:
+        """``raw`` on 0..1 (a one-point scale normalises to 1)."""
+        if self.max == self.min:
+            return 1.0
+        return (raw - self.min) / (self.max - self.min)
+
 
 class TokenUsage(BaseModel):
     prompt_tokens: int = 0

@@ -15,6 +15,8 @@ from .errors import EmptyVariable, MissingVariable
 
 Getter = Callable[[Any], Any]
 
+EMPTY: tuple[Any, ...] = ("", [], {})  # values that count as nothing (JMESPath's false values)
+
 
 class _NotSimple(Exception):  # noqa: N818 - internal signal
     pass
@@ -134,14 +136,14 @@ def lookup(document: Any, variable: str, path: str) -> Any:
 def lookup_nonempty(document: Any, variable: str, path: str) -> Any:
     """``lookup``, and an empty string, list or object counts as missing too."""
     value = lookup(document, variable, path)
-    if value in ("", [], {}):
+    if value in EMPTY:
         raise EmptyVariable(variable, path)
     return value
 
 
 def truthy(document: Any, path: str) -> bool:
     """JMESPath truthiness of ``path`` on ``document`` (null, false and empties are false)."""
-    return compile_path(path).search(document) not in (None, False, "", [], {})
+    return compile_path(path).search(document) not in (None, False, *EMPTY)
 
 
 def format_value(value: Any, fmt: str, tag: str | None = None) -> str:

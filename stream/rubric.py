@@ -44,7 +44,6 @@ class RubricInput:
     criteria: Sequence[CriterionInfo]
     answers: Mapping[str, CriterionAnswer | None]
     scale: Scale  # the rule's per-criterion answer scale
-    labels: Mapping[int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,7 @@ class RubricScore:
     def value(self) -> float | None:
         if self.raw_value is None or self.error is not None:
             return None
-        if self.scale.max == self.scale.min:
-            return 1.0
-        return (self.raw_value - self.scale.min) / (self.scale.max - self.scale.min)
+        return self.scale.normalise(self.raw_value)
 
 
 class AggregateParams(BaseModel):

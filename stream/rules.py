@@ -123,10 +123,7 @@ class OutputSpec(Strict):
         return Scale(min=self.min, max=self.max)
 
     def normalise(self, raw: float) -> float:
-        scale = self.scale
-        if scale.max == scale.min:
-            return 1.0
-        return (raw - scale.min) / (scale.max - scale.min)
+        return self.scale.normalise(raw)
 
     def label_for(self, raw: float) -> str | None:
         if self.labels and float(raw).is_integer():
@@ -329,10 +326,19 @@ class RubricRule(PromptedRule):
         return f"rubric:{self.aggregate.name}"
 
     @cached_property
-    def validated_aggregate(self) -> rubric_registry.AggregateParams:
+    def aggregator(self) -> rubric_registry.AggregateSpec:
+        """The registered aggregate (its existence is checked at load time)."""
         spec = rubric_registry.get(self.aggregate.name)
         assert spec is not None
-        return spec.validate_params(self.aggregate.params, [c.id for c in self.criteria])
+        return spec
+
+    @cached_property
+    def validated_aggregate(self) -> rubric_registry.AggregateParams:
+        return self.aggregator.validate_params(self.aggregate.params, [c.id for c in self.criteria])
+
+    def primary_scale(self) -> Scale:
+        """The scale of the score that stands for the rubric (its decision, its error score)."""
+        return self.validated_aggregate.primary_scale() or self.output.scale
 
     @model_validator(mode="after")
     def _rubric_consistent(self) -> RubricRule:

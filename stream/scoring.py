@@ -19,13 +19,11 @@ from typing import Any
 
 from . import checks as checks_registry
 from . import metrics
-from . import rubric as rubric_registry
 from .errors import JudgeError, MissingVariable
 from .judge import NO_JUDGE_REASON, JudgeClient
 from .models import (
     Decision,
     Outcome,
-    Scale,
     ScoreEvent,
     Status,
     ThreadInfo,
@@ -353,7 +351,7 @@ class Scorer:
         if isinstance(rule, RubricRule):
             # a rubric that could not be judged publishes one score: its primary one
             assert status != "ok", "rubric scores come from _finish_rubric"
-            criterion, scale = _rubric_primary(rule)
+            criterion, scale = rule.aggregator.primary, rule.primary_scale()
         sid = score_id(_score_rule_key(rule, criterion), rule.version, rule.scope, target.score_key)
         ok = status == "ok" and raw_value is not None
         score = ScoreEvent(
@@ -396,13 +394,11 @@ class Scorer:
             said = f"; the judge said {judged.label}" if judged is not None else ""
             answers[cid] = CriterionAnswer(rule.output.choices["NA"], "NA", None, why + said)  # type: ignore[index]
         ordered = {c.id: answers[c.id] for c in rule.criteria if c.id in answers}
-        spec = rubric_registry.get(rule.aggregate.name)
-        assert spec is not None  # checked at load time
+        spec = rule.aggregator
         rubric = RubricInput(
             criteria=[CriterionInfo(c.id, c.name) for c in rule.criteria],
             answers=ordered,
             scale=rule.output.scale,
-            labels=rule.output.labels,
         )
         try:
             results = spec.func(rubric, rule.validated_aggregate)
@@ -451,22 +447,11 @@ class Scorer:
             judge_model=verdict.model,
             latency_ms=verdict.latency_ms,
             # one judge call: its usage is counted once, on the primary score
-            usage=verdict.usage if result.name == rule_primary_name(rule) else None,
+            usage=verdict.usage if result.name == rule.aggregator.primary else None,
             thread=target.thread,
             details=result.details,
             created_at=now,
         )
-
-
-def rule_primary_name(rule: RubricRule) -> str:
-    spec = rubric_registry.get(rule.aggregate.name)
-    assert spec is not None
-    return spec.primary
-
-
-def _rubric_primary(rule: RubricRule) -> tuple[str, Scale]:
-    scale = rule.validated_aggregate.primary_scale() or rule.output.scale
-    return rule_primary_name(rule), scale
 
 
 def _score_rule_key(rule: AnyRule, criterion: str | None) -> str:
