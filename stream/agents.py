@@ -55,6 +55,10 @@ def observe_published(score: ScoreEvent) -> None:
     metrics.scores(score.rule_id, score.pack, criterion, score.status).inc()
     if score.status == "ok" and score.value is not None:
         metrics.score_values(score.rule_id, score.pack, criterion).observe(score.value)
+        # the low-score series exists from a rule's first ok score, so its share reads 0, not
+        # nothing, until a low score comes
+        low = metrics.low_scores(score.rule_id, score.pack, criterion)
+        low.inc(1 if metrics.is_low(score.value, score.higher_is_better) else 0)
 
 
 class TracePipeline:

@@ -173,6 +173,7 @@ class JudgeClient:
         self.backoff_max = settings.judge_backoff_max_s
         self.structured = settings.judge_structured_output
         self.limiter = AdaptiveLimiter(settings.judge_max_concurrency)
+        self.prices = settings.judge_prices
         self._secret = (
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         )
@@ -196,6 +197,22 @@ class JudgeClient:
         return min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(
             0.5, 1.0
         )
+
+    def _observe_answer(self, model: str, outcome: str, elapsed: float, usage: TokenUsage) -> None:
+        """Metrics of a call the judge answered: count, latency, tokens and estimated cost."""
+        metrics.JUDGE_CALLS.labels(model=model, outcome=outcome).inc()
+        metrics.JUDGE_LATENCY.labels(model=model, outcome=outcome).observe(elapsed)
+        metrics.JUDGE_TOKENS.labels(model=model, kind="prompt", outcome=outcome).inc(
+            usage.prompt_tokens
+        )
+        metrics.JUDGE_TOKENS.labels(model=model, kind="completion", outcome=outcome).inc(
+            usage.completion_tokens
+        )
+        price = self.prices.get(model)
+        if price is not None:
+            metrics.JUDGE_COST.labels(model=model, outcome=outcome).inc(
+                price.cost(usage.prompt_tokens, usage.completion_tokens)
+            )
 
     async def judge(self, rule: PromptedRule, prompt: str, system: str | None = None) -> Verdict:
         """Ask the judge; retry timeouts, 429s, 5xx and invalid answers; raise ``JudgeError``."""
@@ -266,29 +283,24 @@ class JudgeClient:
                     kind="server_error",
                 )
             else:
-                metrics.JUDGE_LATENCY.labels(model=model).observe(elapsed)
                 usage = TokenUsage(
                     prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
                     completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
                     total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
-                )
-                metrics.JUDGE_TOKENS.labels(model=model, kind="prompt").inc(usage.prompt_tokens)
-                metrics.JUDGE_TOKENS.labels(model=model, kind="completion").inc(
-                    usage.completion_tokens
                 )
                 content = completion.choices[0].message.content if completion.choices else None
                 try:
                     answer = parse(content or "")
                 except InvalidAnswer as exc:
                     invalid_answers += 1
-                    metrics.JUDGE_CALLS.labels(model=model, outcome="invalid_answer").inc()
+                    self._observe_answer(model, "invalid_answer", elapsed, usage)
                     snippet = (content or "")[:200]
                     last_error = JudgeError(
                         self._redact(f"unusable answer: {exc}; answer was {snippet!r}"),
                         kind="invalid_answer",
                     )
                 else:
-                    metrics.JUDGE_CALLS.labels(model=model, outcome="ok").inc()
+                    self._observe_answer(model, "ok", elapsed, usage)
                     return Verdict(
                         answer, completion.model or model, elapsed * 1000.0, usage, attempt
                     )
@@ -296,6 +308,9 @@ class JudgeClient:
                 await self.limiter.release()
             if last_error.kind != "invalid_answer":
                 metrics.JUDGE_CALLS.labels(model=model, outcome=last_error.kind).inc()
+                metrics.JUDGE_LATENCY.labels(model=model, outcome=last_error.kind).observe(
+                    time.perf_counter() - started
+                )
             elif invalid_answers >= INVALID_ANSWER_ATTEMPTS:
                 break  # a temperature-0 judge rarely changes its mind; don't burn the budget
             if attempt < self.max_attempts:

@@ -1,7 +1,8 @@
 """Every Prometheus metric the worker exports, built in one place with one prefix.
 
-Labels come from a small closed set (rule, pack, model, status, outcome, topic, reason,
-kind); never trace, thread or score ids.
+Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
+topic, reason, kind, type); never trace, thread or score ids. The Grafana dashboards and the
+Prometheus rules in ``grafana/`` are written against these names.
 """
 
 from __future__ import annotations
@@ -33,7 +34,18 @@ SCORE_VALUE = Histogram(
     f"{PREFIX}_score_value",
     "Normalised score value (0..1) of ok scores",
     ["rule", "pack", "criterion"],
-    buckets=[i / 10 for i in range(1, 11)],
+    buckets=[round(i / 10, 1) for i in range(1, 11)],
+)
+LOW_SCORES = Counter(
+    f"{PREFIX}_low_scores",
+    "Ok scores on the bad side of their scale: below the middle, or above it for rules where "
+    "lower is better",
+    ["rule", "pack", "criterion"],
+)
+RULE_DIRECTION = Gauge(
+    f"{PREFIX}_rule_direction",
+    "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
+    ["rule", "pack", "scope"],
 )
 JUDGE_CALLS = Counter(f"{PREFIX}_judge_calls", "Judge calls by outcome", ["model", "outcome"])
 JUDGE_RETRIES = Counter(
@@ -41,11 +53,21 @@ JUDGE_RETRIES = Counter(
 )
 JUDGE_LATENCY = Histogram(
     f"{PREFIX}_judge_latency_seconds",
-    "Latency of successful judge calls",
-    ["model"],
+    "Latency of judge calls (each attempt) by outcome",
+    ["model", "outcome"],
     buckets=[0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
 )
-JUDGE_TOKENS = Counter(f"{PREFIX}_judge_tokens", "Judge tokens used", ["model", "kind"])
+JUDGE_TOKENS = Counter(
+    f"{PREFIX}_judge_tokens",
+    "Judge tokens used, by kind (prompt, completion) and the call's outcome",
+    ["model", "kind", "outcome"],
+)
+JUDGE_COST = Counter(
+    f"{PREFIX}_judge_cost_usd",
+    "Estimated judge cost in US dollars, from the token counts and SCORER_JUDGE_PRICES "
+    "(models without a price are not counted)",
+    ["model", "outcome"],
+)
 DLQ_MESSAGES = Counter(
     f"{PREFIX}_dlq_messages", "Messages sent to the dead-letter topic", ["topic", "reason"]
 )
@@ -62,6 +84,12 @@ PUBLISH_LATENCY = Histogram(
 )
 IN_FLIGHT = Gauge(
     f"{PREFIX}_traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
+)
+CONSUMER_LAG = Gauge(
+    f"{PREFIX}_consumer_lag",
+    "Messages not yet committed in this worker's partitions of each input topic "
+    "(high watermark - committed offset)",
+    ["topic"],
 )
 THREADS_OPEN = Gauge(
     f"{PREFIX}_threads_open",
@@ -106,6 +134,16 @@ def scores(rule: str, pack: str, criterion: str, status: str) -> Any:
 @lru_cache(maxsize=4096)
 def score_values(rule: str, pack: str, criterion: str) -> Any:
     return SCORE_VALUE.labels(rule=rule, pack=pack, criterion=criterion)
+
+
+@lru_cache(maxsize=4096)
+def low_scores(rule: str, pack: str, criterion: str) -> Any:
+    return LOW_SCORES.labels(rule=rule, pack=pack, criterion=criterion)
+
+
+def is_low(value: float, higher_is_better: bool) -> bool:
+    """A normalised score on the bad side of the middle of its scale (the middle is neither)."""
+    return value < 0.5 if higher_is_better else value > 0.5
 
 
 @lru_cache(maxsize=64)

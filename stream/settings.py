@@ -5,10 +5,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+
+
+class ModelPrice(BaseModel):
+    """What a judge model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
+# List prices (USD per million tokens) of common judge models, for the estimated-cost metric.
+# Override or extend with SCORER_JUDGE_PRICES (JSON); a local model costs what its GPU costs,
+# so it has no entry and no cost is estimated for it.
+DEFAULT_JUDGE_PRICES = {
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
+    "gpt-4o": ModelPrice(input=2.50, output=10.00),
+    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),
+    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
+    "gpt-4.1": ModelPrice(input=2.00, output=8.00),
+}
 
 
 class Settings(BaseSettings):
@@ -43,12 +67,14 @@ class Settings(BaseSettings):
     judge_backoff_max_s: float = 30.0
     judge_max_concurrency: int = 32
     judge_structured_output: bool = True
+    judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.
     rules_dir: Path = REPO_RULES_DIR
     packs: list[str] | None = None  # None: every pack under rules_dir
     max_in_flight: int = 512  # traces per worker being scored at once
     web_port: int = 6066
+    lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
     web_host: str = "127.0.0.1"
     data_dir: Path = Path(".scorer-data")
 

@@ -12,6 +12,7 @@ from .agents import register_session_agent, register_trace_agent
 from .app import create_app
 from .broker import EmbeddedBroker
 from .judge import NO_JUDGE_REASON, JudgeClient
+from .lag import LagMeter
 from .rules import load_rules
 from .scoring import Scorer
 from .settings import Settings
@@ -35,6 +36,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         register_thread_agent(app, topics, scorer, settings)
     metrics.WORKER_INFO.clear()
     metrics.WORKER_INFO.labels(version=__version__, ruleset=ruleset.digest).set(1)
+    metrics.RULE_DIRECTION.clear()
+    for rule in ruleset.rules:
+        direction = 1 if rule.output.higher_is_better else -1
+        metrics.RULE_DIRECTION.labels(rule=rule.id, pack=rule.pack, scope=rule.scope).set(direction)
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(
@@ -44,7 +49,13 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         settings.rules_dir,
         ruleset.digest,
     )
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    lag_meter = LagMeter(
+        app,
+        [settings.traces_topic, settings.sessions_topic, settings.thread_events_topic_name],
+        bootstrap,
+        settings.lag_interval_s,
+    )
+    worker = faust.Worker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
     # so every library builds a debug record per message (aiokafka logs one per send).
     worker.spinner = None
