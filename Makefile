@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench
+.PHONY: install tools demo test bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,10 +13,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# promtool (alert-rule checks and unit tests) and prometheus (the scrape test), from Debian.
+tools:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }
+
 demo: install
 	$(BIN)/scorer demo
 
-test: install
+test: install tools
 	$(BIN)/ruff check stream tests bench
 	$(BIN)/ruff format --check stream tests bench
 	$(BIN)/mypy stream

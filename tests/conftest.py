@@ -16,3 +16,18 @@ def metric_value() -> Callable[..., float]:
         return REGISTRY.get_sample_value(name, labels) or 0.0
 
     return read
+
+
+def require_tool(name: str) -> str:
+    """The path of a command-line tool the suite needs (`make test` installs them); missing,
+    the test fails under CI and is skipped on a developer's machine, saying how to get it."""
+    import os
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed: run `make tools` (apt-get install prometheus)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
