@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install tools demo test bench
+.PHONY: install tools demo test bench dashboards
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,10 +22,13 @@ demo: install
 	$(BIN)/scorer demo
 
 test: install tools
-	$(BIN)/ruff check stream tests bench
-	$(BIN)/ruff format --check stream tests bench
+	$(BIN)/ruff check stream tests bench grafana examples
+	$(BIN)/ruff format --check stream tests bench grafana examples
 	$(BIN)/mypy stream
 	$(BIN)/pytest -q
+
+dashboards: install
+	$(BIN)/python grafana/dashboards.py
 
 bench: install
 	$(BIN)/python bench/throughput.py

@@ -1,0 +1,562 @@
+"""The Grafana dashboards, written as data: `python grafana/dashboards.py` writes
+grafana/dashboards/*.json (the files Grafana's provisioning loads; a test checks they are
+current).
+
+Three dashboards: quality (scores against their baseline, low scores, thread rules), judge
+health (latency, errors, retries, tokens, cost) and pipeline health (throughput, lag, DLQ,
+decisions, threads). Every query reads the metrics of stream/metrics.py or the recording
+rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against a real
+Prometheus that scraped a working worker.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RULES = 'pack=~"$pack", rule=~"$rule"'
+MODELS = 'model=~"$model"'
+WIDTH = 24  # Grafana's grid
+
+
+@dataclass
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+@dataclass
+class Panel:
+    """One panel; ``width`` x ``height`` grid cells, laid out left to right, row by row."""
+
+    kind: str  # timeseries | stat | bargauge
+    title: str
+    queries: list[Query]
+    description: str = ""
+    unit: str = "short"
+    width: int = 12
+    height: int = 8
+    min: float | None = None
+    max: float | None = None
+    thresholds: list[tuple[float | None, str]] = field(default_factory=lambda: [(None, "green")])
+    threshold_line: bool = False  # timeseries: draw the thresholds as lines
+    stack: bool = False
+    dashed: str | None = None  # timeseries: regex of series drawn dashed (baselines)
+    decimals: int | None = None
+
+
+def stat(title: str, expr: str, unit: str = "short", **options: Any) -> Panel:
+    return Panel("stat", title, [Query(expr)], unit=unit, width=4, height=4, **options)
+
+
+def graph(title: str, *queries: Query, **options: Any) -> Panel:
+    return Panel("timeseries", title, list(queries), **options)
+
+
+def bars(title: str, *queries: Query, **options: Any) -> Panel:
+    return Panel("bargauge", title, list(queries), **options)
+
+
+def per_rule(*, window: str = "$__rate_interval", scope: str = "") -> str:
+    """Mean normalised score per rule (and criterion) over ``window``."""
+    by = "sum by (pack, rule, criterion)"
+    mean = (
+        f"{by} (increase(scorer_score_value_sum{{{RULES}}}[{window}]))\n"
+        f"/ ({by} (increase(scorer_score_value_count{{{RULES}}}[{window}])) > 0)"
+    )
+    if scope:
+        return f'({mean})\nand on (pack, rule) scorer:rule_direction{{scope="{scope}"}}'
+    return mean
+
+
+def quantile(q: float, histogram: str, by: str, selector: str = "") -> Query:
+    return Query(
+        f"histogram_quantile({q}, sum by (le{by}) (rate({histogram}_bucket{{{selector}}}"
+        "[$__rate_interval])))",
+        f"p{round(q * 100)}" + (" {{model}}" if "model" in by else ""),
+    )
+
+
+def quality() -> tuple[dict[str, Any], list[Panel]]:
+    bad = [(None, "green"), (0.1, "orange"), (0.25, "red")]
+    return {
+        "uid": "scorer-quality",
+        "title": "LLM scorer: quality",
+        "description": "Scores per rule against their own one-day baseline, low scores, "
+        "thread-rule results. Scores are normalised to 0..1.",
+    }, [
+        stat(
+            "Scores per minute",
+            f"sum(rate(scorer_scores_total{{{RULES}}}[$__rate_interval])) * 60",
+            description="Score events published (ok, skipped and error) by the selected rules.",
+        ),
+        stat(
+            "Mean score (range)",
+            f"sum(increase(scorer_score_value_sum{{{RULES}}}[$__range]))\n"
+            f"/ sum(increase(scorer_score_value_count{{{RULES}}}[$__range]))",
+            unit="percentunit",
+            min=0,
+            max=1,
+            description="Normalised 0..1; for lower-is-better rules (frustration) lower is good.",
+        ),
+        stat(
+            "Low scores (30m)",
+            f"sum(increase(scorer_low_scores_total{{{RULES}}}[30m]))\n"
+            f"/ sum(increase(scorer_score_value_count{{{RULES}}}[30m]))",
+            unit="percentunit",
+            thresholds=bad,
+            description="Share of ok scores on the bad side of their scale.",
+        ),
+        stat(
+            "Error scores (range)",
+            f'sum(increase(scorer_scores_total{{{RULES}, status="error"}}[$__range]))\n'
+            f"/ sum(increase(scorer_scores_total{{{RULES}}}[$__range]))",
+            unit="percentunit",
+            thresholds=bad,
+            description="Scores the judge could not give after every retry.",
+        ),
+        stat(
+            "Rules worse than baseline",
+            f"count(scorer:score_drop:30m_vs_1d{{{RULES}}} > 0.15) or vector(0)",
+            thresholds=[(None, "green"), (1, "red")],
+            description="Rules (and rubric criteria) whose last 30 minutes are 15 points of "
+            "the scale worse than their last day.",
+        ),
+        stat(
+            "Firing quality alerts",
+            'count(ALERTS{alertstate="firing", '
+            'alertname=~"ScorerRuleScoreDrop|ScorerLowScoreShareRising"}) or vector(0)',
+            thresholds=[(None, "green"), (1, "red")],
+        ),
+        graph(
+            "Mean score per rule (30m) against its 1-day baseline (dashed)",
+            Query(f"scorer:score_mean:30m{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
+            Query(f"scorer:score_mean:1d{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}} baseline"),
+            unit="percentunit",
+            min=0,
+            max=1,
+            width=24,
+            height=10,
+            dashed=".* baseline$",
+        ),
+        graph(
+            "How much worse than the baseline (positive = worse, direction respected)",
+            Query(f"scorer:score_drop:30m_vs_1d{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
+            unit="percentunit",
+            thresholds=[(None, "green"), (0.15, "red")],
+            threshold_line=True,
+            description="The ScorerRuleScoreDrop alert fires above the red line (on at least "
+            "20 scores in 30 minutes, for 10 minutes).",
+        ),
+        graph(
+            "Share of low scores (30m) against its 1-day baseline (dashed)",
+            Query(f"scorer:low_score_share:30m{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
+            Query(
+                f"scorer:low_score_share:1d{{{RULES}}}",
+                "{{pack}}/{{rule}} {{criterion}} baseline",
+            ),
+            unit="percentunit",
+            min=0,
+            max=1,
+            dashed=".* baseline$",
+        ),
+        bars(
+            "Trace rules: mean score over the range",
+            Query(
+                per_rule(window="$__range", scope="trace"),
+                "{{pack}}/{{rule}} {{criterion}}",
+                instant=True,
+            ),
+            unit="percentunit",
+            min=0,
+            max=1,
+            height=10,
+        ),
+        bars(
+            "Thread rules (conversations and sessions): mean score over the range",
+            Query(
+                per_rule(window="$__range", scope="thread"),
+                "{{pack}}/{{rule}} {{criterion}}",
+                instant=True,
+            ),
+            unit="percentunit",
+            min=0,
+            max=1,
+            height=10,
+        ),
+        graph(
+            "Scores per minute by status",
+            Query(
+                f"sum by (status) (rate(scorer_scores_total{{{RULES}}}[$__rate_interval])) * 60",
+                "{{status}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Mean score per rule (rate window)",
+            Query(per_rule(), "{{pack}}/{{rule}} {{criterion}}"),
+            unit="percentunit",
+            min=0,
+            max=1,
+            description="Scores as they come in, without the 30-minute smoothing.",
+        ),
+    ]
+
+
+def judge() -> tuple[dict[str, Any], list[Panel]]:
+    calls = f"scorer_judge_calls_total{{{MODELS}}}"
+    return {
+        "uid": "scorer-judge",
+        "title": "LLM scorer: judge health",
+        "description": "The judge endpoint: latency, failures, retries, tokens, estimated cost.",
+    }, [
+        stat("Judge calls per minute", f"sum(rate({calls}[$__rate_interval])) * 60"),
+        stat(
+            "Failed calls (10m)",
+            f'(sum(increase(scorer_judge_calls_total{{{MODELS}, outcome!="ok"}}[10m])) '
+            f"or vector(0))\n/ sum(increase({calls}[10m]))",
+            unit="percentunit",
+            thresholds=[(None, "green"), (0.05, "orange"), (0.2, "red")],
+        ),
+        stat(
+            "p95 latency",
+            f'histogram_quantile(0.95, sum by (le) (rate(scorer_judge_latency_seconds_bucket{{{MODELS}, outcome="ok"}}[$__rate_interval])))',
+            unit="s",
+        ),
+        stat(
+            "Tokens (range)",
+            f"sum(increase(scorer_judge_tokens_total{{{MODELS}}}[$__range]))",
+        ),
+        stat(
+            "Estimated cost (range)",
+            f"sum(increase(scorer_judge_cost_usd_total{{{MODELS}}}[$__range]))",
+            unit="currencyUSD",
+            decimals=2,
+            description="From token counts and SCORER_JUDGE_PRICES; models without a price "
+            "(local ones) are not counted.",
+        ),
+        stat(
+            "Retries per minute",
+            f"(sum(rate(scorer_judge_retries_total{{{MODELS}}}[$__rate_interval])) or vector(0)) * 60",
+        ),
+        graph(
+            "Latency of answered calls",
+            quantile(0.5, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
+            quantile(0.95, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
+            quantile(0.99, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
+            unit="s",
+        ),
+        graph(
+            "Calls per minute by outcome",
+            Query(
+                f"sum by (model, outcome) (rate({calls}[$__rate_interval])) * 60",
+                "{{model}} {{outcome}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Share of failed calls (10m)",
+            Query(f"scorer:judge_error_ratio:10m{{{MODELS}}}", "{{model}}"),
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=[(None, "green"), (0.2, "red")],
+            threshold_line=True,
+            description="Timeouts, 429s, 5xx and unusable answers, retries included; the "
+            "ScorerJudgeErrorRate alert fires above the red line.",
+        ),
+        graph(
+            "Retries per minute by reason",
+            Query(
+                f"sum by (model, reason) (rate(scorer_judge_retries_total{{{MODELS}}}"
+                "[$__rate_interval])) * 60",
+                "{{model}} {{reason}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Tokens per minute",
+            Query(
+                f"sum by (model, kind) (rate(scorer_judge_tokens_total{{{MODELS}}}"
+                "[$__rate_interval])) * 60",
+                "{{model}} {{kind}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Estimated cost per hour",
+            Query(
+                f"sum by (model) (rate(scorer_judge_cost_usd_total{{{MODELS}}}"
+                "[$__rate_interval])) * 3600",
+                "{{model}}",
+            ),
+            unit="currencyUSD",
+        ),
+    ]
+
+
+def pipeline() -> tuple[dict[str, Any], list[Panel]]:
+    return {
+        "uid": "scorer-pipeline",
+        "title": "LLM scorer: pipeline health",
+        "description": "Throughput, consumer lag, dead letters, rule decisions, threads.",
+    }, [
+        stat("Traces in per second", "sum(rate(scorer_traces_consumed_total[$__rate_interval]))"),
+        stat("Scores out per second", "sum(rate(scorer_scores_total[$__rate_interval]))"),
+        stat(
+            "Consumer lag",
+            "sum(scorer_consumer_lag)",
+            thresholds=[(None, "green"), (100, "orange"), (1000, "red")],
+            description="Messages not yet committed, over every worker and input topic. The "
+            "internal thread-events topic idles at about one tick per partition.",
+        ),
+        stat(
+            "Dead-lettered (range)",
+            "sum(increase(scorer_dlq_messages_total[$__range])) or vector(0)",
+            thresholds=[(None, "green"), (1, "orange")],
+        ),
+        stat("Workers", "count(scorer_worker_info == 1)"),
+        stat(
+            "Rule sets running",
+            "count(count by (ruleset) (scorer_worker_info == 1))",
+            thresholds=[(None, "green"), (2, "orange")],
+            description="More than one: workers run different rule files (a rollout in "
+            "progress, or a forgotten worker).",
+        ),
+        graph(
+            "Throughput: traces in, scores out (per second)",
+            Query(
+                "sum by (topic) (rate(scorer_traces_consumed_total[$__rate_interval]))",
+                "traces from {{topic}}",
+            ),
+            Query("sum(rate(scorer_scores_total[$__rate_interval]))", "scores out"),
+        ),
+        graph(
+            "Consumer lag by topic",
+            Query("sum by (topic) (scorer_consumer_lag)", "{{topic}}"),
+            thresholds=[(None, "green"), (100, "red")],
+            threshold_line=True,
+            description="The ScorerConsumerLagGrowing alert fires when a topic is above the "
+            "red line and still growing for 10 minutes.",
+        ),
+        graph(
+            "Rule decisions per second by outcome",
+            Query(
+                f"sum by (outcome) (rate(scorer_decisions_total{{{RULES}}}[$__rate_interval]))",
+                "{{outcome}}",
+            ),
+            stack=True,
+            description="scored, skipped (a mapped field is missing), filtered (the rule does "
+            "not apply), sampled_out, error.",
+        ),
+        graph(
+            "Skipped, filtered and sampled out, by rule",
+            Query(
+                "sum by (pack, rule, outcome) (rate(scorer_decisions_total"
+                f'{{{RULES}, outcome=~"skipped|filtered|sampled_out"}}[$__rate_interval]))',
+                "{{pack}}/{{rule}} {{outcome}}",
+            ),
+        ),
+        graph(
+            "Dead-lettered messages by reason",
+            Query(
+                "sum by (topic, reason) (increase(scorer_dlq_messages_total[$__rate_interval]))",
+                "{{topic}} {{reason}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Traces in flight and open threads",
+            Query("sum(scorer_traces_in_flight)", "traces in flight"),
+            Query("sum(scorer_threads_open)", "open threads"),
+            Query("sum(scorer_thread_pending_closes)", "closes waiting to publish"),
+        ),
+        graph(
+            "Thread closes per minute by reason",
+            Query(
+                "sum by (kind, reason) (rate(scorer_thread_closes_total[$__rate_interval])) * 60",
+                "{{kind}} {{reason}}",
+            ),
+            stack=True,
+        ),
+        graph(
+            "Engine time and publish latency (p99)",
+            quantile(0.99, "scorer_scoring_overhead_seconds", ""),
+            quantile(0.99, "scorer_publish_latency_seconds", ""),
+            unit="s",
+        ),
+    ]
+
+
+def variable(name: str, query: str, label: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+    }
+
+
+VARIABLES = {
+    "pack": lambda: variable("pack", "label_values(scorer_rule_direction, pack)", "Pack"),
+    "rule": lambda: variable(
+        "rule", 'label_values(scorer_rule_direction{pack=~"$pack"}, rule)', "Rule"
+    ),
+    "model": lambda: variable("model", "label_values(scorer_judge_calls_total, model)", "Model"),
+}
+
+
+def thresholds(steps: list[tuple[float | None, str]]) -> dict[str, Any]:
+    return {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}
+
+
+def render_panel(panel: Panel, index: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": panel.unit, "thresholds": thresholds(panel.thresholds)}
+    for key in ("min", "max", "decimals"):
+        if getattr(panel, key) is not None:
+            defaults[key] = getattr(panel, key)
+    overrides: list[dict[str, Any]] = []
+    options: dict[str, Any]
+    if panel.kind == "timeseries":
+        defaults["color"] = {"mode": "palette-classic"}
+        defaults["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 2,
+            "fillOpacity": 20 if panel.stack else 0,
+            "showPoints": "never",
+            "spanNulls": True,
+            "stacking": {"mode": "normal" if panel.stack else "none"},
+            "thresholdsStyle": {"mode": "line" if panel.threshold_line else "off"},
+        }
+        if panel.dashed:
+            overrides.append(
+                {
+                    "matcher": {"id": "byRegexp", "options": panel.dashed},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "custom.lineWidth", "value": 1},
+                    ],
+                }
+            )
+        options = {
+            "legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    elif panel.kind == "stat":
+        defaults["color"] = {"mode": "thresholds"}
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+            "graphMode": "area",
+            "textMode": "value",
+        }
+    else:  # bargauge
+        defaults["color"] = {"mode": "continuous-RdYlGr"}
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "displayMode": "gradient",
+            "orientation": "horizontal",
+            "showUnfilled": True,
+        }
+    rendered: dict[str, Any] = {
+        "id": index,
+        "type": panel.kind,
+        "title": panel.title,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": overrides},
+        "options": options,
+        "targets": [
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": DATASOURCE,
+                "expr": q.expr,
+                "legendFormat": q.legend or "__auto",
+                "instant": q.instant,
+                "range": not q.instant,
+            }
+            for i, q in enumerate(panel.queries)
+        ],
+    }
+    if panel.description:
+        rendered["description"] = panel.description
+    return rendered
+
+
+def render(meta: dict[str, Any], panels: list[Panel]) -> dict[str, Any]:
+    used = "\n".join(q.expr for p in panels for q in p.queries)
+    names = [n for n in VARIABLES if f"${n}" in used]
+    rendered, x, y, row_height = [], 0, 0, 0
+    for index, panel in enumerate(panels, start=1):
+        if x + panel.width > WIDTH:
+            x, y, row_height = 0, y + row_height, 0
+        rendered.append(render_panel(panel, index, x, y))
+        x += panel.width
+        row_height = max(row_height, panel.height)
+    datasource = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {"selected": True, "text": "Prometheus", "value": "prometheus"},
+    }
+    return {
+        **meta,
+        "tags": ["llm-scorer"],
+        "editable": True,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "graphTooltip": 1,
+        "annotations": {"list": []},
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": ["llm-scorer"],
+                "asDropdown": False,
+                "title": "LLM scorer",
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
+        "templating": {"list": [datasource, *(VARIABLES[n]() for n in names)]},
+        "panels": rendered,
+    }
+
+
+DASHBOARDS = {"quality": quality, "judge": judge, "pipeline": pipeline}
+
+
+def build() -> dict[str, str]:
+    """File name -> JSON text of every dashboard."""
+    return {
+        f"{name}.json": json.dumps(render(*make()), indent=2) + "\n"
+        for name, make in DASHBOARDS.items()
+    }
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for name, text in build().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""A real Prometheus scrapes a real worker that scores the sample traces, loads the scorer's
+rule file, and answers every PromQL expression the dashboards and alerts use: each must parse
+and return data (the alerts' conditions are proven by promtool's unit tests; here each alert
+must parse and every series it reads must exist)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import require_tool
+
+from stream.broker import EmbeddedBroker, free_port
+from stream.kafka_io import produce, read_traces
+from stream.mockjudge import MockJudge, Reply
+
+from .harness import Names, Worker
+
+REPO = Path(__file__).resolve().parents[2]
+GRAFANA = REPO / "grafana"
+SAMPLES = REPO / "stream" / "samples"
+LIVE_PROMPT = "evaluating live guitar coach feedback quality"
+# Grafana's variables, as a person looking at every rule over the last ten minutes sets them
+VARIABLES = {
+    "$__rate_interval": "5m",  # Grafana: at least four scrapes; wider on longer ranges
+    "$__range": "10m",
+    "$pack": ".*",
+    "$rule": ".*",
+    "$model": ".*",
+}
+SELECTOR = re.compile(r"\b(?:scorer[A-Za-z0-9_:]*|up|ALERTS)\b(?:\{[^}]*\})?")
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(where, PromQL) for every panel target and template variable of every dashboard."""
+    queries = []
+    for path in sorted((GRAFANA / "dashboards").glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                queries.append((f"{path.name}: {panel['title']}", target["expr"]))
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] == "query":
+                # label_values(<selector>, label) is Grafana's; its selector must find series
+                selector = re.fullmatch(r"label_values\((.*), *\w+\)", variable["definition"])
+                assert selector, variable["definition"]
+                queries.append((f"{path.name}: ${variable['name']}", selector.group(1)))
+    return queries
+
+
+def rules() -> list[dict[str, Any]]:
+    document = yaml.safe_load((GRAFANA / "alerts" / "scorer.rules.yml").read_text())
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def substitute(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+class Prometheus:
+    def __init__(self, tmp: Path, target_port: int) -> None:
+        self.port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(GRAFANA / "alerts" / "scorer.rules.yml")],
+            "scrape_configs": [
+                {
+                    "job_name": "scorer",
+                    "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
+                }
+            ],
+        }
+        self.config = tmp / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.log_path = tmp / "prometheus.log"
+        self.args = [
+            require_tool("prometheus"),
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Prometheus:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"prometheus not ready:\n{self.log_path.read_text()[-2000:]}")
+
+    def query(self, expr: str) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expr}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return dict(json.load(response))
+        except urllib.error.HTTPError as exc:  # 400: the expression does not parse
+            return dict(json.load(exc))
+
+    def rule_health(self) -> dict[str, str]:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.port}/api/v1/rules", timeout=10
+        ) as response:
+            groups = json.load(response)["data"]["groups"]
+        return {rule["name"]: rule["health"] for group in groups for rule in group["rules"]}
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[Any]:
+    started: list[Prometheus] = []
+
+    def start(port: int) -> Prometheus:
+        started.append(Prometheus(tmp_path, port).start())
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def renamed(items: list[Any], suffix: str) -> list[Any]:
+    """The samples again as new traces, threads and sessions (ids suffixed)."""
+    out = []
+    for item in items:
+        document = dict(item)
+        for key in ("id", "thread_id", "session_id"):
+            if document.get(key):
+                document[key] = f"{document[key]}{suffix}"
+        out.append(document)
+    return out
+
+
+def problems(prometheus: Prometheus) -> list[str]:
+    """Every expression that does not parse or returns nothing, with where it is used."""
+    found = []
+    checks = [(where, expr, "whole") for where, expr in dashboard_queries()]
+    for rule in rules():
+        if "record" in rule:
+            checks.append((f"record {rule['record']}", rule["expr"], "whole"))
+        else:
+            checks.append((f"alert {rule['alert']}", rule["expr"], "parse"))
+            for selector in SELECTOR.findall(rule["expr"]):
+                checks.append((f"alert {rule['alert']} reads", selector, "whole"))
+    assert len(checks) > 80  # every panel, variable, recording rule, alert and selector
+    for where, expr, mode in checks:
+        answer = prometheus.query(substitute(expr))
+        if answer.get("status") != "success":
+            found.append(f"{where}: does not run: {answer.get('error')}\n  {expr}")
+        elif mode == "whole" and not answer["data"]["result"]:
+            found.append(f"{where}: no data\n  {expr}")
+    return found
+
+
+async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
+    broker: EmbeddedBroker,
+    names: Names,
+    judge: MockJudge,
+    workers: list[Worker],
+    tmp_path: Path,
+    prometheus_for: Any,
+) -> None:
+    # one server error (a retry), then good answers; the judge's default answer fits some
+    # scales and not others (unusable answers, error scores): a realistic mix
+    judge.script(LIVE_PROMPT, Reply(status=500), '{"score": 2, "reason": "so-so"}')
+    worker = Worker(
+        broker.bootstrap,
+        names,
+        tmp_path,
+        OPENAI_BASE_URL=judge.base_url,
+        SCORER_THREAD_INACTIVITY_GAP_S="2",
+        SCORER_LAG_INTERVAL_S="1",
+        SCORER_JUDGE_MAX_ATTEMPTS="2",
+    ).start()
+    workers.append(worker)
+    prometheus = prometheus_for(worker.port)
+    traces = read_traces(SAMPLES / "fretcoach_traces.jsonl")
+    sessions = read_traces(SAMPLES / "fretcoach_sessions.jsonl")
+    # Two rounds, so every counter the first round creates is seen to increase in the second
+    # (Prometheus counts no increase for a series' first sample).
+    for round_ in ("-r1", "-r2"):
+        await produce(broker.bootstrap, names.traces, renamed(traces, round_))
+        await produce(broker.bootstrap, names.sessions, renamed(sessions, round_))
+        await produce(broker.bootstrap, names.traces, [b'{"id": "not json'])
+        await asyncio.sleep(12)  # scored, threads closed after the 2 s gap, scraped
+
+    deadline = time.monotonic() + 90
+    found = problems(prometheus)
+    while found and time.monotonic() < deadline:
+        await asyncio.sleep(3)
+        found = problems(prometheus)
+    assert not found, "\n".join(found)
+
+    # the rule file is Prometheus's own: loaded, evaluated, healthy
+    health = prometheus.rule_health()
+    assert len(health) == len(rules())
+    assert set(health.values()) == {"ok"}, health
+    direction = prometheus.query('scorer:rule_direction{rule="hub_user_frustration_score"}')
+    assert [r["value"][1] for r in direction["data"]["result"]] == ["-1"]

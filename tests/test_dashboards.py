@@ -1,0 +1,135 @@
+"""The Grafana dashboards and provisioning: current with their source, well formed, and
+reading only metrics the worker exports and recording rules Prometheus computes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+import stream.metrics  # noqa: F401 - registers every metric
+
+GRAFANA = Path(__file__).resolve().parent.parent / "grafana"
+
+
+def load_generator() -> Any:
+    spec = importlib.util.spec_from_file_location("dashboards", GRAFANA / "dashboards.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {
+        p.name: json.loads(p.read_text()) for p in sorted((GRAFANA / "dashboards").glob("*.json"))
+    }
+
+
+def exprs(dashboard: dict[str, Any]) -> list[str]:
+    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_the_json_files_are_what_the_generator_writes() -> None:
+    built = load_generator().build()
+    on_disk = {name: (GRAFANA / "dashboards" / name).read_text() for name in dashboards()}
+    assert on_disk == built, "run `python grafana/dashboards.py` and commit the JSON"
+
+
+def test_three_dashboards_with_unique_uids_cover_quality_judge_and_pipeline() -> None:
+    uids = {d["uid"] for d in dashboards().values()}
+    assert uids == {"scorer-quality", "scorer-judge", "scorer-pipeline"}
+
+
+@pytest.mark.parametrize("name", sorted(dashboards()))
+def test_panels_are_laid_out_on_the_grid_without_overlap(name: str) -> None:
+    panels = dashboards()[name]["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
+
+
+@pytest.mark.parametrize("name", sorted(dashboards()))
+def test_every_variable_used_is_defined_and_every_panel_uses_the_data_source_variable(
+    name: str,
+) -> None:
+    dashboard = dashboards()[name]
+    defined = {v["name"] for v in dashboard["templating"]["list"]}
+    used = set(re.findall(r"\$(\w+)", "\n".join(exprs(dashboard)))) - {
+        "__rate_interval",
+        "__range",
+    }
+    assert used <= defined, used - defined
+    assert "datasource" in defined
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert panel["targets"], panel["title"]
+
+
+def test_quality_and_pipeline_filter_by_rule_and_pack_and_judge_by_model() -> None:
+    boards = dashboards()
+    for name in ("quality.json", "pipeline.json"):
+        names = {v["name"] for v in boards[name]["templating"]["list"]}
+        assert {"pack", "rule"} <= names
+    assert "model" in {v["name"] for v in boards["judge.json"]["templating"]["list"]}
+
+
+def exported_metric_names() -> set[str]:
+    names = set()
+    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the registry's own index
+        for metric in collector.describe() if hasattr(collector, "describe") else []:
+            names.add(metric.name)
+    return {n for n in names if n.startswith("scorer_")}
+
+
+def recorded_names() -> set[str]:
+    document = yaml.safe_load((GRAFANA / "alerts" / "scorer.rules.yml").read_text())
+    return {r["record"] for g in document["groups"] for r in g["rules"] if "record" in r}
+
+
+def test_queries_read_only_exported_metrics_and_recording_rules() -> None:
+    exported = exported_metric_names()
+    assert "scorer_score_value" in exported and "scorer_consumer_lag" in exported
+    recorded = recorded_names()
+    for dashboard in dashboards().values():
+        text = "\n".join(exprs(dashboard))
+        for name in set(re.findall(r"\bscorer_[a-z_]+", text)):
+            base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+            assert base in exported or name in exported, (
+                f"{dashboard['uid']}: {name} is not exported"
+            )
+        for name in set(re.findall(r"\bscorer:[a-z0-9_:]+", text)):
+            assert name in recorded, f"{dashboard['uid']}: {name} is not a recording rule"
+
+
+def test_provisioning_points_grafana_at_prometheus_and_the_dashboards() -> None:
+    source = yaml.safe_load(
+        (GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )
+    (datasource,) = source["datasources"]
+    assert (datasource["type"], datasource["uid"]) == ("prometheus", "prometheus")
+    # the dashboards' data-source variable defaults to it
+    for dashboard in dashboards().values():
+        variable = next(v for v in dashboard["templating"]["list"] if v["name"] == "datasource")
+        assert variable["current"]["value"] == datasource["uid"]
+    providers = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "scorer.yml").read_text())
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
