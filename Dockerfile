@@ -1,10 +1,14 @@
-# The scorer worker image. Same install step as the README: pip install the project.
+# The scorer worker image: the README's install step (pip install .), the rule packs beside it.
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY stream ./stream
+RUN pip install --no-cache-dir .
+# rules are data, not part of the package: the image carries the repository's packs
 COPY rules ./rules
-RUN pip install --no-cache-dir -e .
-ENV SCORER_RULES_DIR=/app/rules SCORER_WEB_HOST=0.0.0.0
+ENV SCORER_RULES_DIR=/app/rules \
+    SCORER_WEB_HOST=0.0.0.0 \
+    SCORER_WEB_PORT=6066 \
+    SCORER_DATA_DIR=/app/data
 EXPOSE 6066
 CMD ["scorer", "worker"]
