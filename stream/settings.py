@@ -24,7 +24,7 @@ class ModelPrice(BaseModel):
 
 
 # List prices (USD per million tokens) of common judge models, for the estimated-cost metric.
-# Override or extend with SCORER_JUDGE_PRICES (JSON); a local model costs what its GPU costs,
+# SCORER_JUDGE_PRICES (JSON) replaces this table; a local model costs what its GPU costs,
 # so it has no entry and no cost is estimated for it.
 DEFAULT_JUDGE_PRICES = {
     "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -19,7 +20,9 @@ from .harness import Names, Worker, produce
 LIVE_PROMPT = "evaluating live guitar coach feedback quality"
 
 
-async def wait_for_metric(worker: Worker, check, timeout: float = 60.0) -> str:  # type: ignore[no-untyped-def]
+async def wait_for_metric(
+    worker: Worker, check: Callable[[str], bool], timeout: float = 60.0
+) -> str:
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
