@@ -21,6 +21,8 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RULES = 'pack=~"$pack", rule=~"$rule"'
 MODELS = 'model=~"$model"'
 WIDTH = 24  # Grafana's grid
+PER_RULE = "{{pack}}/{{rule}} {{criterion}}"  # legend of per-rule series
+SHARE: dict[str, Any] = {"unit": "percentunit", "min": 0, "max": 1}  # a 0..1 axis
 
 
 @dataclass
@@ -74,6 +76,12 @@ def per_rule(*, window: str = "$__rate_interval", scope: str = "") -> str:
     return mean
 
 
+def rule_results(title: str, scope: str) -> Panel:
+    """Bars of each rule's mean score over the dashboard's range, for one scope."""
+    query = Query(per_rule(window="$__range", scope=scope), PER_RULE, instant=True)
+    return bars(title, query, **SHARE, height=10)
+
+
 def quantile(q: float, histogram: str, by: str, selector: str = "") -> Query:
     return Query(
         f"histogram_quantile({q}, sum by (le{by}) (rate({histogram}_bucket{{{selector}}}"
@@ -99,9 +107,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "Mean score (range)",
             f"sum(increase(scorer_score_value_sum{{{RULES}}}[$__range]))\n"
             f"/ sum(increase(scorer_score_value_count{{{RULES}}}[$__range]))",
-            unit="percentunit",
-            min=0,
-            max=1,
+            **SHARE,
             description="Normalised 0..1; for lower-is-better rules (frustration) lower is good.",
         ),
         stat(
@@ -135,18 +141,16 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         graph(
             "Mean score per rule (30m) against its 1-day baseline (dashed)",
-            Query(f"scorer:score_mean:30m{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
-            Query(f"scorer:score_mean:1d{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}} baseline"),
-            unit="percentunit",
-            min=0,
-            max=1,
+            Query(f"scorer:score_mean:30m{{{RULES}}}", PER_RULE),
+            Query(f"scorer:score_mean:1d{{{RULES}}}", PER_RULE + " baseline"),
+            **SHARE,
             width=24,
             height=10,
             dashed=".* baseline$",
         ),
         graph(
             "How much worse than the baseline (positive = worse, direction respected)",
-            Query(f"scorer:score_drop:30m_vs_1d{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
+            Query(f"scorer:score_drop:30m_vs_1d{{{RULES}}}", PER_RULE),
             unit="percentunit",
             thresholds=[(None, "green"), (0.15, "red")],
             threshold_line=True,
@@ -155,39 +159,17 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         graph(
             "Share of low scores (30m) against its 1-day baseline (dashed)",
-            Query(f"scorer:low_score_share:30m{{{RULES}}}", "{{pack}}/{{rule}} {{criterion}}"),
+            Query(f"scorer:low_score_share:30m{{{RULES}}}", PER_RULE),
             Query(
                 f"scorer:low_score_share:1d{{{RULES}}}",
-                "{{pack}}/{{rule}} {{criterion}} baseline",
+                PER_RULE + " baseline",
             ),
-            unit="percentunit",
-            min=0,
-            max=1,
+            **SHARE,
             dashed=".* baseline$",
         ),
-        bars(
-            "Trace rules: mean score over the range",
-            Query(
-                per_rule(window="$__range", scope="trace"),
-                "{{pack}}/{{rule}} {{criterion}}",
-                instant=True,
-            ),
-            unit="percentunit",
-            min=0,
-            max=1,
-            height=10,
-        ),
-        bars(
-            "Thread rules (conversations and sessions): mean score over the range",
-            Query(
-                per_rule(window="$__range", scope="thread"),
-                "{{pack}}/{{rule}} {{criterion}}",
-                instant=True,
-            ),
-            unit="percentunit",
-            min=0,
-            max=1,
-            height=10,
+        rule_results("Trace rules: mean score over the range", "trace"),
+        rule_results(
+            "Thread rules (conversations and sessions): mean score over the range", "thread"
         ),
         graph(
             "Scores per minute by status",
@@ -199,10 +181,8 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         graph(
             "Mean score per rule (rate window)",
-            Query(per_rule(), "{{pack}}/{{rule}} {{criterion}}"),
-            unit="percentunit",
-            min=0,
-            max=1,
+            Query(per_rule(), PER_RULE),
+            **SHARE,
             description="Scores as they come in, without the 30-minute smoothing.",
         ),
     ]
@@ -262,9 +242,7 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
         graph(
             "Share of failed calls (10m)",
             Query(f"scorer:judge_error_ratio:10m{{{MODELS}}}", "{{model}}"),
-            unit="percentunit",
-            min=0,
-            max=1,
+            **SHARE,
             thresholds=[(None, "green"), (0.2, "red")],
             threshold_line=True,
             description="Timeouts, 429s, 5xx and unusable answers, retries included; the "
