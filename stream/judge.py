@@ -198,10 +198,14 @@ class JudgeClient:
             0.5, 1.0
         )
 
-    def _observe_answer(self, model: str, outcome: str, elapsed: float, usage: TokenUsage) -> None:
-        """Metrics of a call the judge answered: count, latency, tokens and estimated cost."""
+    def _observe_call(
+        self, model: str, outcome: str, elapsed: float, usage: TokenUsage | None = None
+    ) -> None:
+        """Metrics of one attempt: count and latency; tokens and estimated cost when answered."""
         metrics.JUDGE_CALLS.labels(model=model, outcome=outcome).inc()
         metrics.JUDGE_LATENCY.labels(model=model, outcome=outcome).observe(elapsed)
+        if usage is None:
+            return
         metrics.JUDGE_TOKENS.labels(model=model, kind="prompt", outcome=outcome).inc(
             usage.prompt_tokens
         )
@@ -293,24 +297,21 @@ class JudgeClient:
                     answer = parse(content or "")
                 except InvalidAnswer as exc:
                     invalid_answers += 1
-                    self._observe_answer(model, "invalid_answer", elapsed, usage)
+                    self._observe_call(model, "invalid_answer", elapsed, usage)
                     snippet = (content or "")[:200]
                     last_error = JudgeError(
                         self._redact(f"unusable answer: {exc}; answer was {snippet!r}"),
                         kind="invalid_answer",
                     )
                 else:
-                    self._observe_answer(model, "ok", elapsed, usage)
+                    self._observe_call(model, "ok", elapsed, usage)
                     return Verdict(
                         answer, completion.model or model, elapsed * 1000.0, usage, attempt
                     )
             finally:
                 await self.limiter.release()
             if last_error.kind != "invalid_answer":
-                metrics.JUDGE_CALLS.labels(model=model, outcome=last_error.kind).inc()
-                metrics.JUDGE_LATENCY.labels(model=model, outcome=last_error.kind).observe(
-                    time.perf_counter() - started
-                )
+                self._observe_call(model, last_error.kind, time.perf_counter() - started)
             elif invalid_answers >= INVALID_ANSWER_ATTEMPTS:
                 break  # a temperature-0 judge rarely changes its mind; don't burn the budget
             if attempt < self.max_attempts:

@@ -100,6 +100,13 @@ class Worker:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
             return resp.read().decode()
 
+    def scrape(self) -> str:
+        """The /metrics page, or nothing while the web server is not up yet."""
+        try:
+            return self.metrics()
+        except OSError:
+            return ""
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

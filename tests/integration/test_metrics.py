@@ -26,10 +26,7 @@ async def wait_for_metric(
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
-        try:
-            text = worker.metrics()
-        except OSError:
-            text = ""
+        text = worker.scrape()
         if text and check(text):
             return text
         await asyncio.sleep(0.5)

@@ -75,14 +75,6 @@ def by_target(scores: list[dict]) -> dict[str, list[dict]]:
     return grouped
 
 
-def scrape(worker: Worker) -> str:
-    """The worker's /metrics page, or nothing while its web server is not up yet."""
-    try:
-        return worker.metrics()
-    except OSError:
-        return ""
-
-
 async def test_conversations_and_sessions_close_once_and_reopen(
     broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
 ) -> None:
@@ -257,7 +249,7 @@ async def test_kill_9_before_the_close_and_during_the_close(
     pending = [session_turn("pending-session", 0, 0.7, held), session_end("pending-session")]
     await produce(broker.bootstrap, names.sessions, as_messages(turns + pending))
     for _ in range(100):  # every turn folded and the pending session's judge call started
-        text = scrape(worker)
+        text = worker.scrape()
         if sample_value(text, "scorer_thread_events_total", type="turn") >= 161 and any(
             held in p for p in judge.prompts()
         ):
@@ -314,7 +306,7 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
 
     async def folded(worker: Worker, count: int) -> None:
         for _ in range(150):
-            if sample_value(scrape(worker), "scorer_thread_events_total", type="turn") >= count:
+            if sample_value(worker.scrape(), "scorer_thread_events_total", type="turn") >= count:
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(f"fewer than {count} turns folded")
