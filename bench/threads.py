@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_subset, stop
 
-from stream.broker import EmbeddedBroker
-from stream.kafka_io import ensure_topics, reader
+from stream.kafka.broker import EmbeddedBroker
+from stream.kafka.io import ensure_topics, reader
 from stream.metrics import sample_value
 
 SESSION_RULES = ["studio_live_feedback_effectiveness", "studio_live_feedback_improvement"]

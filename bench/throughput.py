@@ -27,9 +27,11 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from stream.broker import EmbeddedBroker, free_port
-from stream.kafka_io import ensure_topics, reader
-from stream.mockjudge import MockJudge
+from stream.kafka.broker import EmbeddedBroker, free_port
+from stream.kafka.io import ensure_topics, reader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from scripted_judge import MockJudge
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = [

@@ -6,16 +6,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from faust.types import TopicT
+from faust.web import Request, Response, View
 
-from . import __version__, metrics
-from .partitioning import cached_murmur2_partitioner
+from . import __version__
+from .delivery.publisher import Send
+from .kafka.partitioning import cached_murmur2_partitioner
+from .metrics import ScorerMetrics
 from .settings import Settings
+from .threads.events import ThreadEvent
 
 
 def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
     """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker)."""
     if kind == "tansu":
-        from . import tansu  # registers the transport
+        from .kafka import tansu  # registers the transport
 
         kind = tansu.SCHEME
     return [f"{kind}://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
@@ -23,22 +28,30 @@ def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
 
 @dataclass
 class Topics:
-    traces: Any
-    scores: Any
-    decisions: Any
-    dlq: Any
-    sessions: Any = None
-    thread_events: Any = None
+    """The worker's topics (Faust topic objects; raw bytes in and out)."""
 
-    def outputs(self) -> list[Any]:
+    traces: TopicT
+    scores: TopicT
+    decisions: TopicT
+    dlq: TopicT
+    sessions: TopicT
+    thread_events: TopicT
+
+    def outputs(self) -> list[TopicT]:
         """Topics the worker writes to (declared up front)."""
-        return [
-            t for t in (self.scores, self.decisions, self.dlq, self.thread_events) if t is not None
-        ]
+        return [self.scores, self.decisions, self.dlq, self.thread_events]
+
+    def to_threads(self, event: ThreadEvent) -> Send:
+        """``event`` on the thread-events topic, keyed by its thread."""
+        return (self.thread_events, event.key, event.to_bytes(), None)
 
 
-def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
-    """Build the Faust app and declare its topics (raw bytes: we validate ourselves)."""
+def create_app(
+    settings: Settings, bootstrap: str, metrics: ScorerMetrics | None = None
+) -> tuple[faust.App, Topics]:
+    """Build the Faust app and declare its topics (raw bytes: we validate ourselves); its
+    /metrics page serves ``metrics`` (default: the process's own)."""
+    metrics = metrics or ScorerMetrics.default()
     app = faust.App(
         settings.app_id,
         broker=broker_urls(bootstrap, settings.broker_kind),
@@ -60,7 +73,7 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
         web_enabled=True,
     )
 
-    def raw_topic(name: str, **options: Any) -> Any:
+    def raw_topic(name: str, **options: Any) -> TopicT:
         return app.topic(
             name,
             key_type=bytes,
@@ -83,9 +96,9 @@ def create_app(settings: Settings, bootstrap: str) -> tuple[faust.App, Topics]:
     )
 
     @app.page("/metrics")
-    async def metrics_page(web: Any, request: Any) -> Any:
+    async def metrics_page(web: View, request: Request) -> Response:
         body, content_type = metrics.exposition()
         return web.bytes(body, content_type=content_type)
 
-    metrics.WORKER_INFO.labels(version=__version__, ruleset="unloaded").set(0)
+    metrics.worker_info.labels(version=__version__, ruleset="unloaded").set(0)
     return app, topics

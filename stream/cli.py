@@ -57,7 +57,7 @@ def replay(
     topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
 ) -> None:
     """Produce traces from a file, for backfills and demos (needs KAFKA_BOOTSTRAP_SERVERS)."""
-    from .kafka_io import produce, read_traces
+    from .kafka.io import produce, read_traces
 
     settings = Settings()
     if not settings.kafka_bootstrap_servers:
@@ -81,7 +81,7 @@ def rules_check(
     pack: Annotated[list[str] | None, typer.Option(help="Only these packs")] = None,
 ) -> None:
     """Validate rule files; print each file, field and problem. Exit 1 if any is wrong."""
-    from .rules import check_rules
+    from .ruleset.loader import check_rules
 
     rules_dir = directory or Settings().rules_dir
     ruleset, errors = check_rules(rules_dir, pack)

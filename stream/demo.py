@@ -17,11 +17,11 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from .broker import EmbeddedBroker, free_port
-from .judge import NO_JUDGE_REASON
-from .kafka_io import collect_scores, ensure_topics, produce, read_traces
+from .engine.judge import NO_JUDGE_REASON
+from .kafka.broker import EmbeddedBroker, free_port
+from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
-from .rules import RuleSet, load_rules
+from .ruleset.loader import RuleSet, load_rules
 from .settings import Settings
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"

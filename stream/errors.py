@@ -27,7 +27,7 @@ class JudgeError(ScorerError):
         super().__init__(message)
 
 
-class MissingVariable(ScorerError):
+class MissingVariable(ScorerError):  # noqa: N818 - named as the skipped score reads
     """A mapped variable path does not exist in the trace."""
 
     def __init__(self, variable: str, path: str, missing_at: str) -> None:

@@ -1,5 +1,10 @@
 """Every Prometheus metric the worker exports, built in one place with one prefix.
 
+``ScorerMetrics`` is the observer the worker hands to its engine, judge, thread and delivery
+code: each callback updates the metrics it concerns. Its registry can be injected (like
+Faust's ``PrometheusMonitor``); the worker uses ``ScorerMetrics.default()``, on
+prometheus_client's global registry, which its /metrics page serves.
+
 Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
 topic, reason, kind, type); never trace, thread or score ids. The Grafana dashboards and the
 Prometheus rules in ``grafana/`` are written against these names.
@@ -7,158 +12,260 @@ Prometheus rules in ``grafana/`` are written against these names.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
+from collections.abc import Callable
+from functools import cache
+from typing import TypeVar
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
+
+from .models import ScoreEvent, TokenUsage
+from .observer import Observer
 
 PREFIX = "scorer"
 
-TRACES_CONSUMED = Counter(
-    f"{PREFIX}_traces_consumed", "Trace messages consumed (valid or not)", ["topic"]
-)
-DECISIONS = Counter(
-    f"{PREFIX}_decisions",
-    "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
-    ["rule", "pack", "outcome"],
-)
-# ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set, declared
-# in the rule files.
-SCORES = Counter(
-    f"{PREFIX}_scores",
-    "Score events published, by status",
-    ["rule", "pack", "criterion", "status"],
-)
-SCORE_VALUE = Histogram(
-    f"{PREFIX}_score_value",
-    "Normalised score value (0..1) of ok scores",
-    ["rule", "pack", "criterion"],
-    buckets=[round(i / 10, 1) for i in range(1, 11)],
-)
-LOW_SCORES = Counter(
-    f"{PREFIX}_low_scores",
-    "Ok scores on the bad side of their scale: below the middle, or above it for rules where "
-    "lower is better",
-    ["rule", "pack", "criterion"],
-)
-RULE_DIRECTION = Gauge(
-    f"{PREFIX}_rule_direction",
-    "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
-    ["rule", "pack", "scope"],
-)
-JUDGE_CALLS = Counter(f"{PREFIX}_judge_calls", "Judge calls by outcome", ["model", "outcome"])
-JUDGE_RETRIES = Counter(
-    f"{PREFIX}_judge_retries", "Judge call retries by reason", ["model", "reason"]
-)
-JUDGE_LATENCY = Histogram(
-    f"{PREFIX}_judge_latency_seconds",
-    "Latency of judge calls (each attempt) by outcome",
-    ["model", "outcome"],
-    buckets=[0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
-)
-JUDGE_TOKENS = Counter(
-    f"{PREFIX}_judge_tokens",
-    "Judge tokens used, by kind (prompt, completion) and the call's outcome",
-    ["model", "kind", "outcome"],
-)
-JUDGE_COST = Counter(
-    f"{PREFIX}_judge_cost_usd",
-    "Estimated judge cost in US dollars, from the token counts and SCORER_JUDGE_PRICES "
-    "(models without a price are not counted)",
-    ["model", "outcome"],
-)
-DLQ_MESSAGES = Counter(
-    f"{PREFIX}_dlq_messages", "Messages sent to the dead-letter topic", ["topic", "reason"]
-)
-SCORING_OVERHEAD = Histogram(
-    f"{PREFIX}_scoring_overhead_seconds",
-    "Engine time per trace beyond the judge call: parse, filter, look up, check, render, "
-    "parse the answer, build events",
-    buckets=[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
-)
-PUBLISH_LATENCY = Histogram(
-    f"{PREFIX}_publish_latency_seconds",
-    "From handing a trace's scores to the producer to the broker acknowledging all of them",
-    buckets=[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
-)
-IN_FLIGHT = Gauge(
-    f"{PREFIX}_traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
-)
-CONSUMER_LAG = Gauge(
-    f"{PREFIX}_consumer_lag",
-    "Messages not yet committed in this worker's partitions of each input topic "
-    "(high watermark - committed offset)",
-    ["topic"],
-)
-THREADS_OPEN = Gauge(
-    f"{PREFIX}_threads_open",
-    "Open threads (conversations and sessions) in this worker's partitions",
-)
-THREAD_PENDING_CLOSES = Gauge(
-    f"{PREFIX}_thread_pending_closes", "Thread closes whose scores are not yet published"
-)
-THREAD_EVENTS = Counter(
-    f"{PREFIX}_thread_events", "Events applied to thread state, by type", ["type"]
-)
-THREAD_CLOSES = Counter(
-    f"{PREFIX}_thread_closes",
-    "Thread closes by kind and reason (end, inactivity, inactivity_event_time)",
-    ["kind", "reason"],
-)
-THREAD_TURNS_AT_CLOSE = Histogram(
-    f"{PREFIX}_thread_turns_at_close",
-    "Turns a thread holds when it closes",
-    ["kind"],
-    buckets=[0, 1, 2, 5, 10, 20, 50, 100, 200, 500],
-)
-THREAD_CLOSE_DELAY = Histogram(
-    f"{PREFIX}_thread_close_delay_seconds",
-    "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
-    buckets=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
-)
-WORKER_INFO = Gauge(f"{PREFIX}_worker_info", "Worker build and rule set", ["version", "ruleset"])
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
-# Label children resolved once: ``labels()`` on every trace is measurable on the hot path.
-@lru_cache(maxsize=4096)
-def decisions(rule: str, pack: str, outcome: str) -> Any:
-    return DECISIONS.labels(rule=rule, pack=pack, outcome=outcome)
+class ScorerMetrics(Observer):
+    """The worker's metrics on ``registry``, updated through the observer callbacks."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        def histogram(
+            name: str, doc: str, buckets: list[float], labels: tuple[str, ...] = ()
+        ) -> Histogram:
+            return Histogram(f"{PREFIX}_{name}", doc, labels, buckets=buckets, registry=registry)
+
+        self.traces_consumed = counter(
+            "traces_consumed", "Trace messages consumed (valid or not)", ("topic",)
+        )
+        self.decisions = counter(
+            "decisions",
+            "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
+            ("rule", "pack", "outcome"),
+        )
+        # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,
+        # declared in the rule files.
+        self.scores = counter(
+            "scores", "Score events published, by status", ("rule", "pack", "criterion", "status")
+        )
+        self.score_value = histogram(
+            "score_value",
+            "Normalised score value (0..1) of ok scores",
+            [round(i / 10, 1) for i in range(1, 11)],
+            ("rule", "pack", "criterion"),
+        )
+        self.low_scores = counter(
+            "low_scores",
+            "Ok scores on the bad side of their scale: below the middle, or above it for rules "
+            "where lower is better",
+            ("rule", "pack", "criterion"),
+        )
+        self.rule_direction = gauge(
+            "rule_direction",
+            "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
+            ("rule", "pack", "scope"),
+        )
+        self.judge_calls = counter("judge_calls", "Judge calls by outcome", ("model", "outcome"))
+        self.judge_retries = counter(
+            "judge_retries", "Judge call retries by reason", ("model", "reason")
+        )
+        self.judge_latency = histogram(
+            "judge_latency_seconds",
+            "Latency of judge calls (each attempt) by outcome",
+            [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+            ("model", "outcome"),
+        )
+        self.judge_tokens = counter(
+            "judge_tokens",
+            "Judge tokens used, by kind (prompt, completion) and the call's outcome",
+            ("model", "kind", "outcome"),
+        )
+        self.judge_cost = counter(
+            "judge_cost_usd",
+            "Estimated judge cost in US dollars, from the token counts and SCORER_JUDGE_PRICES "
+            "(models without a price are not counted)",
+            ("model", "outcome"),
+        )
+        self.dlq_messages = counter(
+            "dlq_messages", "Messages sent to the dead-letter topic", ("topic", "reason")
+        )
+        self.scoring_overhead = histogram(
+            "scoring_overhead_seconds",
+            "Engine time per trace beyond the judge call: parse, filter, look up, check, render, "
+            "parse the answer, build events",
+            [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+        )
+        self.publish_latency = histogram(
+            "publish_latency_seconds",
+            "From handing a trace's scores to the producer to the broker acknowledging all of them",
+            [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+        )
+        self.in_flight = gauge(
+            "traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
+        )
+        self.consumer_lag = gauge(
+            "consumer_lag",
+            "Messages not yet committed in this worker's partitions of each input topic "
+            "(high watermark - committed offset)",
+            ("topic",),
+        )
+        self.threads_open = gauge(
+            "threads_open", "Open threads (conversations and sessions) in this worker's partitions"
+        )
+        self.thread_pending_closes = gauge(
+            "thread_pending_closes", "Thread closes whose scores are not yet published"
+        )
+        self.thread_events = counter(
+            "thread_events", "Events applied to thread state, by type", ("type",)
+        )
+        self.thread_closes = counter(
+            "thread_closes",
+            "Thread closes by kind and reason (end, inactivity, inactivity_event_time)",
+            ("kind", "reason"),
+        )
+        self.thread_turns_at_close = histogram(
+            "thread_turns_at_close",
+            "Turns a thread holds when it closes",
+            [0, 1, 2, 5, 10, 20, 50, 100, 200, 500],
+            ("kind",),
+        )
+        self.thread_close_delay = histogram(
+            "thread_close_delay_seconds",
+            "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
+            [0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
+        )
+        self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))
+        # Label children resolved once: ``labels()`` on every trace shows on the hot path.
+        self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
+
+    @classmethod
+    def default(cls) -> ScorerMetrics:
+        """The process's metrics on prometheus_client's global registry (built once)."""
+        return _default()
+
+    def _child(self, metric: M, *labels: str) -> M:
+        key: tuple[int | str, ...] = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child  # type: ignore[return-value]  # the same metric type, by its key
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The /metrics body and its content type (aiohttp wants the charset apart)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST.split(";")[0]
+
+    # -- input and delivery ----------------------------------------------------------
+
+    def on_trace_consumed(self, topic: str) -> None:
+        self._child(self.traces_consumed, topic).inc()
+
+    def on_dead_letter(self, topic: str, reason: str) -> None:
+        self._child(self.dlq_messages, topic, reason).inc()
+
+    def on_scoring_overhead(self, seconds: float) -> None:
+        self.scoring_overhead.observe(seconds)
+
+    def on_publish_latency(self, seconds: float) -> None:
+        self.publish_latency.observe(seconds)
+
+    def on_score_published(self, score: ScoreEvent) -> None:
+        criterion = score.criterion or ""
+        self._child(self.scores, score.rule_id, score.pack, criterion, score.status).inc()
+        if score.status == "ok" and score.value is not None:
+            self._child(self.score_value, score.rule_id, score.pack, criterion).observe(score.value)
+            # the low-score series exists from a rule's first ok score, so its share reads 0,
+            # not nothing, until a low score comes
+            low = self._child(self.low_scores, score.rule_id, score.pack, criterion)
+            low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
+
+    def on_consumer_lag(self, topic: str, lag: int) -> None:
+        self._child(self.consumer_lag, topic).set(lag)
+
+    def watch_in_flight(self, read: Callable[[], float]) -> None:
+        self.in_flight.set_function(read)
+
+    # -- engine ----------------------------------------------------------------------
+
+    def on_decision(self, rule: str, pack: str, outcome: str) -> None:
+        self._child(self.decisions, rule, pack, outcome).inc()
+
+    def on_rules_loaded(
+        self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
+    ) -> None:
+        self.worker_info.clear()
+        self.worker_info.labels(version=version, ruleset=digest).set(1)
+        self.rule_direction.clear()
+        for rule, pack, scope, direction in directions:
+            self.rule_direction.labels(rule=rule, pack=pack, scope=scope).set(direction)
+
+    # -- judge -----------------------------------------------------------------------
+
+    def on_judge_call(
+        self,
+        model: str,
+        outcome: str,
+        seconds: float,
+        usage: TokenUsage | None = None,
+        cost_usd: float | None = None,
+    ) -> None:
+        self._child(self.judge_calls, model, outcome).inc()
+        self._child(self.judge_latency, model, outcome).observe(seconds)
+        if usage is not None:
+            self._child(self.judge_tokens, model, "prompt", outcome).inc(usage.prompt_tokens)
+            self._child(self.judge_tokens, model, "completion", outcome).inc(
+                usage.completion_tokens
+            )
+        if cost_usd is not None:
+            self._child(self.judge_cost, model, outcome).inc(cost_usd)
+
+    def on_judge_retry(self, model: str, reason: str) -> None:
+        self._child(self.judge_retries, model, reason).inc()
+
+    # -- threads ---------------------------------------------------------------------
+
+    def on_thread_event(self, event_type: str) -> None:
+        self._child(self.thread_events, event_type).inc()
+
+    def on_thread_close(self, kind: str, reason: str, turns: int) -> None:
+        self._child(self.thread_closes, kind, reason).inc()
+        self._child(self.thread_turns_at_close, kind).observe(turns)
+
+    def on_thread_close_delay(self, seconds: float) -> None:
+        self.thread_close_delay.observe(seconds)
+
+    def watch_threads(
+        self, open_threads: Callable[[], float], pending: Callable[[], float]
+    ) -> None:
+        self.threads_open.set_function(open_threads)
+        self.thread_pending_closes.set_function(pending)
 
 
-@lru_cache(maxsize=4096)
-def scores(rule: str, pack: str, criterion: str, status: str) -> Any:
-    return SCORES.labels(rule=rule, pack=pack, criterion=criterion, status=status)
-
-
-@lru_cache(maxsize=4096)
-def score_values(rule: str, pack: str, criterion: str) -> Any:
-    return SCORE_VALUE.labels(rule=rule, pack=pack, criterion=criterion)
-
-
-@lru_cache(maxsize=4096)
-def low_scores(rule: str, pack: str, criterion: str) -> Any:
-    return LOW_SCORES.labels(rule=rule, pack=pack, criterion=criterion)
+@cache
+def _default() -> ScorerMetrics:
+    return ScorerMetrics(REGISTRY)
 
 
 def is_low(value: float, higher_is_better: bool) -> bool:
     """A normalised score on the bad side of the middle of its scale (the middle is neither)."""
     return value < 0.5 if higher_is_better else value > 0.5
-
-
-@lru_cache(maxsize=64)
-def thread_events(kind: str) -> Any:
-    return THREAD_EVENTS.labels(type=kind)
-
-
-@lru_cache(maxsize=64)
-def thread_closes(kind: str, reason: str) -> Any:
-    return THREAD_CLOSES.labels(kind=kind, reason=reason)
-
-
-@lru_cache(maxsize=256)
-def traces_consumed(topic: str) -> Any:
-    return TRACES_CONSUMED.labels(topic=topic)
 
 
 def sample_value(text: str, name: str, **labels: str) -> float:
@@ -169,8 +276,3 @@ def sample_value(text: str, name: str, **labels: str) -> float:
             if sample.name == name and labels.items() <= sample.labels.items():
                 return float(sample.value)
     return 0.0
-
-
-def exposition() -> tuple[bytes, str]:
-    """The /metrics body and its content type (aiohttp wants the charset apart)."""
-    return generate_latest(), CONTENT_TYPE_LATEST.split(";")[0]

@@ -41,6 +41,20 @@ class Trace(BaseModel):
     usage: dict[str, Any] | None = None
 
 
+def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:
+    """Decode and validate one trace message; returns the model and the JSON document.
+
+    Raises ``ValueError`` (``orjson.JSONDecodeError`` and pydantic's ``ValidationError`` are
+    ones) when the message is not a trace.
+    """
+    if raw is None:
+        raise ValueError("empty message (no value)")
+    document = orjson.loads(raw)
+    if not isinstance(document, dict):
+        raise ValueError(f"a trace must be a JSON object, got {type(document).__name__}")
+    return Trace.model_validate(document), document
+
+
 def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str:
     """Deterministic id: a redelivered event yields the same id (idempotent downstream).
 

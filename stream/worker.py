@@ -7,39 +7,54 @@ import os
 
 import faust
 
-from . import __version__, metrics
-from .agents import register_session_agent, register_trace_agent
+from . import __version__
+from .agents.sessions import register_session_agent
+from .agents.threads import register_thread_agent
+from .agents.traces import register_trace_agent
 from .app import create_app
-from .broker import EmbeddedBroker
-from .judge import NO_JUDGE_REASON, JudgeClient
-from .lag import LagMeter
-from .rules import load_rules
-from .scoring import Scorer
+from .engine.judge import NO_JUDGE_REASON
+from .engine.planner import Scorer
+from .judge.client import JudgeClient
+from .kafka.broker import EmbeddedBroker
+from .kafka.lag import LagMeter
+from .metrics import ScorerMetrics
+from .ruleset.loader import load_rules
 from .settings import Settings
-from .thread_agent import register_thread_agent
-from .thread_events import ThreadRouter
+from .threads.router import ThreadRouter
 
 log = logging.getLogger(__name__)
 
 
 def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> faust.Worker:
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
+    metrics = ScorerMetrics.default()
     ruleset = load_rules(settings.rules_dir, settings.packs)
-    judge = JudgeClient(settings) if settings.judge_configured else None
-    app, topics = create_app(settings, bootstrap)
-    scorer = Scorer(ruleset, judge, default_model=settings.judge_model)
+    judge = JudgeClient(settings, metrics) if settings.judge_configured else None
+    app, topics = create_app(settings, bootstrap, metrics)
+    scorer = Scorer(ruleset, judge, default_model=settings.judge_model, observer=metrics)
     router = ThreadRouter(ruleset)
-    register_trace_agent(app, topics, scorer, max_in_flight=settings.max_in_flight, router=router)
+    register_trace_agent(
+        app,
+        topics,
+        scorer,
+        max_in_flight=settings.max_in_flight,
+        router=router,
+        observer=metrics,
+    )
     if router.session_rules:
-        register_session_agent(app, topics, scorer, router, max_in_flight=settings.max_in_flight)
+        register_session_agent(
+            app, topics, router, max_in_flight=settings.max_in_flight, observer=metrics
+        )
     if ruleset.for_scope("thread"):
-        register_thread_agent(app, topics, scorer, settings)
-    metrics.WORKER_INFO.clear()
-    metrics.WORKER_INFO.labels(version=__version__, ruleset=ruleset.digest).set(1)
-    metrics.RULE_DIRECTION.clear()
-    for rule in ruleset.rules:
-        direction = 1 if rule.output.higher_is_better else -1
-        metrics.RULE_DIRECTION.labels(rule=rule.id, pack=rule.pack, scope=rule.scope).set(direction)
+        register_thread_agent(app, topics, scorer, settings, metrics)
+    metrics.on_rules_loaded(
+        __version__,
+        ruleset.digest,
+        [
+            (rule.id, rule.pack, rule.scope, 1 if rule.output.higher_is_better else -1)
+            for rule in ruleset.rules
+        ],
+    )
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(
@@ -54,6 +69,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         [settings.traces_topic, settings.sessions_topic, settings.thread_events_topic_name],
         bootstrap,
         settings.lag_interval_s,
+        observer=metrics,
     )
     worker = faust.Worker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,

@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 
-from stream.judge import JudgeClient
+from stream.engine.planner import Scorer
+from stream.judge.client import JudgeClient
+from stream.metrics import ScorerMetrics
 from stream.models import Trace
-from stream.rules import RuleSet, load_rules
-from stream.scoring import Scorer
+from stream.ruleset.loader import RuleSet, load_rules
 from stream.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +65,11 @@ def scorer(
         openai_api_key="sk-test-secret" if judge_url else None,
         **overrides,
     )
-    judge = JudgeClient(cfg) if judge_url else None
-    return Scorer(ruleset or fretcoach_rules(), judge, default_model=cfg.judge_model)
+    metrics = ScorerMetrics.default()
+    judge = JudgeClient(cfg, metrics) if judge_url else None
+    return Scorer(
+        ruleset or fretcoach_rules(), judge, default_model=cfg.judge_model, observer=metrics
+    )
 
 
 def as_trace(document: dict[str, Any]) -> Trace:

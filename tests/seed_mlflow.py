@@ -54,7 +54,7 @@ def judge_prompts() -> dict[str, str]:
     for block in _blocks():
         if "class " in block or "def _build_grading_prompt_template" in block:
             continue
-        exec(block, namespace)  # noqa: S102 - the seed's own constant definitions
+        exec(block, namespace)
     return {k: v for k, v in namespace.items() if k.isupper() and isinstance(v, str)}
 
 
@@ -62,7 +62,7 @@ def grading_template(include_input: bool) -> PromptTemplate:
     """The seed's ``_build_grading_prompt_template``, run."""
     block = next(b for b in _blocks() if "def _build_grading_prompt_template" in b)
     namespace: dict[str, Any] = {"PromptTemplate": PromptTemplate}
-    exec(block.split("\n\ngrading_system_prompt_template")[0], namespace)  # noqa: S102
+    exec(block.split("\n\ngrading_system_prompt_template")[0], namespace)
     template: PromptTemplate = namespace["_build_grading_prompt_template"](include_input)
     return template
 

@@ -70,6 +70,6 @@ def compute_score() -> Callable[[dict[str, Any]], dict[str, Any]]:
         b for b in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "def compute_score" in b
     )
     namespace: dict[str, Any] = {"CriterionAnswer": str}
-    exec(block, namespace)  # noqa: S102 - the seed's scoring code is the specification
+    exec(block, namespace)
     func: Callable[[dict[str, Any]], dict[str, Any]] = namespace["compute_score"]
     return func

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import stream.metrics  # noqa: F401 - registers every metric
+from stream.metrics import ScorerMetrics
 
 GRAFANA = Path(__file__).resolve().parent.parent / "grafana"
 
@@ -92,8 +92,9 @@ def test_quality_and_pipeline_filter_by_rule_and_pack_and_judge_by_model() -> No
 
 
 def exported_metric_names() -> set[str]:
+    ScorerMetrics.default()  # registers every metric
     names = set()
-    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the registry's own index
+    for collector in list(REGISTRY._collector_to_names):
         for metric in collector.describe() if hasattr(collector, "describe") else []:
             names.add(metric.name)
     return {n for n in names if n.startswith("scorer_")}

@@ -4,13 +4,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scripted_judge import MockJudge
 
-from stream.broker import EmbeddedBroker
-from stream.mockjudge import MockJudge
+from stream.kafka.broker import EmbeddedBroker
 
 from .harness import Names, Worker
 
-pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder needs the embedded broker: ``-m "not integration"`` is the
+    fast tier. (A ``pytestmark`` in a conftest marks nothing.)"""
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

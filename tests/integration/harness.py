@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from stream.broker import free_port
-from stream.kafka_io import reader
+from stream.kafka.broker import free_port
+from stream.kafka.io import reader
 
 _counter = itertools.count()
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import jsonschema
 import orjson
 from fixtures import live_trace
+from scripted_judge import MockJudge
 
-from stream.broker import EmbeddedBroker
-from stream.mockjudge import MockJudge
+from stream.kafka.broker import EmbeddedBroker
 from stream.schema import SCHEMA_PATH
 
 from .harness import Names, Worker, produce, read

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import orjson
 from fixtures import live_trace
+from scripted_judge import MockJudge, Reply
 
-from stream.broker import EmbeddedBroker
+from stream.kafka.broker import EmbeddedBroker
 from stream.metrics import sample_value
-from stream.mockjudge import MockJudge, Reply
 
 from .harness import Names, Worker, produce
 

@@ -8,16 +8,32 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
+from scripted_judge import MockJudge
 
-from stream.broker import EmbeddedBroker
+from stream.kafka.broker import EmbeddedBroker
 from stream.metrics import sample_value
-from stream.mockjudge import MockJudge
 
 from .harness import Names, Worker, produce, read_scores, trace_bytes
 from .test_worker import start
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
-COACHING_IDS = "CQ1 CQ2 CQ3 CQ6 CQ8 CQ9 CP2 CP4 CP5 MT1 MT2 MT3 MT6 MT4 MT5".split()
+COACHING_IDS = [
+    "CQ1",
+    "CQ2",
+    "CQ3",
+    "CQ6",
+    "CQ8",
+    "CQ9",
+    "CP2",
+    "CP4",
+    "CP5",
+    "MT1",
+    "MT2",
+    "MT3",
+    "MT6",
+    "MT4",
+    "MT5",
+]
 DIMENSIONS = [
     "requirements_compliance",
     "technical_accuracy",

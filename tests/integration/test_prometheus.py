@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_tool
+from scripted_judge import MockJudge, Reply
 
-from stream.broker import EmbeddedBroker, free_port
-from stream.kafka_io import produce, read_traces
-from stream.mockjudge import MockJudge, Reply
+from stream.kafka.broker import EmbeddedBroker, free_port
+from stream.kafka.io import produce, read_traces
 
 from .harness import Names, Worker
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from stream.broker import EmbeddedBroker, free_port
+from stream.kafka.broker import EmbeddedBroker, free_port
 
 from .harness import Names
 

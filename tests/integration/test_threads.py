@@ -10,13 +10,13 @@ from pathlib import Path
 
 import orjson
 from fixtures import hub_trace
+from scripted_judge import MockJudge, Reply
 
-from stream.broker import EmbeddedBroker
-from stream.kafka_io import message_key
+from stream.kafka.broker import EmbeddedBroker
+from stream.kafka.io import message_key
+from stream.kafka.partitioning import key_hash
 from stream.metrics import sample_value
-from stream.mockjudge import MockJudge, Reply
-from stream.partitioning import key_hash
-from stream.thread_events import table_key
+from stream.threads.events import table_key
 
 from .harness import Names, Worker, produce, read_scores, trace_bytes
 from .test_worker import start
@@ -101,12 +101,14 @@ async def test_conversations_and_sessions_close_once_and_reopen(
         broker.bootstrap,
         names.sessions,
         as_messages(
-            improving
-            + [session_end("improving")]
-            + shuffled
-            + [session_end("shuffled")]
-            + [session_end("empty")]
-            + [{"session_id": "broken", "type": "turn"}]  # no seq, no timestamp: DLQ
+            [
+                *improving,
+                session_end("improving"),
+                *shuffled,
+                session_end("shuffled"),
+                session_end("empty"),
+                {"session_id": "broken", "type": "turn"},  # no seq, no timestamp: DLQ
+            ]
         ),
     )
     targets = {"idle", "single", "finished", "improving", "shuffled", "empty"}

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 from fixtures import hub_trace, live_trace
+from scripted_judge import MockJudge, Reply
 
-from stream.broker import EmbeddedBroker
-from stream.mockjudge import MockJudge, Reply
+from stream.kafka.broker import EmbeddedBroker
 from stream.models import score_id
 
 from .harness import Names, Worker, committed, produce, read, read_scores, trace_bytes

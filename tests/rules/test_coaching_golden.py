@@ -17,15 +17,22 @@ from typing import Any
 import orjson
 import pytest
 from fixtures import RULES_DIR, scorer
+from scripted_judge import MockJudge
 from seed_rubrics import coaching_criteria, coaching_intro, coaching_sections, compute_score
 
-from stream import checks
-from stream.checks import NotApplicable
-from stream.mockjudge import MockJudge
-from stream.rubric import CriterionAnswer, CriterionInfo, RubricInput, weighted_categories
-from stream.rules import CheckRule, RubricRule, load_rule_file, load_rules
-from stream.scoring import ThreadClose, render_prompt, resolve_variables
-from stream.threads import ThreadLimits, Turn, close, fold_turn, new_thread
+from stream.engine.prompt import render_prompt, resolve_variables
+from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput
+from stream.ruleset.checks import NotApplicable
+from stream.ruleset.loader import load_rule_file, load_rules
+from stream.ruleset.schema import CheckRule, RubricRule
+from stream.threads.state import (
+    ThreadClose,
+    ThreadLimits,
+    Turn,
+    close_thread,
+    fold_turn,
+    new_thread,
+)
 
 SEED_SCORE = compute_score()
 
@@ -51,7 +58,7 @@ def engine_score(answers: dict[str, str]) -> dict[str, Any]:
         },
         scale=rule().output.scale,
     )
-    scores = {s.name: s for s in weighted_categories(rubric, rule().validated_aggregate)}
+    scores = {s.name: s for s in rule().aggregator.func(rubric, rule().validated_aggregate)}
     details = scores["score"].details
     assert details is not None
     assert scores["score"].raw_value == details["score"]
@@ -160,7 +167,7 @@ def session_close(exchanges: list[tuple[str, str]], session_id: str = "coach-1")
             ],
         )
         fold_turn(state, turn, arrival=0.0, limits=ThreadLimits())
-    pending = close(state, "end", closed_at=0.0)
+    pending = close_thread(state, "end", closed_at=0.0)
     return ThreadClose(session_id, "session", "coaching", pending, topic="coaching-sessions")
 
 
@@ -221,7 +228,7 @@ def test_a_session_without_messages_skips_the_transcript_rules() -> None:
         arrival=0.0,
         limits=ThreadLimits(),
     )
-    pending = close(state, "end", closed_at=0.0)
+    pending = close_thread(state, "end", closed_at=0.0)
     result = asyncio.run(
         scorer(None, ruleset).score_thread(ThreadClose("studio-1", "session", "fretcoach", pending))
     )
@@ -236,9 +243,7 @@ def test_a_session_without_messages_skips_the_transcript_rules() -> None:
 def run_check(rule_id: str, messages: list[dict[str, str]]) -> Any:
     check_rule = load_rule_file(RULES_DIR / "coaching" / f"{rule_id}.yaml")
     assert isinstance(check_rule, CheckRule) and check_rule.output.higher_is_better is False
-    spec = checks.get(check_rule.check)
-    assert spec is not None
-    return spec.func({"messages": messages}, check_rule.validated_params)
+    return check_rule.check_spec.func({"messages": messages}, check_rule.validated_params)
 
 
 def transcript(*pairs: tuple[str, str]) -> list[dict[str, str]]:

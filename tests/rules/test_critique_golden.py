@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 import pytest
 from fixtures import RULES_DIR, as_trace, scorer
+from scripted_judge import MockJudge
 from seed_rubrics import critique_dimensions, critique_sections, overall_table
 
-from stream import checks
-from stream.mockjudge import MockJudge
+from stream.engine.prompt import render_prompt, resolve_variables
 from stream.models import Scale
-from stream.rubric import CriterionAnswer, CriterionInfo, RubricInput, issue_table
-from stream.rules import CheckRule, RubricRule, load_rule_file, load_rules
-from stream.scoring import render_prompt, resolve_variables
+from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput
+from stream.ruleset.loader import load_rule_file, load_rules
+from stream.ruleset.schema import CheckRule, RubricRule
 
 LABELS = {1: "Major Issues", 2: "Minor Issues", 3: "No Issues"}
 
@@ -94,7 +94,7 @@ def overall(ratings: list[int]) -> Any:
         },
         scale=rule.output.scale,
     )
-    return issue_table(rubric, rule.validated_aggregate)
+    return rule.aggregator.func(rubric, rule.validated_aggregate)
 
 
 ROWS = [
@@ -138,7 +138,7 @@ def test_a_missing_rating_is_an_error_not_a_guess() -> None:
         answers={c.id: CriterionAnswer(3.0, "No Issues", None) for c in rule.criteria[:5]},
         scale=rule.output.scale,
     )
-    scores = {s.name: s for s in issue_table(rubric, rule.validated_aggregate)}
+    scores = {s.name: s for s in rule.aggregator.func(rubric, rule.validated_aggregate)}
     assert scores["safety"].error and scores["safety"].value is None
     assert scores["overall"].error == "overall quality needs every rating; unrated: Safety"
     assert scores["overall"].scale == Scale(min=1, max=5)
@@ -149,7 +149,7 @@ def test_a_table_that_leaves_a_combination_unlabelled_fails_at_load(tmp_path: An
 
     import yaml
 
-    from stream.rules import check_rules
+    from stream.ruleset.loader import check_rules
 
     target = tmp_path / "rules"
     shutil.copytree(RULES_DIR / "critique", target / "critique")
@@ -228,7 +228,5 @@ PLEASANTRIES = [
 def test_pleasantry_counting(response: str, raw: float, label: str, reason: str) -> None:
     rule = load_rule_file(RULES_DIR / "critique" / "pleasantries.yaml")
     assert isinstance(rule, CheckRule)
-    spec = checks.get(rule.check)
-    assert spec is not None
-    result = spec.func({"response": response}, rule.validated_params)
+    result = rule.check_spec.func({"response": response}, rule.validated_params)
     assert (result.raw_value, result.label, result.reason) == (raw, label, reason)

@@ -7,15 +7,17 @@ through the engine's path lookup.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from fixtures import RULES_DIR, hub_trace, live_trace, studio_trace
 from seed_doc import fretcoach_rules as seed_rules
 
-from stream.answers import parse_answer
-from stream.rules import LLMJudgeRule, load_rule_file
-from stream.scoring import render_prompt, resolve_variables
+from stream.engine.prompt import render_prompt, resolve_variables
+from stream.judge.answers import parse_answer
+from stream.ruleset.loader import load_rule_file
+from stream.ruleset.schema import LLMJudgeRule
 
 TRACE_RULES = [r for r in seed_rules().values() if r.number <= 8]
 
@@ -177,7 +179,7 @@ THREAD_RULES = [r for r in seed_rules().values() if r.number >= 9]
 def hub_thread_document() -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
-    from stream.threads import ThreadLimits, Turn, fold_turn, new_thread, thread_document
+    from stream.threads.state import ThreadLimits, Turn, fold_turn, new_thread, thread_document
 
     state = new_thread("thread-hub-001", "conversation", "fretcoach")
     for n, (user, assistant) in enumerate(
@@ -219,7 +221,7 @@ def test_thread_prompt_is_the_seeds_and_renders_the_thread(seed: Any) -> None:
         document["turns"] = [
             {"seq": 1, "metrics": {"timing_stability": 0.6}, "feedback": "steady the beat"}
         ]
-    from stream.paths import render_value
+    from stream.text.values import render_value
 
     path = rule.variable_specs["context"].path
     expected = seed.prompt.replace("{{context}}", render_value(document[path]))
@@ -229,7 +231,7 @@ def test_thread_prompt_is_the_seeds_and_renders_the_thread(seed: Any) -> None:
 
 
 def test_frustration_is_higher_is_worse_and_parses_only_the_seeds_shape() -> None:
-    from stream.answers import InvalidAnswer, response_schema
+    from stream.judge.answers import InvalidAnswer, response_schema
 
     rule = load("hub_user_frustration_score")
     assert rule.output.higher_is_better is False
@@ -239,7 +241,7 @@ def test_frustration_is_higher_is_worse_and_parses_only_the_seeds_shape() -> Non
         0.7,
         "The score is 0.7 because the User repeats the question.",
     )
-    with pytest.raises(InvalidAnswer, match='expected {"User frustration"'):
+    with pytest.raises(InvalidAnswer, match=re.escape('expected {"User frustration"')):
         parse_answer(rule.output, '{"score": 0.2, "reason": "calm"}')
     schema = response_schema(rule.output)
     assert schema["required"] == ["User frustration"]

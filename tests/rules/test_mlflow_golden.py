@@ -15,12 +15,13 @@ import orjson
 import pytest
 from fixtures import RULES_DIR, as_trace, scorer
 from mlflow_v1_examples import EXAMPLES
+from scripted_judge import MockJudge
 from seed_mlflow import judge_prompts, metric_prompt, metrics
 
-from stream.answers import InvalidAnswer, parse_answer, response_schema
-from stream.mockjudge import MockJudge
-from stream.rules import LLMJudgeRule, load_rule_file, load_rules
-from stream.scoring import render_prompt, render_system, resolve_variables
+from stream.engine.prompt import render_prompt, render_system, resolve_variables
+from stream.judge.answers import InvalidAnswer, parse_answer, response_schema
+from stream.ruleset.loader import load_rule_file, load_rules
+from stream.ruleset.schema import LLMJudgeRule
 
 SEED = judge_prompts()
 METRICS = metrics()

@@ -1,0 +1,241 @@
+"""Hard constraints from FretCoach's live-coach and studio recommendation prompts.
+
+Each check measures what its judge prompt spells out as a MUST, without a judge:
+the value is the share of constraints met, the label is pass (all met) or fail,
+and the reason names every constraint that failed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from stream.ruleset.checks import CheckParams, CheckResult, NotApplicable, check
+from stream.text.measures import mentions, sentences, words
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def constraints_result(results: list[Constraint]) -> CheckResult:
+    passed = sum(c.ok for c in results)
+    failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in results if not c.ok]
+    reason = (
+        f"all {len(results)} constraints met"
+        if not failed
+        else f"{passed}/{len(results)} constraints met; failed: " + "; ".join(failed)
+    )
+    return CheckResult(
+        raw_value=passed / len(results), label="pass" if not failed else "fail", reason=reason
+    )
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+# --- studio_live_coach_feedback_quality -------------------------------------------------
+
+
+class MetricSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str = Field(description="How the metric is written in the coach's input")
+    names: list[str] = Field(description="Words that count as naming this metric in feedback")
+    fix_keywords: list[str] = Field(description="Words of a fix aligned with this metric")
+
+
+class LiveCoachParams(CheckParams):
+    max_words: int = 30
+    max_sentences: int = 2
+    metrics: dict[str, MetricSpec]
+
+
+FEEDBACK_SHAPE = re.compile(
+    r"^(?P<good>.+?),?\s+but\s+(?P<weak>.+?)\s+[-–—]\s+(?P<fix>.+)$", re.IGNORECASE | re.DOTALL
+)
+NUMBER = r"(?P<value>\d+(?:\.\d+)?)\s*(?P<pct>%)?"
+
+
+@lru_cache(maxsize=256)
+def _metric_pattern(label: str) -> re.Pattern[str]:
+    """``Pitch Accuracy: 82%`` (also ``pitch_accuracy=0.82``) for one metric label."""
+    name = re.escape(label).replace(r"\ ", r"[\s_]+")
+    return re.compile(name + r"\s*[:=]?\s*" + NUMBER, re.IGNORECASE)
+
+
+def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, float]:
+    """Read the player's metrics from the coach's input (text like ``Pitch Accuracy: 82%``
+    or a JSON object keyed by metric key or label). Percentages and 0..1 fractions agree."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            decoded = orjson.loads(value)
+            if isinstance(decoded, dict):
+                value = decoded
+        except orjson.JSONDecodeError:
+            pass
+    found: dict[str, float] = {}
+    if isinstance(value, dict):
+        lowered = {str(k).lower(): v for k, v in value.items()}
+        for key, spec in metrics.items():
+            for candidate in (key, spec.label.lower(), spec.label.lower().replace(" ", "_")):
+                if isinstance(lowered.get(candidate), int | float):
+                    found[key] = float(lowered[candidate])
+                    break
+    else:
+        text = as_text(value)
+        for key, spec in metrics.items():
+            match = _metric_pattern(spec.label).search(text)
+            if match:
+                found[key] = float(match["value"])
+    if found and max(found.values()) > 1.0:
+        found = {k: v / 100.0 for k, v in found.items()}
+    return found
+
+
+@check("live_coach_feedback_format", variables=("input", "output"), params=LiveCoachParams)
+def live_coach_feedback_format(values: Mapping[str, Any], params: Any) -> CheckResult:
+    """1-2 sentences, at most 30 words, "[good], but [weak] - [fix]", strongest and weakest
+    metric named where they belong, and a fix aligned with the weakest metric."""
+    assert isinstance(params, LiveCoachParams)
+    feedback = as_text(values["output"]).strip()
+    metrics = parse_metrics(values["input"], params.metrics)
+    if len(metrics) < 2:
+        raise NotApplicable(
+            f"could not read at least two player metrics ({', '.join(m.label for m in params.metrics.values())}) from the input"
+        )
+    top, bottom = max(metrics.values()), min(metrics.values())
+    strongest = [k for k, v in metrics.items() if v == top]
+    weakest = [k for k, v in metrics.items() if v == bottom]
+    label = {k: params.metrics[k].label for k in params.metrics}
+
+    n_sentences, n_words = len(sentences(feedback)), len(words(feedback))
+    shape = FEEDBACK_SHAPE.match(feedback)
+    good = shape["good"] if shape else ""
+    weak = shape["weak"] if shape else ""
+    fix = shape["fix"] if shape else feedback
+    names_weak_metric = any(mentions(weak or feedback, params.metrics[k].names) for k in weakest)
+    results = [
+        Constraint(
+            name=f"1-{params.max_sentences} sentences",
+            ok=1 <= n_sentences <= params.max_sentences,
+            detail=f"{n_sentences} sentences",
+        ),
+        Constraint(
+            name=f"at most {params.max_words} words",
+            ok=n_words <= params.max_words,
+            detail=f"{n_words} words",
+        ),
+        Constraint(
+            name='"[good], but [weak] - [fix]" format',
+            ok=shape is not None,
+            detail="no '<good>, but <weak> - <fix>' structure",
+        ),
+        Constraint(
+            name="strongest metric named as the good part",
+            ok=bool(shape) and any(mentions(good, params.metrics[k].names) for k in strongest),
+            detail=f"expected {' or '.join(label[k] for k in strongest)}",
+        ),
+        Constraint(
+            name="weakest metric named as the weak part",
+            ok=bool(shape) and names_weak_metric,
+            detail=f"expected {' or '.join(label[k] for k in weakest)}",
+        ),
+        Constraint(
+            name="fix aligned with the weakest metric",
+            ok=any(mentions(fix, params.metrics[k].fix_keywords) for k in weakest),
+            detail=f"expected a fix about {' or '.join(', '.join(params.metrics[k].fix_keywords[:2]) for k in weakest)}",
+        ),
+    ]
+    return constraints_result(results)
+
+
+# --- studio_immediate_actionability ---------------------------------------------------
+
+
+class ActionabilityParams(CheckParams):
+    supported_scale_types: list[str]
+    known_scale_types: list[str] = Field(
+        description="Scale types to recognise in text, supported or not"
+    )
+    required_parameters: list[str]
+    practice_words: list[str] = Field(
+        description="If none of these appear, the response asks for no practice action"
+    )
+
+
+NOTE = r"\b[A-G](?:#|b|♯|♭)?(?=\s)"
+
+
+def _recommendation_fields(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        text = value.strip()
+        start, end = text.find("{"), text.rfind("}")
+        if start != -1 and end > start:
+            try:
+                decoded = orjson.loads(text[start : end + 1])
+            except orjson.JSONDecodeError:
+                return None
+            return decoded if isinstance(decoded, dict) else None
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@check("practice_recommendation_actionability", variables=("output",), params=ActionabilityParams)
+def practice_recommendation_actionability(values: Mapping[str, Any], params: Any) -> CheckResult:
+    """Scale name and type given, only supported scale types, strictness and sensitivity set."""
+    assert isinstance(params, ActionabilityParams)
+    output = values["output"]
+    text = as_text(output)
+    fields = _recommendation_fields(output)
+    flat = {str(k).lower(): v for k, v in (fields or {}).items()}
+    low = text.lower()
+
+    if not fields and not mentions(text, params.practice_words):
+        return CheckResult(
+            raw_value=1.0,
+            label="not_applicable",
+            reason="no practice action in the response (acknowledgement-only): scored 1.0 as the rule specifies",
+        )
+
+    if fields is not None:
+        scale_name = next(
+            (str(flat[k]) for k in ("scale_name", "scale", "root", "key") if flat.get(k)), ""
+        )
+        scale_type = str(flat.get("scale_type") or flat.get("type") or "").lower()
+        types_mentioned = [scale_type] if scale_type else []
+        params_present = {p: flat.get(p) is not None for p in params.required_parameters}
+    else:
+        scale_name = m.group(0) if (m := re.search(NOTE, text)) else ""
+        types_mentioned = [t for t in params.known_scale_types if mentions(low, [t])]
+        params_present = {p: mentions(low, [p]) for p in params.required_parameters}
+
+    unsupported = [t for t in types_mentioned if t not in params.supported_scale_types]
+    missing_params = [p for p, ok in params_present.items() if not ok]
+    results = [
+        Constraint(name="scale name given", ok=bool(scale_name), detail="no scale name"),
+        Constraint(name="scale type given", ok=bool(types_mentioned), detail="no scale type"),
+        Constraint(
+            name="only supported scale types",
+            ok=bool(types_mentioned) and not unsupported,
+            detail=f"unsupported: {unsupported}" if unsupported else "no scale type",
+        ),
+        Constraint(
+            name="difficulty parameters present",
+            ok=not missing_params,
+            detail=f"missing: {missing_params}",
+        ),
+    ]
+    return constraints_result(results)

@@ -1,0 +1,166 @@
+"""The thread agent: thread state in a changelog-backed table, closes scored at least once.
+
+One agent consumes the thread-events topic and is the only writer of the ``threads`` table,
+which is co-partitioned with it, so each worker folds and closes only the threads of the
+partitions it owns. Faust's windowed tables are not used: they expire on wall-clock time and
+do not expire keys restored from the changelog. Closing is decided by ``ThreadProcessor``
+inside the agent (table writes need the stream's context); a timer on every worker sends a
+``tick`` to each partition it owns, so idle threads close even when nothing else arrives.
+
+A close is written to the table as pending, with the document the rules judge, before it is
+scored; when its scores are on the broker a ``published`` event clears it. A worker that dies
+in between (or loses the partition) leaves it pending, and whoever owns the partition after
+recovery scores it again, with the same score ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import faust
+from faust.types import StreamT
+
+from ..app import Topics
+from ..delivery.dead_letter import DeadLetters
+from ..delivery.publisher import Publisher, Send, scored
+from ..engine.outcomes import TraceResult
+from ..engine.planner import Scorer
+from ..models import ThreadDecisions
+from ..observer import Observer
+from ..ruleset.loader import RuleSet
+from ..settings import Settings
+from ..threads.events import ThreadEvent, published, tick
+from ..threads.processor import ThreadProcessor
+from ..threads.state import ThreadClose, ThreadLimits
+
+log = logging.getLogger(__name__)
+
+TABLE_NAME = "threads"
+
+
+def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> list[Send]:
+    """A close's score events and its decision record."""
+    record = ThreadDecisions(
+        thread_id=close.thread_id,
+        kind=close.kind,
+        close_seq=close.pending.close_seq,
+        project_name=close.project_name,
+        decisions=result.decisions,
+    )
+    return scored(topics.scores, topics.decisions, close.thread_id, result.scores, record)
+
+
+def inactivity_gap(ruleset: RuleSet, kind: str, settings: Settings) -> float:
+    """The rule set's gap for threads of ``kind``, else the deployment's."""
+    spec = ruleset.thread_spec(kind)
+    return (spec.inactivity_gap_s if spec else None) or settings.thread_inactivity_gap_s
+
+
+def register_thread_agent(
+    app: faust.App,
+    topics: Topics,
+    scorer: Scorer,
+    settings: Settings,
+    observer: Observer | None = None,
+) -> ThreadProcessor:
+    """The thread table, the agent that folds thread events into it and scores closes, and
+    the timer that ticks every owned partition; returns the processor."""
+    observer = observer or Observer()
+    gaps = {
+        kind: inactivity_gap(scorer.ruleset, kind, settings) for kind in ("conversation", "session")
+    }
+    table = app.Table(
+        TABLE_NAME,
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=bytes,  # bytes in, bytes out: the raw codec, we serialise ourselves
+        value_type=bytes,
+    )
+    processor = ThreadProcessor(
+        table,
+        gaps=gaps,
+        limits=ThreadLimits(
+            max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
+        ),
+        retention_s=settings.thread_retention_s,
+        sessions_topic=settings.sessions_topic,
+        observer=observer,
+    )
+    observer.watch_threads(processor.open_threads, processor.pending_closes)
+    publisher = Publisher(app)
+    dead_letters = DeadLetters(topics.dlq, observer)
+    events_topic = topics.thread_events.get_topic_name()
+    in_flight: dict[tuple[str, str, int], asyncio.Task[None]] = {}
+
+    def owned() -> set[int]:
+        return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == events_topic}
+
+    @table.on_recover
+    async def rebuild_index() -> None:
+        started = time.perf_counter()
+        partitions = owned()
+        count = processor.rebuild(partitions)
+        log.info(
+            "thread index rebuilt: %d threads in partitions %s (%.2fs)",
+            count,
+            sorted(partitions),
+            time.perf_counter() - started,
+        )
+
+    async def publish_close(close: ThreadClose) -> None:
+        try:
+            result = await scorer.score_thread(close)
+            sends = close_outputs(topics, result, close)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("scoring close %d of %s failed", close.pending.close_seq, close.thread_id)
+            result, sends = TraceResult([]), dead_letters.close_failure(close, exc, events_topic)
+        await publisher.send_until_delivered(sends)
+        for score in result.scores:
+            observer.on_score_published(score)
+        marker = published(close.kind, close.thread_id, close.pending.close_seq)
+        await publisher.send_until_delivered([topics.to_threads(marker)])
+
+    def schedule(close: ThreadClose) -> None:
+        key = (close.kind, close.thread_id, close.pending.close_seq)
+        if key in in_flight:
+            return  # already being scored by this worker
+        task = asyncio.create_task(publish_close(close))
+        in_flight[key] = task
+        task.add_done_callback(lambda _: in_flight.pop(key, None))
+
+    @app.agent(topics.thread_events, concurrency=1, name="fold-threads")
+    async def fold_threads(stream: StreamT[bytes]) -> None:
+        await publisher.declare(topics.outputs())
+        try:
+            async for event in stream.events():
+                try:
+                    thread_event = ThreadEvent.from_bytes(event.value)
+                    closes = processor.apply(event.message.partition, thread_event)
+                except Exception:  # internal events: a failure here is a bug, never input
+                    log.exception(
+                        "thread event %s[%s]@%s failed",
+                        event.message.topic,
+                        event.message.partition,
+                        event.message.offset,
+                    )
+                    observer.on_thread_event("failed")
+                    continue
+                for close in closes:
+                    schedule(close)
+        finally:
+            for task in list(in_flight.values()):
+                task.cancel()
+
+    @app.timer(settings.thread_tick_s)
+    async def send_ticks() -> None:
+        """The wall clock, into every partition this worker owns (behind what is queued)."""
+        payload = tick(time.time())
+        producer = app.producer
+        for partition in sorted(owned()):
+            await producer.send(events_topic, None, payload, partition, None, None)
+
+    return processor

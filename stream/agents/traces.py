@@ -1,0 +1,121 @@
+"""The trace agent: score each trace on arrival, and send its turn to its conversation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import Any, cast
+
+import faust
+from faust.streams import Stream
+from faust.types import TP, AgentT, StreamT
+from pydantic import ValidationError
+
+from ..app import Topics
+from ..delivery.acking import Pending
+from ..delivery.dead_letter import DeadLetters
+from ..delivery.ordered import OrderedDelivery
+from ..delivery.publisher import Publisher, Send, scored
+from ..engine.outcomes import TraceResult
+from ..engine.planner import Scorer, TracePlan
+from ..models import Trace, TraceDecisions, parse_trace
+from ..observer import Observer
+from ..threads.router import ThreadRouter
+
+# messages already handed to the producer, with their delivery futures
+Early = tuple[list[Send], list[Awaitable[Any]]]
+
+
+def trace_outputs(topics: Topics, result: TraceResult, trace: Trace) -> list[Send]:
+    """A trace's score events and its decision record."""
+    record = TraceDecisions(
+        trace_id=trace.id, project_name=trace.project_name, decisions=result.decisions
+    )
+    return scored(topics.scores, topics.decisions, trace.id, result.scores, record)
+
+
+def register_trace_agent(
+    app: faust.App,
+    topics: Topics,
+    scorer: Scorer,
+    *,
+    max_in_flight: int,
+    router: ThreadRouter | None = None,
+    observer: Observer | None = None,
+) -> AgentT[bytes]:
+    """The trace agent: one actor, up to ``max_in_flight`` traces in flight at once.
+
+    Synchronous work (parsing, filters, checks, rendering) runs inline in the actor; only
+    traces that wait for the judge get a task. Each trace's messages are acknowledged by the
+    broker before its offset may be acked, and offsets are acked in order per partition.
+    A trace that belongs to a judged conversation also sends its turn to the thread-events
+    topic at once (not after its own judge calls), in the same at-least-once set.
+    """
+    observer = observer or Observer()
+    publisher = Publisher(app)
+    dead_letters = DeadLetters(topics.dlq, observer)
+    router = router if router is not None and router.wants_conversations else None
+
+    @app.agent(topics.traces, concurrency=1, name="score-traces")
+    async def score_traces(stream: StreamT[bytes]) -> None:
+        await publisher.declare(topics.outputs())
+        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
+        delivery = OrderedDelivery(publisher, manual.ack, max_in_flight, observer)
+        observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
+        deliver = delivery.deliver
+
+        async def judged(
+            tp: TP, entry: Pending, plan: TracePlan, trace: Trace, early: Early | None
+        ) -> None:
+            try:
+                result = await scorer.finish(plan)
+                engine_started = time.perf_counter()
+                sends = trace_outputs(topics, result, trace)
+                observer.on_scoring_overhead(
+                    entry.engine_seconds + time.perf_counter() - engine_started
+                )
+            except Exception as exc:
+                await deliver(tp, entry, dead_letters.engine_failure(entry.event.message, exc), [])
+                return
+            await deliver(tp, entry, sends, result.scores, early)
+
+        delivery.start()
+        try:
+            async for event in manual.events():
+                tp, entry = await delivery.admit(event)
+                message = event.message
+                observer.on_trace_consumed(message.topic)
+                started = time.perf_counter()
+                try:
+                    trace, document = parse_trace(message.value)
+                except (ValueError, ValidationError) as exc:
+                    await deliver(tp, entry, dead_letters.invalid(message, exc), [])
+                    continue
+                try:
+                    plan = scorer.plan(trace, document, message.topic)
+                    turn = router and router.from_trace(
+                        trace,
+                        document,
+                        message.topic,
+                        message.timestamp,
+                        f"{message.topic}:{message.partition}",
+                    )
+                except Exception as exc:
+                    await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
+                    continue
+                early: Early | None = None
+                if turn:
+                    early_sends = [topics.to_threads(turn)]
+                    early = (early_sends, await publisher.send(early_sends))
+                entry.engine_seconds = time.perf_counter() - started
+                if plan.judge_jobs:
+                    delivery.spawn(judged(tp, entry, plan, trace, early))
+                else:
+                    result = TraceResult(plan.outcomes)
+                    sends = trace_outputs(topics, result, trace)
+                    observer.on_scoring_overhead(time.perf_counter() - started)
+                    await deliver(tp, entry, sends, result.scores, early)
+        finally:
+            delivery.stop()
+
+    return score_traces

@@ -1,0 +1,55 @@
+"""Commit only past finished work, while many traces are scored at once.
+
+faust-streaming commits the first run of consecutive acked offsets of a partition. With
+agent ``concurrency > 1`` a fast actor acks a later offset while a slow one still holds an
+earlier one, and the commit can pass it (faust-streaming issue 606); and an exception in an
+agent acks the event that raised. So the trace agent runs one actor with manual acks, scores
+traces in background tasks, and acks each partition strictly in offset order: an offset is
+acked only when it and every earlier offset of its partition are done.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faust.types import TP, EventT
+
+
+@dataclass
+class Pending:
+    """One consumed message in flight."""
+
+    event: EventT[bytes]
+    offset: int
+    done: bool = False
+    engine_seconds: float = 0.0  # time spent in the engine before any judge call
+
+
+@dataclass
+class InOrderAcker:
+    """Acks each partition's offsets strictly in order, as they finish."""
+
+    ack: Callable[[EventT[bytes]], Awaitable[Any]]
+    _queues: dict[TP, deque[Pending]] = field(default_factory=dict)
+
+    def track(self, event: EventT[bytes], tp: TP, offset: int) -> Pending:
+        """Register an event as in flight, in arrival (= offset) order for its partition."""
+        entry = Pending(event, offset)
+        self._queues.setdefault(tp, deque()).append(entry)
+        return entry
+
+    async def finish(self, tp: TP, entry: Pending) -> int:
+        """Mark ``entry`` done and ack every done event at the head of its partition."""
+        entry.done = True
+        queue = self._queues[tp]
+        acked = 0
+        while queue and queue[0].done:
+            await self.ack(queue.popleft().event)
+            acked += 1
+        return acked
+
+    def in_flight(self) -> int:
+        return sum(len(q) for q in self._queues.values())

@@ -1,0 +1,121 @@
+"""Ordered, at-least-once delivery of what each consumed message produced."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any
+
+from faust.types import TP, EventT
+
+from ..models import ScoreEvent
+from ..observer import Observer
+from .acking import InOrderAcker, Pending
+from .publisher import Publisher, Send
+
+log = logging.getLogger(__name__)
+
+
+class OrderedDelivery:
+    """Publish what each consumed message produced; ack its offset once the broker has all of
+    it and every earlier offset of its partition is acked too (at-least-once, in order).
+
+    At most ``max_in_flight`` messages are in flight; a failed send is retried in the
+    background until it succeeds (the offset stays unacked meanwhile).
+    """
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        ack: Callable[[EventT[bytes]], Awaitable[Any]],
+        max_in_flight: int,
+        observer: Observer | None = None,
+    ) -> None:
+        self.publisher = publisher
+        self.observer = observer or Observer()
+        self.acker = InOrderAcker(ack)
+        self.slots = asyncio.Semaphore(max_in_flight)
+        self.finished: asyncio.Queue[tuple[TP, Pending]] = asyncio.Queue()
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background until it ends or delivery stops."""
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def start(self) -> None:
+        self.spawn(self._ack_finished())
+
+    def stop(self) -> None:
+        for task in list(self.background):
+            task.cancel()
+
+    async def admit(self, event: EventT[bytes]) -> tuple[TP, Pending]:
+        """Wait for a free slot, then track ``event`` as in flight (in offset order)."""
+        await self.slots.acquire()
+        message = event.message
+        return message.tp, self.acker.track(event, message.tp, message.offset)
+
+    async def _ack_finished(self) -> None:
+        while True:
+            tp, entry = await self.finished.get()
+            try:
+                await self.acker.finish(tp, entry)
+            except Exception:  # never let one failed ack stop every later ack
+                log.exception("acking %s@%s failed", tp, entry.offset)
+
+    def _published(self, tp: TP, entry: Pending, scores: list[ScoreEvent]) -> None:
+        """The broker has every message of this entry: count its scores, free its slot, and
+        let the acker ack it once the offsets before it are done too."""
+        for score in scores:
+            self.observer.on_score_published(score)
+        self.slots.release()
+        self.finished.put_nowait((tp, entry))
+
+    def _delivered(
+        self,
+        tp: TP,
+        entry: Pending,
+        sends: list[Send],
+        scores: list[ScoreEvent],
+        handed: float,
+        delivery: asyncio.Future[Any],
+    ) -> None:
+        if delivery.cancelled() or delivery.exception() is not None:
+            self.spawn(self._redeliver(tp, entry, sends, scores))
+            return
+        self.observer.on_publish_latency(time.perf_counter() - handed)
+        self._published(tp, entry, scores)
+
+    async def _redeliver(
+        self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
+    ) -> None:
+        await self.publisher.send_until_delivered(sends)
+        self._published(tp, entry, scores)
+
+    async def deliver(
+        self,
+        tp: TP,
+        entry: Pending,
+        sends: list[Send],
+        scores: list[ScoreEvent],
+        early: tuple[list[Send], list[Awaitable[Any]]] | None = None,
+    ) -> None:
+        """Hand ``sends`` to the producer; the offset is acked once the broker has them all,
+        and the ``early`` messages (already sent, with their delivery futures) too."""
+        early_sends, early_futures = early or ([], [])
+        try:
+            futures = await self.publisher.send(sends)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.spawn(self._redeliver(tp, entry, early_sends + sends, scores))
+            return
+        delivery = asyncio.gather(*early_futures, *futures)
+        delivery.add_done_callback(
+            partial(self._delivered, tp, entry, early_sends + sends, scores, time.perf_counter())
+        )

@@ -1,0 +1,51 @@
+"""What the engine needs of a judge: the ``Judge`` protocol and the verdict it returns.
+
+The engine never imports a provider SDK; ``stream.judge.JudgeClient`` (any OpenAI-compatible
+endpoint) is one implementation, and tests can pass another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..models import TokenUsage
+from ..ruleset.aggregators import CriterionAnswer
+from ..ruleset.schema import PromptedRule
+
+NO_JUDGE_REASON = (
+    "no judge configured: set OPENAI_BASE_URL (and OPENAI_API_KEY if the endpoint needs one) "
+    "to any OpenAI-compatible endpoint, e.g. Ollama http://localhost:11434/v1, "
+    "vLLM http://localhost:8000/v1 or OpenAI https://api.openai.com/v1"
+)
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """One verdict, validated against the rule's output spec."""
+
+    raw_value: float
+    label: str | None
+    reason: str | None
+
+
+RubricAnswers = dict[str, CriterionAnswer | None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's validated answer for one rule and one prompt."""
+
+    answer: ParsedAnswer | RubricAnswers  # a one-verdict rule's, or a rubric's per criterion
+    model: str
+    latency_ms: float
+    usage: TokenUsage
+    attempts: int
+
+
+class Judge(Protocol):
+    """Judges one rendered prompt for one rule; raises ``JudgeError`` when it cannot."""
+
+    async def judge(self, rule: PromptedRule, prompt: str, system: str | None = None) -> Verdict:
+        """The verdict on ``prompt`` (with an optional system prompt), validated for ``rule``."""
+        ...

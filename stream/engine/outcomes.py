@@ -1,0 +1,149 @@
+"""What the engine produces for one target: decision records and score events, built here
+and nowhere else (one factory for one-verdict, check, rubric and unscored outcomes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..models import (
+    Decision,
+    Outcome,
+    Scale,
+    ScoreEvent,
+    Status,
+    ThreadInfo,
+    TokenUsage,
+    score_id,
+)
+from ..ruleset.schema import AnyRule
+
+OUTCOME_OF_STATUS: dict[Status, Outcome] = {"ok": "scored", "skipped": "skipped", "error": "error"}
+
+
+@dataclass(slots=True)
+class Target:
+    """What is scored: a trace, or one close of a thread (its id hashes into score ids)."""
+
+    id: str
+    project_name: str
+    score_key: str
+    thread: ThreadInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What one rule (or one criterion of a rubric) came to, before it is a score event."""
+
+    status: Status
+    status_reason: str | None = None
+    raw_value: float | None = None
+    label: str | None = None
+    reason: str | None = None
+    judge_model: str | None = None
+    latency_ms: float | None = None
+    usage: TokenUsage | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass
+class RuleOutcome:
+    """What one rule decided for one target: always a decision, a score unless filtered out."""
+
+    decision: Decision
+    score: ScoreEvent | None
+    extra: list[ScoreEvent] = field(default_factory=list)  # a rubric's other scores
+
+
+@dataclass
+class TraceResult:
+    """Every rule's outcome for one target."""
+
+    outcomes: list[RuleOutcome]
+
+    @property
+    def scores(self) -> list[ScoreEvent]:
+        return [
+            score
+            for o in self.outcomes
+            for score in ([o.score] if o.score is not None else []) + o.extra
+        ]
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [o.decision for o in self.outcomes]
+
+
+def score_rule_key(rule: AnyRule, criterion: str | None) -> str:
+    """What a score id hashes for the rule: its id, and the criterion for rubric scores."""
+    return rule.id if criterion is None else f"{rule.id}/{criterion}"
+
+
+def make_decision(
+    rule: AnyRule,
+    target: Target,
+    outcome: Outcome,
+    created_at: datetime,
+    detail: str | None = None,
+    sid: str | None = None,
+) -> Decision:
+    """The audit record of what ``rule`` decided for ``target``."""
+    return Decision(
+        target_id=target.id,
+        rule_id=rule.id,
+        pack=rule.pack,
+        rule_version=rule.version,
+        project_name=target.project_name,
+        outcome=outcome,
+        detail=detail,
+        score_id=sid,
+        created_at=created_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreShape:
+    """Which score of a rule an event is: its criterion (rubrics), scale and direction."""
+
+    criterion: str | None
+    scale: Scale
+    higher_is_better: bool
+
+    @classmethod
+    def of_rule(cls, rule: AnyRule) -> ScoreShape:
+        return cls(None, rule.output.scale, rule.output.higher_is_better)
+
+
+def make_score(
+    rule: AnyRule, target: Target, shape: ScoreShape, measured: Measured, created_at: datetime
+) -> ScoreEvent:
+    """The score event for one measured outcome; its value is normalised only when ok."""
+    ok = measured.status == "ok" and measured.raw_value is not None
+    raw = measured.raw_value if ok else None
+    return ScoreEvent(
+        score_id=score_id(
+            score_rule_key(rule, shape.criterion), rule.version, rule.scope, target.score_key
+        ),
+        rule_id=rule.id,
+        pack=rule.pack,
+        rule_version=rule.version,
+        scope=rule.scope,
+        criterion=shape.criterion,
+        target_id=target.id,
+        project_name=target.project_name,
+        value=shape.scale.normalise(raw) if raw is not None else None,
+        raw_value=raw,
+        scale=shape.scale,
+        label=measured.label,
+        reason=measured.reason,
+        higher_is_better=shape.higher_is_better,
+        status=measured.status,
+        status_reason=measured.status_reason,
+        judge_model=measured.judge_model,
+        latency_ms=measured.latency_ms,
+        usage=measured.usage,
+        thread=target.thread,
+        details=measured.details,
+        created_at=created_at,
+    )

@@ -1,0 +1,264 @@
+"""Scoring a target against the rule set: every matching rule yields a decision and a score.
+
+Pure with respect to Kafka: takes a validated trace (or a thread close), returns what to
+publish. A score that could not be produced is data (status skipped or error), never an
+exception.
+
+Scoring is split in two so the worker spends no event-loop task on work that never waits:
+``plan`` does everything synchronous (filters, sampling, variable lookup, deterministic
+checks, prompt rendering); ``finish`` runs only the judge calls, concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import JudgeError, MissingVariable
+from ..models import Outcome, Trace, utcnow
+from ..observer import Observer
+from ..ruleset.checks import NotApplicable
+from ..ruleset.loader import RuleSet
+from ..ruleset.paths import truthy
+from ..ruleset.schema import AnyRule, CheckRule, LLMJudgeRule, PromptedRule, RubricRule
+from ..threads.state import ThreadClose
+from .judge import NO_JUDGE_REASON, Judge, ParsedAnswer, Verdict
+from .outcomes import (
+    OUTCOME_OF_STATUS,
+    Measured,
+    RuleOutcome,
+    ScoreShape,
+    Target,
+    TraceResult,
+    make_decision,
+    make_score,
+)
+from .prompt import render_prompt, render_system, resolve_variables
+from .rubric import measured_scores, rubric_input
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JudgeJob:
+    """One judge call a plan still has to make."""
+
+    rule: PromptedRule
+    prompt: str
+    system: str | None = None
+    forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
+
+
+@dataclass
+class TracePlan:
+    """A target after the synchronous part of scoring: finished outcomes and judge calls to make."""
+
+    target: Target
+    outcomes: list[RuleOutcome] = field(default_factory=list)
+    judge_jobs: list[JudgeJob] = field(default_factory=list)
+    created_at: datetime = field(default_factory=utcnow)
+
+
+class Scorer:
+    """Scores targets against a rule set with an optional judge."""
+
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        judge: Judge | None,
+        *,
+        default_model: str,
+        observer: Observer | None = None,
+    ) -> None:
+        self.ruleset = ruleset
+        self.judge = judge
+        self.default_model = default_model
+        self.observer = observer or Observer()
+        self.trace_rules = ruleset.for_scope("trace")
+
+    async def score_trace(
+        self, trace: Trace, document: Any, topic: str | None = None
+    ) -> TraceResult:
+        """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
+        return await self.finish(self.plan(trace, document, topic))
+
+    async def score_thread(self, close: ThreadClose) -> TraceResult:
+        """Apply the thread rules of ``close``'s kind to the thread document of that close."""
+        return await self.finish(self.plan_thread(close))
+
+    def plan(self, trace: Trace, document: Any, topic: str | None = None) -> TracePlan:
+        """Everything that needs no judge: decide, look up, check, render prompts."""
+        plan = TracePlan(Target(trace.id, trace.project_name, trace.id))
+        for rule in self.trace_rules:
+            if not rule.filter.matches(trace, topic):
+                plan.outcomes.append(self._decide(rule, plan, "filtered"))
+                continue
+            self._plan_rule(plan, rule, document)
+        return plan
+
+    def plan_thread(self, close: ThreadClose) -> TracePlan:
+        """The thread rules of ``close``'s kind on the thread document of that close.
+
+        Conversation rules apply when their filter matched a trace of the thread (the trace
+        agent records that); session rules filter on the session's project and topic. An
+        empty thread is not sent to a judge (``skipped``); checks decide for themselves.
+        """
+        document = close.pending.document
+        target = Target(
+            close.thread_id,
+            close.project_name,
+            f"{close.thread_id}#{close.pending.close_seq}",
+            close.info,
+        )
+        plan = TracePlan(target)
+        as_trace = Trace(id=close.thread_id, project_name=close.project_name)
+        for rule in self.ruleset.thread_rules(close.kind):
+            if close.kind == "conversation":
+                applies = rule.id in close.pending.rules
+            else:
+                applies = rule.filter.matches(as_trace, close.topic)
+            if not applies:
+                plan.outcomes.append(self._decide(rule, plan, "filtered"))
+            elif isinstance(rule, PromptedRule) and not document["turn_count"]:
+                unjudged = Measured("skipped", "the thread has no turns")
+                plan.outcomes.append(self._finish(rule, plan, unjudged))
+            else:
+                self._plan_rule(plan, rule, document)
+        return plan
+
+    def _plan_rule(self, plan: TracePlan, rule: AnyRule, document: Any) -> None:
+        if not rule.sampled(plan.target.id):
+            detail = f"sampling rate {rule.sampling_rate:g}"
+            plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
+            return
+        try:
+            values = resolve_variables(rule, document)
+        except MissingVariable as exc:
+            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", str(exc))))
+            return
+        if isinstance(rule, CheckRule):
+            plan.outcomes.append(self._run_check(rule, plan, values))
+        elif self.judge is None:
+            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
+        else:
+            prompt = render_prompt(rule, values, document)
+            system = render_system(rule, values)
+            forced = {}
+            if isinstance(rule, RubricRule):
+                forced = {
+                    c.id: f"NA: the criterion does not apply ({c.na_when})"
+                    for c in rule.criteria
+                    if c.na_when is not None and truthy(document, c.na_when)
+                }
+            plan.judge_jobs.append(JudgeJob(rule, prompt, system, forced))
+
+    async def finish(self, plan: TracePlan) -> TraceResult:
+        """Make the plan's judge calls concurrently and add their outcomes."""
+        if not plan.judge_jobs:
+            return TraceResult(plan.outcomes)
+        judged = await asyncio.gather(*(self._run_judge(job, plan) for job in plan.judge_jobs))
+        return TraceResult(plan.outcomes + list(judged))
+
+    def _run_check(self, rule: CheckRule, plan: TracePlan, values: dict[str, Any]) -> RuleOutcome:
+        started = time.perf_counter()
+        try:
+            result = rule.check_spec.func(values, rule.validated_params)
+        except NotApplicable as exc:
+            return self._finish(rule, plan, Measured("skipped", f"check not applicable: {exc}"))
+        except Exception as exc:  # a bug in a check must not stop the stream
+            log.exception("check %s failed on %s", rule.check, plan.target.id)
+            why = f"check {rule.check} raised {type(exc).__name__}: {exc}"
+            return self._finish(rule, plan, Measured("error", why))
+        measured = Measured(
+            "ok",
+            raw_value=result.raw_value,
+            label=result.label,
+            reason=result.reason,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+        return self._finish(rule, plan, measured)
+
+    async def _run_judge(self, job: JudgeJob, plan: TracePlan) -> RuleOutcome:
+        assert self.judge is not None
+        rule = job.rule
+        assert isinstance(rule, LLMJudgeRule | RubricRule)
+        try:
+            verdict = await self.judge.judge(rule, job.prompt, job.system)
+        except JudgeError as exc:
+            model = rule.judge.model or self.default_model
+            failed = Measured("error", f"judge {exc.kind}: {exc}", judge_model=model)
+            return self._finish(rule, plan, failed, utcnow())
+        if isinstance(rule, RubricRule):
+            return self._finish_rubric(rule, plan, job, verdict)
+        answer = verdict.answer
+        assert isinstance(answer, ParsedAnswer), "a one-verdict rule is answered once"
+        answered = Measured(
+            "ok",
+            raw_value=answer.raw_value,
+            label=answer.label,
+            reason=answer.reason,
+            judge_model=verdict.model,
+            latency_ms=verdict.latency_ms,
+            usage=verdict.usage,
+        )
+        return self._finish(rule, plan, answered, utcnow())
+
+    def _decide(
+        self,
+        rule: AnyRule,
+        plan: TracePlan,
+        outcome: Outcome,
+        detail: str | None = None,
+        sid: str | None = None,
+        now: datetime | None = None,
+    ) -> RuleOutcome:
+        self.observer.on_decision(rule.id, rule.pack, outcome)
+        decision = make_decision(rule, plan.target, outcome, now or plan.created_at, detail, sid)
+        return RuleOutcome(decision, None)
+
+    def _finish(
+        self, rule: AnyRule, plan: TracePlan, measured: Measured, now: datetime | None = None
+    ) -> RuleOutcome:
+        """The rule's one score and its decision. ``now``: when the outcome was decided
+        (default: when the plan was made, one timestamp for everything decided synchronously)."""
+        now = now or plan.created_at
+        shape = ScoreShape.of_rule(rule)
+        if isinstance(rule, RubricRule):
+            # a rubric that could not be judged publishes one score: its primary one
+            assert measured.status != "ok", "rubric scores come from _finish_rubric"
+            shape = ScoreShape(
+                rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
+            )
+        score = make_score(rule, plan.target, shape, measured, now)
+        outcome = OUTCOME_OF_STATUS[measured.status]
+        decided = self._decide(rule, plan, outcome, measured.status_reason, score.score_id, now)
+        decided.score = score
+        return decided
+
+    def _finish_rubric(
+        self, rule: RubricRule, plan: TracePlan, job: JudgeJob, verdict: Verdict
+    ) -> RuleOutcome:
+        """Every score a rubric publishes from one judge answer; one decision, whose score id
+        is the rubric's primary score."""
+        now = utcnow()
+        spec = rule.aggregator
+        try:
+            results = spec.func(rubric_input(rule, verdict, job.forced), rule.validated_aggregate)
+        except Exception as exc:  # a bug in an aggregator must not stop the stream
+            log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
+            why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
+            return self._finish(rule, plan, Measured("error", why, judge_model=verdict.model), now)
+        scores = [
+            make_score(rule, plan.target, shape, measured, now)
+            for shape, measured in measured_scores(rule, verdict, results)
+        ]
+        primary = next((s for s in scores if s.criterion == spec.primary), scores[0])
+        outcome: Outcome = "scored" if primary.status == "ok" else "error"
+        decided = self._decide(rule, plan, outcome, primary.status_reason, primary.score_id, now)
+        decided.score = primary
+        decided.extra = [s for s in scores if s is not primary]
+        return decided

@@ -1,0 +1,51 @@
+"""A rubric's judge answer as scores: forced NA answers applied, the pack's aggregator run,
+each of its results shaped as a score (the primary one carries the judge call's usage)."""
+
+from __future__ import annotations
+
+from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
+from ..ruleset.schema import RubricRule
+from .judge import Verdict
+from .outcomes import Measured, ScoreShape
+
+
+def rubric_input(rule: RubricRule, verdict: Verdict, forced: dict[str, str]) -> RubricInput:
+    """The aggregator's input: the judge's answers in criterion order, with the criteria
+    whose ``na_when`` held forced to NA (saying what the judge had answered)."""
+    assert isinstance(verdict.answer, dict), "a rubric is answered per criterion"
+    answers: dict[str, CriterionAnswer | None] = dict(verdict.answer)
+    if forced:
+        assert rule.output.choices is not None  # na_when needs an NA choice (load time)
+        for cid, why in forced.items():
+            judged = answers.get(cid)
+            said = f"; the judge said {judged.label}" if judged is not None else ""
+            answers[cid] = CriterionAnswer(rule.output.choices["NA"], "NA", None, why + said)
+    return RubricInput(
+        criteria=[CriterionInfo(c.id, c.name) for c in rule.criteria],
+        answers={c.id: answers[c.id] for c in rule.criteria if c.id in answers},
+        scale=rule.output.scale,
+    )
+
+
+def measured_scores(
+    rule: RubricRule, verdict: Verdict, results: list[RubricScore]
+) -> list[tuple[ScoreShape, Measured]]:
+    """Each aggregator result as the shape and content of one score event."""
+    primary = rule.aggregator.primary
+    shaped = []
+    for result in results:
+        ok = result.error is None and result.raw_value is not None
+        measured = Measured(
+            status="ok" if ok else "error",
+            status_reason=result.error,
+            raw_value=result.raw_value,
+            label=result.label,
+            reason=result.reason,
+            judge_model=verdict.model,
+            latency_ms=verdict.latency_ms,
+            # one judge call: its usage is counted once, on the primary score
+            usage=verdict.usage if result.name == primary else None,
+            details=result.details,
+        )
+        shaped.append((ScoreShape(result.name, result.scale, result.higher_is_better), measured))
+    return shaped

@@ -1,0 +1,261 @@
+"""The answer format the engine owns: the JSON schema asked of the judge, and parsing.
+
+Structured output first; for judges that ignore it, text parsing that takes the *last*
+match, so a score quoted earlier in the answer (or injected through the trace) cannot win.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import orjson
+
+from ..engine.judge import ParsedAnswer
+from ..ruleset.aggregators import CriterionAnswer
+from ..ruleset.schema import PromptedRule, RubricRule
+from ..ruleset.specs import OutputSpec
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+_SCORE_LINE = re.compile(r"\bscore\b[\"'*\s]*[:=]\s*[\"'*]*\s*(" + _NUMBER + r")", re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"^\s*(" + _NUMBER + r")\s*$")
+
+
+class InvalidAnswer(ValueError):  # noqa: N818 - a kind of answer, as the error kind says
+    """The judge answered, but not with a usable verdict."""
+
+
+def _verdict_schema(spec: OutputSpec) -> tuple[str, dict[str, Any]]:
+    if spec.type == "choice":
+        assert spec.choices
+        return spec.verdict_field or "choice", {"type": "string", "enum": list(spec.choices)}
+    return spec.verdict_field or "score", {"type": "integer" if spec.integer else "number"}
+
+
+def _verdict_object(spec: OutputSpec) -> dict[str, Any]:
+    key, verdict = _verdict_schema(spec)
+    reason = {"type": "string"}
+    # a seed that names its fields asks for the reason first (think, then answer)
+    properties = (
+        {spec.reason_field: reason, key: verdict}
+        if spec.verdict_field
+        else {key: verdict, spec.reason_field: reason}
+    )
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def response_schema(spec: OutputSpec) -> dict[str, Any] | None:
+    """JSON schema for structured output: a score (or one of the allowed labels) and a reason.
+
+    None when the rule's answer is not JSON (``score_lines``): asking for JSON would
+    contradict the prompt.
+    """
+    if spec.answer_format == "score_lines":
+        return None
+    schema = _verdict_object(spec)
+    if spec.answer_key:
+        return {
+            "type": "object",
+            "properties": {spec.answer_key: schema},
+            "required": [spec.answer_key],
+            "additionalProperties": False,
+        }
+    return schema
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """Every top-level JSON object embedded in ``text``, in order."""
+    found = []
+    decoder_starts = [m.start() for m in re.finditer(r"\{", text)]
+    consumed_until = -1
+    for start in decoder_starts:
+        if start < consumed_until:
+            continue
+        depth = 0
+        in_string = False
+        escape = False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_string:
+                if escape:
+                    escape = False
+                elif ch == "\\":
+                    escape = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        obj = orjson.loads(text[start : i + 1])
+                    except orjson.JSONDecodeError:
+                        break
+                    if isinstance(obj, dict):
+                        found.append(obj)
+                    consumed_until = i + 1
+                    break
+    return found
+
+
+def _verdict_from_object(obj: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(verdict, reason) from a JSON answer, looking one level down for wrapped answers."""
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    for key in ("score", "choice", "value", "result", "label"):
+        if key in lowered:
+            return lowered[key], lowered.get("reason", lowered.get("rationale"))
+    for value in obj.values():
+        if isinstance(value, dict) and (inner := _verdict_from_object(value)):
+            return inner
+    return None
+
+
+def _to_number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise InvalidAnswer(f"score is a boolean: {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*" + _NUMBER + r"\s*", value):
+        return float(value)
+    raise InvalidAnswer(f"score is not a number: {value!r}")
+
+
+def validate(spec: OutputSpec, verdict: Any, reason: Any) -> ParsedAnswer:
+    """Check a verdict against the rule's output spec and turn it into a raw value."""
+    reason_text = reason if isinstance(reason, str) else None
+    if spec.type == "choice":
+        assert spec.choices
+        choices = {k.lower(): k for k in spec.choices}
+        if not isinstance(verdict, str) or verdict.strip().lower() not in choices:
+            raise InvalidAnswer(f"answer {verdict!r} is not one of {list(spec.choices)}")
+        label = choices[verdict.strip().lower()]
+        return ParsedAnswer(spec.choices[label], label, reason_text)
+    raw = _to_number(verdict)
+    scale = spec.scale
+    if not scale.min <= raw <= scale.max:
+        raise InvalidAnswer(f"score {raw:g} is outside the scale [{scale.min:g}, {scale.max:g}]")
+    if spec.integer and not raw.is_integer():
+        raise InvalidAnswer(
+            f"score {raw:g} is not an integer on the scale [{scale.min:g}, {scale.max:g}]"
+        )
+    return ParsedAnswer(raw, spec.label_for(raw), reason_text)
+
+
+def parse_answer(spec: OutputSpec, content: str) -> ParsedAnswer:
+    """Parse a judge's answer: JSON (the last object that carries a verdict), then text.
+
+    A rule with an ``answer_key`` accepts only its own shape, ``{"<key>": {"score", "reason"}}``.
+    """
+    if spec.answer_format == "score_lines":
+        return parse_score_lines(spec, content)
+    objects = _json_objects(content)
+    if spec.verdict_field:
+        for obj in reversed(objects):
+            if spec.verdict_field in obj:
+                return validate(spec, obj[spec.verdict_field], obj.get(spec.reason_field))
+        raise InvalidAnswer(f'expected {{"{spec.reason_field}": ..., "{spec.verdict_field}": ...}}')
+    if spec.answer_key:
+        for obj in reversed(objects):
+            inner = obj.get(spec.answer_key)
+            if isinstance(inner, dict) and "score" in inner:
+                return validate(spec, inner["score"], inner.get("reason"))
+        raise InvalidAnswer(f'expected {{"{spec.answer_key}": {{"score": ..., "reason": ...}}}}')
+    for obj in reversed(objects):
+        if found := _verdict_from_object(obj):
+            return validate(spec, *found)
+    if spec.type == "choice":
+        assert spec.choices
+        pattern = r"\b(" + "|".join(re.escape(c) for c in spec.choices) + r")\b"
+        matches = re.findall(pattern, content, re.IGNORECASE)
+        if matches:
+            return validate(spec, matches[-1], content.strip())
+        raise InvalidAnswer(f"no choice among {list(spec.choices)} in the answer")
+    matches = _SCORE_LINE.findall(content) or _BARE_NUMBER.findall(content)
+    if not matches:
+        raise InvalidAnswer("no score in the answer")
+    return validate(spec, matches[-1], _reason_from_text(content))
+
+
+def _reason_from_text(content: str) -> str:
+    match = re.search(
+        r"\b(?:reason|justification|rationale)\b\s*[:=]\s*(.+)", content, re.IGNORECASE | re.DOTALL
+    )
+    return (match.group(1) if match else content).strip()
+
+
+_SCORE_LINE_EXACT = re.compile(
+    r"^[ \t*]*score[ \t*]*:[ \t*]*(" + _NUMBER + r")[ \t*]*$", re.I | re.M
+)
+_JUSTIFICATION_LINE = re.compile(r"^[ \t*]*justification[ \t*]*:[ \t*]*(.*)", re.I | re.M | re.S)
+
+
+def parse_score_lines(spec: OutputSpec, content: str) -> ParsedAnswer:
+    """The two-line answer MLflow's metrics ask for: ``score: <n>`` then ``justification: ...``.
+
+    The last ``score:`` line wins (a score quoted earlier cannot); the justification is the
+    text after the ``justification:`` label that follows it, to the end of the answer.
+    """
+    scores = list(_SCORE_LINE_EXACT.finditer(content))
+    if not scores:
+        raise InvalidAnswer("no 'score: <number>' line in the answer")
+    last = scores[-1]
+    justification = _JUSTIFICATION_LINE.search(content, last.end())
+    reason = justification.group(1).strip() if justification else None
+    return validate(spec, last.group(1), reason)
+
+
+def rubric_schema(rule: RubricRule) -> dict[str, Any]:
+    """Structured output for a rubric: one verdict object per criterion, every one required."""
+    item = _verdict_object(rule.output)
+    properties = {c.id: item for c in rule.criteria}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def parse_rubric(rule: RubricRule, content: str) -> dict[str, CriterionAnswer | None]:
+    """Per-criterion answers from the last JSON object that answers any criterion.
+
+    An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
+    criterion the judge left out is absent. No criterion answered at all is unusable.
+    """
+    spec = rule.output
+    key, _ = _verdict_schema(spec)
+    ids = [c.id for c in rule.criteria]
+    for obj in reversed(_json_objects(content)):
+        if not any(isinstance(obj.get(cid), dict) for cid in ids):
+            continue
+        answers: dict[str, CriterionAnswer | None] = {}
+        for cid in ids:
+            item = obj.get(cid)
+            if not isinstance(item, dict):
+                continue
+            try:
+                parsed = validate(spec, item.get(key), item.get(spec.reason_field))
+            except InvalidAnswer:
+                answers[cid] = None
+            else:
+                answers[cid] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
+        return answers
+    raise InvalidAnswer(f"no JSON object answering the criteria {ids}")
+
+
+def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, Callable[[str], Any]]:
+    """What the engine asks of the judge for ``rule`` (a JSON schema, or None for a text
+    answer) and how it reads the answer back."""
+    if isinstance(rule, RubricRule):
+        return rubric_schema(rule), partial(parse_rubric, rule)
+    return response_schema(rule.output), partial(parse_answer, rule.output)

@@ -1,0 +1,80 @@
+"""How domain code reports what it did: one observer object with a callback per event.
+
+Engine, thread and judge code call these callbacks and never touch a metrics library (the
+pattern of Faust's sensors). The base class does nothing, so pure code and unit tests need no
+registry; ``stream.metrics.ScorerMetrics`` turns the callbacks into Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .models import ScoreEvent, TokenUsage
+
+
+class Observer:
+    """Callbacks for everything the worker measures; every one is a no-op here."""
+
+    # -- input and delivery ----------------------------------------------------------
+
+    def on_trace_consumed(self, topic: str) -> None:
+        """A trace message was consumed from ``topic`` (valid or not)."""
+
+    def on_dead_letter(self, topic: str, reason: str) -> None:
+        """A message of ``topic`` went to the dead-letter topic for ``reason``."""
+
+    def on_scoring_overhead(self, seconds: float) -> None:
+        """Engine time spent on one trace, beyond its judge calls."""
+
+    def on_publish_latency(self, seconds: float) -> None:
+        """From handing a trace's messages to the producer to the broker having them all."""
+
+    def on_score_published(self, score: ScoreEvent) -> None:
+        """``score`` is on the scores topic."""
+
+    def on_consumer_lag(self, topic: str, lag: int) -> None:
+        """Messages of ``topic`` in this worker's partitions not yet committed."""
+
+    def watch_in_flight(self, read: Callable[[], float]) -> None:
+        """``read()`` says how many traces are in flight (read when metrics are collected)."""
+
+    # -- engine ----------------------------------------------------------------------
+
+    def on_decision(self, rule: str, pack: str, outcome: str) -> None:
+        """A rule decided ``outcome`` for one target (filtered, sampled_out, skipped, ...)."""
+
+    def on_rules_loaded(
+        self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
+    ) -> None:
+        """A rule set was loaded: its digest, and (rule, pack, scope, +1/-1) per rule."""
+
+    # -- judge -----------------------------------------------------------------------
+
+    def on_judge_call(
+        self,
+        model: str,
+        outcome: str,
+        seconds: float,
+        usage: TokenUsage | None = None,
+        cost_usd: float | None = None,
+    ) -> None:
+        """One judge attempt ended with ``outcome``; usage and cost when it was answered."""
+
+    def on_judge_retry(self, model: str, reason: str) -> None:
+        """A judge call is tried again after ``reason``."""
+
+    # -- threads ---------------------------------------------------------------------
+
+    def on_thread_event(self, event_type: str) -> None:
+        """An event of ``event_type`` (turn, end, tick, published, failed) was applied."""
+
+    def on_thread_close(self, kind: str, reason: str, turns: int) -> None:
+        """A thread of ``kind`` closed for ``reason`` holding ``turns`` turns."""
+
+    def on_thread_close_delay(self, seconds: float) -> None:
+        """An idle thread closed ``seconds`` after its inactivity deadline."""
+
+    def watch_threads(
+        self, open_threads: Callable[[], float], pending: Callable[[], float]
+    ) -> None:
+        """Readers of the open threads and of the closes not yet published."""

@@ -1,0 +1,224 @@
+"""Loading rule packs: ``rules/<pack>/<rule_id>.yaml`` files, and the pack's own Python
+modules (``rules/<pack>/*.py``), whose ``@check`` and ``@aggregate`` functions the pack's
+rules can name. Nothing to register by hand: adding a pack is adding a folder."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+from pydantic import ValidationError
+
+from ..errors import RuleFileError
+from .aggregators import AggregatorSpec
+from .checks import CheckSpec
+from .registry import marked
+from .schema import RULE_ADAPTER, AnyRule, PackCode
+from .specs import ThreadSpec
+
+_MODULES: dict[str, ModuleType] = {}  # pack modules by name (which hashes path and content)
+
+
+@dataclass
+class RuleSet:
+    """The loaded rules, with a hash that identifies this exact set."""
+
+    rules: list[AnyRule] = field(default_factory=list)
+    digest: str = ""
+
+    def for_scope(self, scope: str) -> list[AnyRule]:
+        return [r for r in self.rules if r.scope == scope]
+
+    def thread_rules(self, kind: str) -> list[AnyRule]:
+        return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
+
+    def thread_spec(self, kind: str) -> ThreadSpec | None:
+        """The (agreed) thread spec of ``kind``, or None when no rule judges such threads."""
+        rules = self.thread_rules(kind)
+        return rules[0].thread if rules else None
+
+    @property
+    def packs(self) -> list[str]:
+        return sorted({r.pack for r in self.rules})
+
+
+def pack_modules(pack_dir: Path) -> list[Path]:
+    """The pack's own Python modules, in name order."""
+    return sorted(p for p in pack_dir.glob("*.py") if p.is_file())
+
+
+def import_pack_module(path: Path) -> ModuleType:
+    """Import one pack module from its file (once per path and content: a changed file, or a
+    copy elsewhere, is a module of its own)."""
+    source = path.read_bytes()
+    digest = hashlib.sha256(str(path.resolve()).encode() + b"\0" + source).hexdigest()[:16]
+    name = f"scorer_packs.{path.parent.name}.{path.stem}_{digest}"
+    if name in _MODULES:
+        return _MODULES[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RuleFileError(str(path), ["not a loadable Python module"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pydantic and dataclasses look their module up while it runs
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise RuleFileError(
+            str(path), [f"pack code failed to import: {type(exc).__name__}: {exc}"]
+        ) from exc
+    _MODULES[name] = module
+    return module
+
+
+def load_pack_code(pack_dir: Path) -> PackCode:
+    """The checks and aggregators that the pack's modules define with ``@check`` and
+    ``@aggregate`` (a function only counts in the module that defines it)."""
+    code = PackCode()
+    for path in pack_modules(pack_dir):
+        module = import_pack_module(path)
+        own = [
+            v for v in vars(module).values() if getattr(v, "__module__", None) == module.__name__
+        ]
+        try:
+            for check in marked(own, CheckSpec):
+                code.checks.add(check)
+            for aggregator in marked(own, AggregatorSpec):
+                code.aggregators.add(aggregator)
+        except ValueError as exc:
+            raise RuleFileError(str(path), [str(exc)]) from exc
+    return code
+
+
+def _format_validation_error(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        # drop the discriminator tag pydantic puts in front of union members
+        loc = [str(p) for p in err["loc"] if p not in ("llm_judge", "rubric", "check")]
+        where = ".".join(loc) or "(file)"
+        msg = err["msg"].removeprefix("Value error, ")
+        problems.append(f"field {where}: {msg}")
+    return problems
+
+
+def load_rule_file(path: Path, pack_code: PackCode | None = None) -> AnyRule:
+    """Load one rule file; raise ``RuleFileError`` naming the file, the field and the problem.
+
+    ``pack_code``: what the pack's modules register (default: load them from the folder).
+    """
+    if pack_code is None:
+        pack_code = load_pack_code(path.parent)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise RuleFileError(str(path), [f"not valid YAML: {exc}"]) from exc
+    if not isinstance(data, dict):
+        raise RuleFileError(str(path), ["a rule file must be a YAML mapping"])
+    try:
+        rule = RULE_ADAPTER.validate_python(data, context={"pack_code": pack_code})
+    except ValidationError as exc:
+        raise RuleFileError(str(path), _format_validation_error(exc)) from exc
+    problems = []
+    if rule.id != path.stem:
+        problems.append(f"field id: {rule.id!r} must equal the file name {path.stem!r}")
+    if rule.pack != path.parent.name:
+        problems.append(
+            f"field pack: {rule.pack!r} must equal the folder name {path.parent.name!r}"
+        )
+    if problems:
+        raise RuleFileError(str(path), problems)
+    return rule
+
+
+def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path]:
+    if not rules_dir.is_dir():
+        raise RuleFileError(str(rules_dir), ["rules directory does not exist"])
+    wanted = set(packs) if packs is not None else None
+    files = []
+    for pack_dir in sorted(p for p in rules_dir.iterdir() if p.is_dir()):
+        if wanted is not None and pack_dir.name not in wanted:
+            continue
+        files.extend(sorted(pack_dir.glob("*.yaml")) + sorted(pack_dir.glob("*.yml")))
+    if wanted is not None:
+        missing = wanted - {p.name for p in rules_dir.iterdir() if p.is_dir()}
+        if missing:
+            raise RuleFileError(str(rules_dir), [f"packs not found: {sorted(missing)}"])
+    return files
+
+
+def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None:
+    """Threads of one kind are folded and closed once for every rule: their specs must agree."""
+    if rule.thread is None:
+        return None
+    for other in loaded:
+        if (
+            other.thread is not None
+            and other.thread.kind == rule.thread.kind
+            and other.thread.folding() != rule.thread.folding()
+        ):
+            return (
+                "field thread: user/assistant/end paths or inactivity_gap_s differ from "
+                f"rule {other.id!r}; every {rule.thread.kind} rule of a rule set must use "
+                "the same ones"
+            )
+    return None
+
+
+def check_rules(
+    rules_dir: Path, packs: Iterable[str] | None = None
+) -> tuple[RuleSet, list[RuleFileError]]:
+    """Load every rule file, collecting all errors instead of stopping at the first."""
+    errors: list[RuleFileError] = []
+    rules: list[AnyRule] = []
+    seen: dict[str, Path] = {}
+    digest = hashlib.sha256()
+    try:
+        files = rule_files(rules_dir, packs)
+    except RuleFileError as exc:
+        return RuleSet(), [exc]
+    code: dict[Path, PackCode] = {}
+    for pack_dir in sorted({path.parent for path in files}):
+        try:
+            code[pack_dir] = load_pack_code(pack_dir)
+        except RuleFileError as exc:
+            errors.append(exc)
+            code[pack_dir] = PackCode()
+        for module in pack_modules(pack_dir):
+            digest.update(module.read_bytes())  # the pack's code is part of the rule set
+    for path in files:
+        try:
+            rule = load_rule_file(path, code[path.parent])
+        except RuleFileError as exc:
+            errors.append(exc)
+            continue
+        if rule.id in seen:
+            errors.append(
+                RuleFileError(
+                    str(path),
+                    [f"field id: duplicate rule id {rule.id!r} (also in {seen[rule.id]})"],
+                )
+            )
+            continue
+        if problem := _conflicting_thread_spec(rule, rules):
+            errors.append(RuleFileError(str(path), [problem]))
+            continue
+        seen[rule.id] = path
+        rules.append(rule)
+        digest.update(path.read_bytes())
+    return RuleSet(rules=rules, digest=digest.hexdigest()[:12]), errors
+
+
+def load_rules(rules_dir: Path, packs: Iterable[str] | None = None) -> RuleSet:
+    """Load a rule set or fail with every problem found (start-up must not half-load)."""
+    ruleset, errors = check_rules(rules_dir, packs)
+    if errors:
+        raise RuleFileError(str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems])
+    if not ruleset.rules:
+        raise RuleFileError(str(rules_dir), ["no rule files found"])
+    return ruleset

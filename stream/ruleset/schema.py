@@ -1,0 +1,244 @@
+"""The rule file schema: one strict pydantic model per rule kind (unknown keys rejected),
+built from the parts in ``specs``.
+
+A rule that names a check or an aggregator is validated against the registries of its own
+pack (``PackCode``, passed as the validation context by the loader), so a typo fails at
+start-up with the file, the field and the names the pack does register.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Annotated, Any, Literal
+
+from jmespath.exceptions import JMESPathError
+from pydantic import (
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationInfo,
+    model_validator,
+)
+
+from ..models import Scale, Scope
+from ..text.template import placeholders
+from .aggregators import AggregateParams, AggregatorSpec
+from .checks import CheckParams, CheckSpec
+from .filters import RuleFilter, sampled
+from .paths import compile_path
+from .registry import Registry
+from .specs import (
+    AggregateRef,
+    Criterion,
+    JudgeSpec,
+    OutputSpec,
+    PromptSuffix,
+    Strict,
+    ThreadSpec,
+    VariableSpec,
+)
+
+RULE_ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
+
+
+@dataclass
+class PackCode:
+    """What a rule pack's own Python modules register: its checks and rubric aggregators."""
+
+    checks: Registry[CheckSpec] = field(default_factory=lambda: Registry("check"))
+    aggregators: Registry[AggregatorSpec] = field(default_factory=lambda: Registry("aggregate"))
+
+
+def _pack_code(info: ValidationInfo) -> PackCode:
+    context = info.context if isinstance(info.context, dict) else {}
+    code = context.get("pack_code")
+    return code if isinstance(code, PackCode) else PackCode()
+
+
+class RuleBase(Strict):
+    id: str = Field(pattern=RULE_ID_PATTERN)
+    pack: str = Field(pattern=RULE_ID_PATTERN)
+    version: int = Field(ge=1)
+    scope: Scope
+    description: str | None = None
+    filter: RuleFilter = Field(default_factory=RuleFilter)
+    sampling_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    variables: dict[str, str | VariableSpec] = Field(default_factory=dict)
+    output: OutputSpec
+    thread: ThreadSpec | None = Field(
+        default=None, description="Thread-scope rules only; variables map into the thread document"
+    )
+
+    @model_validator(mode="after")
+    def _thread_matches_scope(self) -> RuleBase:
+        if self.scope == "thread" and self.thread is None:
+            raise ValueError(
+                "a thread-scope rule needs a thread section (kind: conversation | session)"
+            )
+        if self.scope == "trace" and self.thread is not None:
+            raise ValueError("a thread section is for thread-scope rules only")
+        return self
+
+    @model_validator(mode="after")
+    def _paths_compile(self) -> RuleBase:
+        for name, spec in self.variable_specs.items():
+            try:
+                compile_path(spec.path)
+            except JMESPathError as exc:
+                raise ValueError(f"variables.{name}: bad path {spec.path!r}: {exc}") from exc
+        return self
+
+    @cached_property
+    def variable_specs(self) -> dict[str, VariableSpec]:
+        """Every variable as a full spec (a bare path is ``format: text``)."""
+        return {
+            name: spec if isinstance(spec, VariableSpec) else VariableSpec(path=spec)
+            for name, spec in self.variables.items()
+        }
+
+    def sampled(self, target_id: str) -> bool:
+        """Deterministic by target id, so a redelivered trace is sampled the same way."""
+        return sampled(self.id, self.sampling_rate, target_id)
+
+
+class PromptedRule(RuleBase):
+    """What every judged rule has: the judge, the prompt (and optional system prompt), the
+    literal ``options`` some placeholders take, and suffixes appended on a condition."""
+
+    judge: JudgeSpec = Field(default_factory=JudgeSpec)
+    system_prompt: str | None = Field(default=None, min_length=1)
+    prompt: str = Field(min_length=1)
+    options: dict[str, str] = Field(
+        default_factory=dict, description="Placeholder -> literal text (e.g. instructions)"
+    )
+    suffixes: list[PromptSuffix] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _placeholders_mapped(self) -> PromptedRule:
+        templates = [self.prompt, self.system_prompt or ""] + [s.text for s in self.suffixes]
+        used = set().union(*(placeholders(t) for t in templates))
+        problems = []
+        if both := sorted(set(self.variables) & set(self.options)):
+            problems.append(f"placeholders both mapped and given as options: {both}")
+        mapped = set(self.variables) | set(self.options)
+        if unmapped := sorted(used - mapped):
+            problems.append(f"placeholders without a variable mapping or option: {unmapped}")
+        if unused := sorted(mapped - used):
+            problems.append(f"variables or options not used in the prompt: {unused}")
+        for i, suffix in enumerate(self.suffixes):
+            try:
+                compile_path(suffix.when)
+            except JMESPathError as exc:
+                problems.append(f"suffixes.{i}.when: bad path {suffix.when!r}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class LLMJudgeRule(PromptedRule):
+    """A rule scored by an LLM judge from a prompt template: one verdict, one score."""
+
+    kind: Literal["llm_judge"]
+
+    @property
+    def engine(self) -> str:
+        """How the rule is scored, for listings."""
+        return "judge"
+
+
+class RubricRule(PromptedRule):
+    """Several criteria judged in one call; a registered aggregator turns the answers into
+    scores (one per criterion plus its own, such as an overall rating or a pass/fail gate)."""
+
+    kind: Literal["rubric"]
+    criteria: list[Criterion] = Field(min_length=1)
+    aggregate: AggregateRef
+    _aggregator: AggregatorSpec | None = PrivateAttr(default=None)
+
+    @property
+    def engine(self) -> str:
+        return f"rubric:{self.aggregate.name}"
+
+    @property
+    def aggregator(self) -> AggregatorSpec:
+        """The pack's registered aggregator (its existence is checked at load time)."""
+        assert self._aggregator is not None
+        return self._aggregator
+
+    @cached_property
+    def validated_aggregate(self) -> AggregateParams:
+        return self.aggregator.validate_params(self.aggregate.params, [c.id for c in self.criteria])
+
+    def primary_scale(self) -> Scale:
+        """The scale of the score that stands for the rubric (its decision, its error score)."""
+        return self.validated_aggregate.primary_scale() or self.output.scale
+
+    @model_validator(mode="after")
+    def _rubric_consistent(self, info: ValidationInfo) -> RubricRule:
+        ids = [c.id for c in self.criteria]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"criteria ids repeat: {sorted(i for i in ids if ids.count(i) > 1)}")
+        for criterion in self.criteria:
+            if criterion.na_when is None:
+                continue
+            compile_path(criterion.na_when)
+            if not self.output.choices or "NA" not in self.output.choices:
+                raise ValueError(f"criterion {criterion.id}: na_when needs an NA choice in output")
+        registry = _pack_code(info).aggregators
+        spec = registry.get(self.aggregate.name)
+        if spec is None:
+            raise ValueError(
+                f"unknown aggregate {self.aggregate.name!r}; registered: {sorted(registry.names())}"
+            )
+        spec.validate_params(self.aggregate.params, ids)
+        self._aggregator = spec
+        if self.output.answer_format != "json" or self.output.answer_key:
+            raise ValueError("a rubric is answered as one JSON object keyed by criterion id")
+        return self
+
+
+class CheckRule(RuleBase):
+    """A rule scored by a deterministic check function registered by name."""
+
+    kind: Literal["check"]
+    check: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    _check: CheckSpec | None = PrivateAttr(default=None)
+
+    @property
+    def engine(self) -> str:
+        return f"check:{self.check}"
+
+    @property
+    def check_spec(self) -> CheckSpec:
+        """The pack's registered check (its existence is checked at load time)."""
+        assert self._check is not None
+        return self._check
+
+    @cached_property
+    def validated_params(self) -> CheckParams:
+        """The params parsed into the check's own model once, not on every trace."""
+        return self.check_spec.validate_params(self.params)
+
+    @model_validator(mode="after")
+    def _check_known(self, info: ValidationInfo) -> CheckRule:
+        registry = _pack_code(info).checks
+        spec = registry.get(self.check)
+        if spec is None:
+            raise ValueError(
+                f"unknown check {self.check!r}; registered: {sorted(registry.names())}"
+            )
+        if set(self.variables) != set(spec.variables):
+            raise ValueError(
+                f"check {self.check!r} takes variables {sorted(spec.variables)}, "
+                f"mapped: {sorted(self.variables)}"
+            )
+        spec.validate_params(self.params)
+        self._check = spec
+        return self
+
+
+AnyRule = LLMJudgeRule | RubricRule | CheckRule
+Rule = Annotated[AnyRule, Field(discriminator="kind")]
+RULE_ADAPTER: TypeAdapter[AnyRule] = TypeAdapter(Rule)

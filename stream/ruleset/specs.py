@@ -1,0 +1,175 @@
+"""The parts of a rule file: its output spec, variables, judge, thread section, rubric
+criteria and aggregator reference; strict models (unknown keys rejected, frozen)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..models import Scale
+from .paths import compile_path
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OutputSpec(Strict):
+    """How a raw answer becomes a score: its scale, labels and direction."""
+
+    type: Literal["numeric", "choice"] = "numeric"
+    min: float | None = None
+    max: float | None = None
+    integer: bool = False
+    labels: dict[int, str] | None = Field(
+        default=None, description="Label for each integer raw value (e.g. 4: Excellent)"
+    )
+    choices: dict[str, float] | None = Field(
+        default=None, description="Allowed labels and the raw value each one scores"
+    )
+    higher_is_better: bool = True
+    answer_key: str | None = Field(
+        default=None,
+        description='The judge answers {"<answer_key>": {"score", "reason"}} (a seed\'s own shape); '
+        "only that shape is accepted",
+    )
+    answer_format: Literal["json", "score_lines"] = Field(
+        default="json",
+        description="json: a JSON object (asked for as structured output); score_lines: the two "
+        "lines 'score: <n>' and 'justification: <text>' (no structured output is asked for)",
+    )
+    verdict_field: str | None = Field(
+        default=None,
+        description="The JSON field that holds the verdict, as the prompt names it (e.g. result); "
+        "when set, only JSON answers with that field are accepted",
+    )
+    reason_field: str = Field(default="reason", description="The JSON field that holds the reason")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OutputSpec:
+        if self.type == "numeric":
+            if self.min is None or self.max is None:
+                raise ValueError("numeric output needs min and max")
+            if self.min >= self.max:
+                raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+            if self.choices is not None:
+                raise ValueError("choices are only for type: choice")
+        else:
+            if not self.choices or len(self.choices) < 2:
+                raise ValueError("choice output needs at least two choices")
+            if self.min is not None or self.max is not None or self.labels is not None:
+                raise ValueError("choice output takes its scale from choices; drop min/max/labels")
+        if self.answer_format == "score_lines" and (self.type != "numeric" or self.answer_key):
+            raise ValueError("score_lines answers are numeric and not wrapped in an answer_key")
+        if self.verdict_field and self.answer_key:
+            raise ValueError("verdict_field and answer_key are two answer shapes; pick one")
+        return self
+
+    @cached_property
+    def scale(self) -> Scale:
+        if self.type == "choice":
+            assert self.choices
+            return Scale(min=min(self.choices.values()), max=max(self.choices.values()))
+        assert self.min is not None and self.max is not None
+        return Scale(min=self.min, max=self.max)
+
+    def normalise(self, raw: float) -> float:
+        return self.scale.normalise(raw)
+
+    def label_for(self, raw: float) -> str | None:
+        if self.labels and float(raw).is_integer():
+            return self.labels.get(int(raw))
+        return None
+
+
+class VariableSpec(Strict):
+    """A mapped variable: a path into the trace (or thread document) and how its value reads.
+
+    Formats: ``text`` (strings verbatim, anything else as JSON); ``json``; ``bullets``
+    (a list becomes a newline then ``- item`` lines, MLflow's expected-facts shape; a string
+    stays as it is); ``tagged`` (each item of a list, or one string, as ``<tag>item</tag>``
+    lines); ``tagged_fields`` (an object as ``<key>value</key>`` lines); ``transcript``
+    (chat messages as ``Role: content`` paragraphs).
+    """
+
+    path: str
+    format: Literal["text", "json", "bullets", "tagged", "tagged_fields", "transcript"] = "text"
+    tag: str | None = Field(default=None, description="The element name for format: tagged")
+    allow_empty: bool = Field(
+        default=True, description="false: an empty string, list or object counts as missing"
+    )
+
+    @model_validator(mode="after")
+    def _tag_for_tagged(self) -> VariableSpec:
+        if (self.format == "tagged") != (self.tag is not None):
+            raise ValueError("tag is required by format: tagged and only used by it")
+        return self
+
+
+class PromptSuffix(Strict):
+    """Text appended to the prompt only when ``when`` (a path into the trace) is truthy."""
+
+    when: str
+    text: str = Field(min_length=1)
+
+
+class JudgeSpec(Strict):
+    model: str | None = Field(default=None, description="None: the deployment's default model")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+
+
+class ThreadSpec(Strict):
+    """Which threads a thread-scope rule judges, how a trace becomes a conversation turn, and
+    when a thread closes.
+
+    ``conversation``: traces that carry a ``thread_id``; each contributes a user message and an
+    assistant message (paths into the trace), and ``end`` (a path into the trace) marks the
+    conversation finished when its value is true. ``session``: coaching-session events, which
+    end with an ``end`` event. Either closes after ``inactivity_gap_s`` without activity
+    (None: the deployment's ``SCORER_THREAD_INACTIVITY_GAP_S``, 15 minutes like Opik).
+    """
+
+    kind: Literal["conversation", "session"]
+    user: str | None = None
+    assistant: str | None = None
+    end: str | None = None
+    inactivity_gap_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _turn_paths(self) -> ThreadSpec:
+        paths = (self.user, self.assistant)
+        if self.kind == "conversation":
+            if None in paths:
+                raise ValueError("a conversation thread needs user and assistant paths")
+            for path in (*paths, self.end):
+                if path is not None:
+                    compile_path(path)
+        elif paths != (None, None) or self.end is not None:
+            raise ValueError("user, assistant and end paths are for conversation threads only")
+        return self
+
+    def folding(self) -> tuple[Any, ...]:
+        """What every rule of one thread kind must agree on: threads are folded once."""
+        return (self.user, self.assistant, self.end, self.inactivity_gap_s)
+
+
+class Criterion(Strict):
+    """One criterion of a rubric: the judge answers every criterion in one call."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    name: str
+    na_when: str | None = Field(
+        default=None,
+        description="A path into the trace or thread document; when truthy the criterion does "
+        "not apply and its answer is NA whatever the judge said (e.g. too few exchanges)",
+    )
+
+
+class AggregateRef(Strict):
+    """Which registered aggregator turns a rubric's answers into scores, with its params."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)

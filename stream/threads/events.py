@@ -1,0 +1,103 @@
+"""Events on the internal thread-events topic, and the coaching-session input event.
+
+Traces are keyed by trace id (or anything), coaching-session events by whatever their
+producer chose; the turns of one thread must meet in one partition, in one agent. So the
+trace agent and the session agent repartition them onto ``<app id>-thread-events``, keyed by
+``<kind>/<thread id>``, the same key the thread table uses. Four event types travel there:
+
+- ``turn``: a turn to fold in (``end``: the trace also marked the conversation finished);
+- ``end``: a coaching session's end event;
+- ``tick``: the wall clock, sent by each worker to the partitions it owns, so idle threads
+  close when their partition receives nothing else;
+- ``published``: the scores of a close are on the scores topic (its pending copy can go).
+
+``arrival`` is the Kafka timestamp of the source message, not the time the event was
+forwarded, so redelivery or a slow judge cannot make a thread look active later than it was.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .state import ThreadKind, Turn
+
+EventType = Literal["turn", "end", "tick", "published"]
+
+
+class ThreadEvent(BaseModel):
+    type: EventType
+    kind: ThreadKind = "conversation"
+    thread_id: str = ""
+    project_name: str = "default"
+    arrival: float = Field(default=0.0, description="Kafka time of the source (tick: its clock)")
+    source: str = Field(default="", description="Source topic:partition (event-time progress)")
+    event_time: datetime | None = None
+    turn: Turn | None = None
+    end: bool = False
+    end_key: str | None = None
+    rules: list[str] = Field(default_factory=list)
+    close_seq: int = 0
+
+    @property
+    def key(self) -> bytes:
+        return table_key(self.kind, self.thread_id)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ThreadEvent:
+        return cls.model_validate_json(raw)
+
+
+def table_key(kind: str, thread_id: str) -> bytes:
+    return f"{kind}/{thread_id}".encode()
+
+
+def tick(now: float) -> bytes:
+    return ThreadEvent(type="tick", arrival=now).to_bytes()
+
+
+def published(kind: ThreadKind, thread_id: str, close_seq: int) -> ThreadEvent:
+    return ThreadEvent(type="published", kind=kind, thread_id=thread_id, close_seq=close_seq)
+
+
+class SessionEvent(BaseModel):
+    """A coaching-session event on the ``coaching-sessions`` topic."""
+
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str = Field(min_length=1)
+    type: Literal["turn", "end"]
+    seq: int | None = Field(default=None, ge=0)
+    timestamp: datetime | None = None
+    project_name: str = "default"
+    metrics: dict[str, Any] | None = None
+    feedback: str | None = None
+    user: Any = None
+    assistant: Any = None
+
+    @model_validator(mode="after")
+    def _turn_fields(self) -> SessionEvent:
+        if self.type == "turn":
+            if self.seq is None:
+                raise ValueError("a turn needs seq (its position in the session)")
+            if self.timestamp is None:
+                raise ValueError("a turn needs a timestamp")
+            if (self.metrics, self.feedback, self.user, self.assistant) == (None,) * 4:
+                raise ValueError("a turn needs metrics and feedback, or user/assistant messages")
+        return self
+
+
+def parse_session(raw: bytes | None) -> SessionEvent:
+    """Decode and validate one coaching-session message (``ValueError`` when it is not one)."""
+    if raw is None:
+        raise ValueError("empty message (no value)")
+    document = orjson.loads(raw)
+    if not isinstance(document, dict):
+        raise ValueError(f"a session event must be a JSON object, got {type(document).__name__}")
+    return SessionEvent.model_validate(document)

@@ -1,0 +1,273 @@
+"""Per-thread state: folding turns in, deciding when a thread closes, and what rules see.
+
+Plain functions over plain models; the thread agent keeps one ``ThreadState`` per thread in a
+changelog-backed table and calls them. They change the state in place and say whether it
+changed, so the agent writes the table (and its changelog) only when something happened.
+
+- Folding is deterministic: turns are kept in (seq, event time, key) order whatever order
+  they arrive in, and a duplicate (same key, e.g. the same ``seq`` twice) keeps the copy whose
+  canonical JSON sorts first, so redelivery or reordering cannot change the result. A
+  duplicate is not activity: it neither reopens a closed thread nor delays a close.
+- State is bounded: past ``max_turns`` or ``max_bytes`` the oldest turns are dropped and
+  counted, and the thread document (and so the score event) says how many were dropped.
+- A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways:
+  in wall-clock time since its last new event arrived in Kafka (live: an idle thread closes
+  even when its partition receives nothing else), and in event time: the partition's
+  watermark has moved ``gap`` past the thread's activity mark (its last event time, or the
+  watermark then if that was later). A replay of history therefore closes threads where
+  they would have closed live, although the replay itself runs in minutes; and a producer
+  whose clock lags cannot make its own threads close at once.
+- A turn after a close reopens the thread; its turns are kept, so the next close judges the
+  whole conversation, under a new close sequence (part of the score id).
+- A close is kept as pending (with the document the rules judge) until its scores are
+  published, so a worker that dies in between scores it again after recovery, identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models import ThreadInfo
+
+ThreadKind = Literal["conversation", "session"]
+CloseReason = Literal["end", "inactivity", "inactivity_event_time"]
+
+
+class Turn(BaseModel):
+    """One step of a thread: a trace's user/assistant exchange or a coaching-session turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str = Field(description="Dedupe key: the trace id, or seq-<n> for a session turn")
+    seq: int | None = None
+    event_time: datetime
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    metrics: dict[str, Any] | None = None
+    feedback: str | None = None
+
+    def canonical(self) -> bytes:
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+
+    @property
+    def size(self) -> int:
+        return len(self.canonical())
+
+    def order(self) -> tuple[int, datetime, str]:
+        return (self.seq if self.seq is not None else -1, self.event_time, self.key)
+
+
+class ThreadLimits(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_turns: int = Field(default=200, ge=1)
+    max_bytes: int = Field(default=256_000, ge=1024)
+
+
+class PendingClose(BaseModel):
+    """A close whose scores are not known to be published yet."""
+
+    close_seq: int
+    reason: CloseReason
+    closed_at: float = Field(description="Epoch seconds of the clock that closed it")
+    document: dict[str, Any]
+    rules: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class ThreadClose:
+    """One close of one thread, as the thread processor hands it to be scored."""
+
+    thread_id: str
+    kind: ThreadKind
+    project_name: str
+    pending: PendingClose
+    topic: str | None = None
+
+    @property
+    def info(self) -> ThreadInfo:
+        document = self.pending.document
+        return ThreadInfo(
+            kind=self.kind,
+            close_seq=self.pending.close_seq,
+            close_reason=self.pending.reason,
+            turn_count=document["turn_count"],
+            dropped_turns=document["dropped_turns"],
+        )
+
+
+class ThreadState(BaseModel):
+    """What the table holds for one thread."""
+
+    thread_id: str
+    kind: ThreadKind
+    project_name: str = "default"
+    partition: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    size: int = 0
+    dropped_turns: int = 0
+    closes: int = 0
+    published: int = 0
+    is_open: bool = True
+    ended: bool = False
+    end_keys: list[str] = Field(default_factory=list)
+    rules: list[str] = Field(
+        default_factory=list, description="Conversation rules whose filter matched a trace"
+    )
+    last_event_time: datetime | None = None
+    last_arrival: float = Field(default=0.0, description="Kafka time of the last new event")
+    activity: float = Field(
+        default=0.0, description="Partition watermark (epoch s) at the last new event"
+    )
+    pending: list[PendingClose] = Field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ThreadState:
+        return cls.model_validate_json(raw)
+
+
+def new_thread(thread_id: str, kind: ThreadKind, project_name: str) -> ThreadState:
+    return ThreadState(thread_id=thread_id, kind=kind, project_name=project_name)
+
+
+def _touch(state: ThreadState, event_time: datetime, arrival: float, watermark: float) -> None:
+    if state.last_event_time is None or event_time > state.last_event_time:
+        state.last_event_time = event_time
+    state.last_arrival = max(state.last_arrival, arrival)
+    state.activity = max(state.activity, watermark)
+
+
+def fold_turn(
+    state: ThreadState,
+    turn: Turn,
+    *,
+    arrival: float,
+    watermark: float | None = None,
+    limits: ThreadLimits,
+) -> bool:
+    """Fold ``turn`` into ``state`` (in place). False when it was a duplicate that changed nothing.
+
+    ``arrival``: when the turn's source message reached Kafka (epoch s); ``watermark``: the
+    partition's event-time watermark after this turn (defaults to ``arrival``).
+    """
+    existing = next((i for i, t in enumerate(state.turns) if t.key == turn.key), None)
+    if existing is not None:
+        new, kept = turn.canonical(), state.turns[existing].canonical()
+        if new >= kept:
+            return False
+        state.size += len(new) - len(kept)
+        state.turns[existing] = turn
+        return True  # the same turn, settled deterministically: not new activity
+    position = len(state.turns)
+    while position > 0 and state.turns[position - 1].order() > turn.order():
+        position -= 1
+    state.turns.insert(position, turn)
+    state.size += turn.size
+    while len(state.turns) > limits.max_turns or (
+        state.size > limits.max_bytes and len(state.turns) > 1
+    ):
+        dropped = state.turns.pop(0)
+        state.size -= dropped.size
+        state.dropped_turns += 1
+    _touch(state, turn.event_time, arrival, arrival if watermark is None else watermark)
+    state.is_open = True  # a turn after a close reopens the thread
+    return True
+
+
+def mark_end(
+    state: ThreadState,
+    key: str,
+    *,
+    event_time: datetime,
+    arrival: float,
+    watermark: float | None = None,
+) -> bool:
+    """An explicit end (a session ``end`` event, a trace marking the conversation finished).
+
+    Each end (by ``key``) counts once. An end for a thread that is already closed records
+    nothing new to judge, so it does not reopen it.
+    """
+    if key in state.end_keys:
+        return False
+    state.end_keys.append(key)
+    if state.is_open:
+        state.ended = True
+        _touch(state, event_time, arrival, arrival if watermark is None else watermark)
+    return True
+
+
+def close_reason(
+    state: ThreadState, *, wall_now: float | None, watermark: float | None, gap_s: float
+) -> CloseReason | None:
+    """Why ``state`` should close now, or None. Closed threads never close again until reopened."""
+    if not state.is_open:
+        return None
+    if state.ended:
+        return "end"
+    if wall_now is not None and wall_now - state.last_arrival >= gap_s:
+        return "inactivity"
+    if watermark is not None and watermark - state.activity >= gap_s:
+        return "inactivity_event_time"
+    return None
+
+
+def close_thread(state: ThreadState, reason: CloseReason, *, closed_at: float) -> PendingClose:
+    """Close ``state`` (in place); the returned pending close carries what the rules judge."""
+    state.is_open = False
+    state.ended = False
+    state.closes += 1
+    pending = PendingClose(
+        close_seq=state.closes,
+        reason=reason,
+        closed_at=closed_at,
+        document=thread_document(state),
+        rules=list(state.rules),
+    )
+    state.pending.append(pending)
+    return pending
+
+
+def mark_published(state: ThreadState, close_seq: int) -> bool:
+    """The scores of close ``close_seq`` are on the scores topic: forget its pending copy."""
+    before = len(state.pending)
+    state.pending = [p for p in state.pending if p.close_seq != close_seq]
+    state.published = max(state.published, close_seq)
+    return len(state.pending) != before
+
+
+def thread_document(state: ThreadState) -> dict[str, Any]:
+    """What thread rules' variable paths are evaluated against at a close.
+
+    ``messages`` is the conversation in order, as Opik hands it to thread rules (a list of
+    user/assistant messages); ``turns`` are the chronological turns (metrics, feedback).
+    """
+    return {
+        "thread_id": state.thread_id,
+        "kind": state.kind,
+        "project_name": state.project_name,
+        "close_seq": state.closes,
+        "messages": [m for t in state.turns for m in t.messages],
+        "turns": [
+            {
+                key: value
+                for key, value in (
+                    ("seq", t.seq),
+                    ("timestamp", t.event_time.isoformat()),
+                    ("metrics", t.metrics),
+                    ("feedback", t.feedback),
+                )
+                if value is not None
+            }
+            for t in state.turns
+            if t.metrics is not None or t.feedback is not None
+        ],
+        "turn_count": len(state.turns),
+        "dropped_turns": state.dropped_turns,
+    }

@@ -1,0 +1,146 @@
+"""Ordered delivery: offsets acked in order once the broker has everything they produced,
+failed sends retried, at most ``max_in_flight`` messages in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from types import SimpleNamespace
+from typing import Any
+
+from stream.delivery.ordered import OrderedDelivery
+from stream.delivery.publisher import Send
+from stream.models import Scale, ScoreEvent
+from stream.observer import Observer
+
+
+class FakePublisher:
+    """Hands out one future per message; the test decides when the broker has it."""
+
+    def __init__(self) -> None:
+        self.sent: list[Send] = []
+        self.futures: dict[bytes, asyncio.Future[Any]] = {}
+        self.redelivered: list[list[Send]] = []
+
+    async def send(self, sends: list[Send]) -> list[Awaitable[Any]]:
+        loop = asyncio.get_running_loop()
+        self.sent.extend(sends)
+        return [self.futures.setdefault(value, loop.create_future()) for _, _, value, _ in sends]
+
+    async def send_until_delivered(self, sends: list[Send]) -> None:
+        self.redelivered.append(sends)
+
+    def broker_has(self, value: bytes, error: Exception | None = None) -> None:
+        future = self.futures[value]
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+class Counting(Observer):
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    def on_score_published(self, score: ScoreEvent) -> None:
+        self.published.append(score.score_id)
+
+
+def event(partition: int, offset: int) -> Any:
+    return SimpleNamespace(message=SimpleNamespace(tp=f"p{partition}", offset=offset))
+
+
+def score(sid: str) -> ScoreEvent:
+    return ScoreEvent(
+        score_id=sid,
+        rule_id="r",
+        pack="p",
+        rule_version=1,
+        scope="trace",
+        target_id="t",
+        project_name="default",
+        value=1.0,
+        raw_value=1.0,
+        scale=Scale(min=0, max=1),
+        higher_is_better=True,
+        status="ok",
+    )
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def delivery_under_test(
+    max_in_flight: int = 8,
+) -> tuple[OrderedDelivery, FakePublisher, list[Any], Counting]:
+    acked: list[Any] = []
+
+    async def ack(e: Any) -> None:
+        acked.append((e.message.tp, e.message.offset))
+
+    publisher, observer = FakePublisher(), Counting()
+    delivery = OrderedDelivery(publisher, ack, max_in_flight, observer)  # type: ignore[arg-type]
+    delivery.start()
+    return delivery, publisher, acked, observer
+
+
+async def test_a_later_offset_is_acked_only_after_the_earlier_one_is_delivered() -> None:
+    delivery, publisher, acked, observer = await delivery_under_test()
+    tp, first = await delivery.admit(event(0, 10))
+    _, second = await delivery.admit(event(0, 11))
+    await delivery.deliver(tp, first, [("scores", b"k", b"a", None)], [score("a")])
+    await delivery.deliver(tp, second, [("scores", b"k", b"b", None)], [score("b")])
+
+    publisher.broker_has(b"b")
+    await settle()
+    assert acked == []  # 11 is on the broker, 10 is not: nothing may be committed
+    assert observer.published == ["b"]  # counted when the broker has it
+
+    publisher.broker_has(b"a")
+    await settle()
+    assert acked == [("p0", 10), ("p0", 11)]
+    assert delivery.acker.in_flight() == 0
+    delivery.stop()
+
+
+async def test_an_offset_waits_for_every_message_it_produced_including_early_ones() -> None:
+    delivery, publisher, acked, _ = await delivery_under_test()
+    tp, entry = await delivery.admit(event(1, 5))
+    early_sends: list[Send] = [("thread-events", b"k", b"turn", None)]
+    early = (early_sends, await publisher.send(early_sends))
+    await delivery.deliver(tp, entry, [("scores", b"k", b"s", None)], [], early)
+    publisher.broker_has(b"s")
+    await settle()
+    assert acked == []
+    publisher.broker_has(b"turn")
+    await settle()
+    assert acked == [("p1", 5)]
+    delivery.stop()
+
+
+async def test_a_failed_send_is_retried_in_full_before_its_offset_is_acked() -> None:
+    delivery, publisher, acked, observer = await delivery_under_test()
+    tp, entry = await delivery.admit(event(0, 1))
+    sends: list[Send] = [("scores", b"k", b"x", None), ("decisions", b"k", b"d", None)]
+    await delivery.deliver(tp, entry, sends, [score("x")])
+    publisher.broker_has(b"x", RuntimeError("broker down"))
+    publisher.broker_has(b"d")
+    await settle()
+    assert publisher.redelivered == [sends]  # every message again, not only the failed one
+    assert acked == [("p0", 1)] and observer.published == ["x"]
+    delivery.stop()
+
+
+async def test_admission_waits_for_a_free_slot() -> None:
+    delivery, publisher, acked, _ = await delivery_under_test(max_in_flight=1)
+    tp, entry = await delivery.admit(event(0, 0))
+    waiting = asyncio.create_task(delivery.admit(event(0, 1)))
+    await settle()
+    assert not waiting.done()  # one in flight: the next message is not taken in
+    await delivery.deliver(tp, entry, [("scores", b"k", b"only", None)], [])
+    publisher.broker_has(b"only")
+    await settle()
+    assert waiting.done() and acked == [("p0", 0)]
+    delivery.stop()
