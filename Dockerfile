@@ -4,7 +4,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY stream ./stream
 RUN pip install --no-cache-dir .
-# rules are data, not part of the package: the image carries the repository's packs
+# rule packs (YAML rules and their own checks) are not part of the package: the image
+# carries the repository's packs beside it
 COPY rules ./rules
 ENV SCORER_RULES_DIR=/app/rules \
     SCORER_WEB_HOST=0.0.0.0 \

@@ -184,10 +184,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def rules_subset(tmp: Path, ids: list[str]) -> Path:
+    """A rules folder with only these FretCoach rules, and the pack's own code."""
+    source = ROOT / "rules" / "fretcoach"
     target = tmp / f"rules-{uuid.uuid4().hex[:6]}" / "fretcoach"
     target.mkdir(parents=True)
     for rule_id in ids:
-        shutil.copy(ROOT / "rules" / "fretcoach" / f"{rule_id}.yaml", target / f"{rule_id}.yaml")
+        shutil.copy(source / f"{rule_id}.yaml", target / f"{rule_id}.yaml")
+    for module in source.glob("*.py"):
+        shutil.copy(module, target / module.name)
     return target.parent
 
 

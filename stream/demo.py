@@ -21,7 +21,8 @@ from .engine.judge import NO_JUDGE_REASON
 from .kafka.broker import EmbeddedBroker, free_port
 from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
-from .ruleset.loader import RuleSet, load_rules
+from .ruleset.loader import load_rules
+from .ruleset.schema import RuleSet
 from .settings import Settings
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"

@@ -222,12 +222,13 @@ class ScorerMetrics(Observer):
         self,
         model: str,
         outcome: str,
-        seconds: float,
+        seconds: float | None,
         usage: TokenUsage | None = None,
         cost_usd: float | None = None,
     ) -> None:
         self._child(self.judge_calls, model, outcome).inc()
-        self._child(self.judge_latency, model, outcome).observe(seconds)
+        if seconds is not None:
+            self._child(self.judge_latency, model, outcome).observe(seconds)
         if usage is not None:
             self._child(self.judge_tokens, model, "prompt", outcome).inc(usage.prompt_tokens)
             self._child(self.judge_tokens, model, "completion", outcome).inc(

@@ -54,11 +54,12 @@ class Observer:
         self,
         model: str,
         outcome: str,
-        seconds: float,
+        seconds: float | None,
         usage: TokenUsage | None = None,
         cost_usd: float | None = None,
     ) -> None:
-        """One judge attempt ended with ``outcome``; usage and cost when it was answered."""
+        """One judge attempt ended with ``outcome``, after ``seconds`` (None: not timed);
+        usage and cost when it was answered."""
 
     def on_judge_retry(self, model: str, reason: str) -> None:
         """A judge call is tried again after ``reason``."""

@@ -12,7 +12,8 @@ from stream.engine.planner import Scorer
 from stream.judge.client import JudgeClient
 from stream.metrics import ScorerMetrics
 from stream.models import Trace
-from stream.ruleset.loader import RuleSet, load_rules
+from stream.ruleset.loader import load_rules
+from stream.ruleset.schema import RuleSet
 from stream.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

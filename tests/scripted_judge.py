@@ -222,7 +222,7 @@ class MockJudge:
 
 
 def main() -> None:  # pragma: no cover - a convenience for trying the worker by hand
-    """Run a mock judge on a fixed port: ``python -m stream.mockjudge 8099``."""
+    """Run a mock judge on a fixed port: ``python tests/scripted_judge.py 8099``."""
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8099

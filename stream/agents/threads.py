@@ -29,7 +29,7 @@ from ..engine.outcomes import TraceResult
 from ..engine.planner import Scorer
 from ..models import ThreadDecisions
 from ..observer import Observer
-from ..ruleset.loader import RuleSet
+from ..ruleset.schema import RuleSet
 from ..settings import Settings
 from ..threads.events import ThreadEvent, published, tick
 from ..threads.processor import ThreadProcessor

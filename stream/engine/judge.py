@@ -1,6 +1,6 @@
 """What the engine needs of a judge: the ``Judge`` protocol and the verdict it returns.
 
-The engine never imports a provider SDK; ``stream.judge.JudgeClient`` (any OpenAI-compatible
+The engine never imports a provider SDK; ``stream.judge.client.JudgeClient`` (any OpenAI-compatible
 endpoint) is one implementation, and tests can pass another.
 """
 

@@ -22,9 +22,8 @@ from ..errors import JudgeError, MissingVariable
 from ..models import Outcome, Trace, utcnow
 from ..observer import Observer
 from ..ruleset.checks import NotApplicable
-from ..ruleset.loader import RuleSet
 from ..ruleset.paths import truthy
-from ..ruleset.schema import AnyRule, CheckRule, LLMJudgeRule, PromptedRule, RubricRule
+from ..ruleset.schema import AnyRule, CheckRule, LLMJudgeRule, PromptedRule, RubricRule, RuleSet
 from ..threads.state import ThreadClose
 from .judge import NO_JUDGE_REASON, Judge, ParsedAnswer, Verdict
 from .outcomes import (
@@ -226,13 +225,14 @@ class Scorer:
         """The rule's one score and its decision. ``now``: when the outcome was decided
         (default: when the plan was made, one timestamp for everything decided synchronously)."""
         now = now or plan.created_at
-        shape = ScoreShape.of_rule(rule)
         if isinstance(rule, RubricRule):
             # a rubric that could not be judged publishes one score: its primary one
             assert measured.status != "ok", "rubric scores come from _finish_rubric"
             shape = ScoreShape(
                 rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
             )
+        else:
+            shape = ScoreShape.of_rule(rule)
         score = make_score(rule, plan.target, shape, measured, now)
         outcome = OUTCOME_OF_STATUS[measured.status]
         decided = self._decide(rule, plan, outcome, measured.status_reason, score.score_id, now)

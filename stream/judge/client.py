@@ -133,7 +133,7 @@ class JudgeClient:
                     last_error = JudgeError("structured output rejected", kind="client_error")
                     continue
                 if exc.status_code < 500 and exc.status_code not in (408, 409):
-                    self._observe_call(model, "client_error", time.perf_counter() - started)
+                    self.observer.on_judge_call(model, "client_error", None)  # counted, not timed
                     raise JudgeError(
                         self._redact(
                             f"judge refused the request ({exc.status_code}): {exc.message}"

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ..models import Trace, stable_fraction
 from .paths import compile_path
+from .specs import Strict
 
 
-class RuleFilter(BaseModel):
+class RuleFilter(Strict):
     """Which traces a rule applies to. Every given condition must hold; lists are any-of."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     topics: list[str] | None = None
     projects: list[str] | None = None

@@ -1,99 +1,19 @@
-"""Loading rule packs: ``rules/<pack>/<rule_id>.yaml`` files, and the pack's own Python
-modules (``rules/<pack>/*.py``), whose ``@check`` and ``@aggregate`` functions the pack's
-rules can name. Nothing to register by hand: adding a pack is adding a folder."""
+"""Loading rule packs: every ``rules/<pack>/<rule_id>.yaml`` file, validated against the
+pack's own checks and aggregators (``packs``), into one ``RuleSet`` or a list of problems.
+Adding a pack is adding a folder."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import yaml
 from pydantic import ValidationError
 
 from ..errors import RuleFileError
-from .aggregators import AggregatorSpec
-from .checks import CheckSpec
-from .registry import marked
-from .schema import RULE_ADAPTER, AnyRule, PackCode
-from .specs import ThreadSpec
-
-_MODULES: dict[str, ModuleType] = {}  # pack modules by name (which hashes path and content)
-
-
-@dataclass
-class RuleSet:
-    """The loaded rules, with a hash that identifies this exact set."""
-
-    rules: list[AnyRule] = field(default_factory=list)
-    digest: str = ""
-
-    def for_scope(self, scope: str) -> list[AnyRule]:
-        return [r for r in self.rules if r.scope == scope]
-
-    def thread_rules(self, kind: str) -> list[AnyRule]:
-        return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
-
-    def thread_spec(self, kind: str) -> ThreadSpec | None:
-        """The (agreed) thread spec of ``kind``, or None when no rule judges such threads."""
-        rules = self.thread_rules(kind)
-        return rules[0].thread if rules else None
-
-    @property
-    def packs(self) -> list[str]:
-        return sorted({r.pack for r in self.rules})
-
-
-def pack_modules(pack_dir: Path) -> list[Path]:
-    """The pack's own Python modules, in name order."""
-    return sorted(p for p in pack_dir.glob("*.py") if p.is_file())
-
-
-def import_pack_module(path: Path) -> ModuleType:
-    """Import one pack module from its file (once per path and content: a changed file, or a
-    copy elsewhere, is a module of its own)."""
-    source = path.read_bytes()
-    digest = hashlib.sha256(str(path.resolve()).encode() + b"\0" + source).hexdigest()[:16]
-    name = f"scorer_packs.{path.parent.name}.{path.stem}_{digest}"
-    if name in _MODULES:
-        return _MODULES[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise RuleFileError(str(path), ["not a loadable Python module"])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # pydantic and dataclasses look their module up while it runs
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise RuleFileError(
-            str(path), [f"pack code failed to import: {type(exc).__name__}: {exc}"]
-        ) from exc
-    _MODULES[name] = module
-    return module
-
-
-def load_pack_code(pack_dir: Path) -> PackCode:
-    """The checks and aggregators that the pack's modules define with ``@check`` and
-    ``@aggregate`` (a function only counts in the module that defines it)."""
-    code = PackCode()
-    for path in pack_modules(pack_dir):
-        module = import_pack_module(path)
-        own = [
-            v for v in vars(module).values() if getattr(v, "__module__", None) == module.__name__
-        ]
-        try:
-            for check in marked(own, CheckSpec):
-                code.checks.add(check)
-            for aggregator in marked(own, AggregatorSpec):
-                code.aggregators.add(aggregator)
-        except ValueError as exc:
-            raise RuleFileError(str(path), [str(exc)]) from exc
-    return code
+from .packs import collect_pack_code, load_pack_code, pack_code_digest
+from .schema import RULE_ADAPTER, AnyRule, PackCode, RuleSet
 
 
 def _format_validation_error(exc: ValidationError) -> list[str]:
@@ -184,13 +104,9 @@ def check_rules(
         return RuleSet(), [exc]
     code: dict[Path, PackCode] = {}
     for pack_dir in sorted({path.parent for path in files}):
-        try:
-            code[pack_dir] = load_pack_code(pack_dir)
-        except RuleFileError as exc:
-            errors.append(exc)
-            code[pack_dir] = PackCode()
-        for module in pack_modules(pack_dir):
-            digest.update(module.read_bytes())  # the pack's code is part of the rule set
+        code[pack_dir], problems = collect_pack_code(pack_dir)
+        errors.extend(problems)
+        digest.update(pack_code_digest(pack_dir))  # the pack's code is part of the rule set
     for path in files:
         try:
             rule = load_rule_file(path, code[path.parent])

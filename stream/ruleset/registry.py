@@ -52,6 +52,13 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T | None:
         return self._entries.get(name)
 
+    def require(self, name: str) -> T:
+        """The entry ``name``; ``ValueError`` naming the registered ones when there is none."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ValueError(f"unknown {self.what} {name!r}; registered: {sorted(self._entries)}")
+        return entry
+
     def names(self) -> list[str]:
         return list(self._entries)
 

@@ -185,12 +185,7 @@ class RubricRule(PromptedRule):
             compile_path(criterion.na_when)
             if not self.output.choices or "NA" not in self.output.choices:
                 raise ValueError(f"criterion {criterion.id}: na_when needs an NA choice in output")
-        registry = _pack_code(info).aggregators
-        spec = registry.get(self.aggregate.name)
-        if spec is None:
-            raise ValueError(
-                f"unknown aggregate {self.aggregate.name!r}; registered: {sorted(registry.names())}"
-            )
+        spec = _pack_code(info).aggregators.require(self.aggregate.name)
         spec.validate_params(self.aggregate.params, ids)
         self._aggregator = spec
         if self.output.answer_format != "json" or self.output.answer_key:
@@ -223,12 +218,7 @@ class CheckRule(RuleBase):
 
     @model_validator(mode="after")
     def _check_known(self, info: ValidationInfo) -> CheckRule:
-        registry = _pack_code(info).checks
-        spec = registry.get(self.check)
-        if spec is None:
-            raise ValueError(
-                f"unknown check {self.check!r}; registered: {sorted(registry.names())}"
-            )
+        spec = _pack_code(info).checks.require(self.check)
         if set(self.variables) != set(spec.variables):
             raise ValueError(
                 f"check {self.check!r} takes variables {sorted(spec.variables)}, "
@@ -242,3 +232,26 @@ class CheckRule(RuleBase):
 AnyRule = LLMJudgeRule | RubricRule | CheckRule
 Rule = Annotated[AnyRule, Field(discriminator="kind")]
 RULE_ADAPTER: TypeAdapter[AnyRule] = TypeAdapter(Rule)
+
+
+@dataclass
+class RuleSet:
+    """The loaded rules, with a hash that identifies this exact set."""
+
+    rules: list[AnyRule] = field(default_factory=list)
+    digest: str = ""
+
+    def for_scope(self, scope: str) -> list[AnyRule]:
+        return [r for r in self.rules if r.scope == scope]
+
+    def thread_rules(self, kind: str) -> list[AnyRule]:
+        return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
+
+    def thread_spec(self, kind: str) -> ThreadSpec | None:
+        """The (agreed) thread spec of ``kind``, or None when no rule judges such threads."""
+        rules = self.thread_rules(kind)
+        return rules[0].thread if rules else None
+
+    @property
+    def packs(self) -> list[str]:
+        return sorted({r.pack for r in self.rules})

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..models import Trace
-from ..ruleset.loader import RuleSet
 from ..ruleset.paths import compile_path
+from ..ruleset.schema import RuleSet
 from .events import SessionEvent, ThreadEvent
 from .state import Turn
 

@@ -6,7 +6,7 @@ import pytest
 from fixtures import RULES_DIR
 
 from stream.ruleset.checks import CheckResult, NotApplicable
-from stream.ruleset.loader import load_pack_code
+from stream.ruleset.packs import load_pack_code
 
 PARAMS = {
     "metrics": {

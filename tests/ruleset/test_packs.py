@@ -13,7 +13,8 @@ from stream.engine.planner import Scorer
 from stream.errors import RuleFileError
 from stream.models import Trace
 from stream.ruleset.checks import CheckSpec, check
-from stream.ruleset.loader import check_rules, load_pack_code, load_rules
+from stream.ruleset.loader import check_rules, load_rules
+from stream.ruleset.packs import load_pack_code
 from stream.ruleset.registry import Registry, marked
 from stream.ruleset.schema import CheckRule
 
@@ -108,3 +109,33 @@ def test_the_registry_holds_marked_functions_by_name() -> None:
     assert registry.get("a") is not None and registry.get("b") is None
     with pytest.raises(ValueError, match="check 'a' registered twice"):
         registry.add(next(marked([a], CheckSpec)))
+
+
+def test_pack_modules_import_each_other_and_only_public_modules_are_collected(
+    tmp_path: Path,
+) -> None:
+    pack = tmp_path / "rules" / "support"
+    shutil.copytree(EXAMPLE_PACK, pack)
+    (pack / "_words.py").write_text("LIMIT = 3\n")
+    checks = (pack / "checks.py").read_text()
+    (pack / "checks.py").write_text(
+        checks.replace(
+            "from stream.ruleset.checks",
+            "from ._words import LIMIT  # noqa: F401\nfrom stream.ruleset.checks",
+        )
+    )
+    (pack / "test_checks.py").write_text("raise RuntimeError('a test module is not pack code')\n")
+    (pack / "._checks.py").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    code = load_pack_code(pack)
+    assert code.checks.names() == ["reply_within_budget"]
+
+
+def test_one_module_that_fails_leaves_the_rest_of_the_pack_loaded(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(EXAMPLE_PACK, rules / "support")
+    (rules / "support" / "broken.py").write_text("raise SystemExit(3)\n")
+    ruleset, errors = check_rules(rules)
+    assert [r.id for r in ruleset.rules] == ["reply_length"]  # its check still loaded
+    assert [(e.path.rsplit("/", 1)[-1], e.problems) for e in errors] == [
+        ("broken.py", ["pack code failed to import: SystemExit: 3"])
+    ]

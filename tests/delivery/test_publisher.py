@@ -1,0 +1,124 @@
+"""Publishing: what a scored target sends, and retrying a failing producer until delivered."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import orjson
+import pytest
+
+from stream.delivery.publisher import Publisher, Send, scored
+from stream.models import Decision, Scale, ScoreEvent, TraceDecisions
+
+
+@dataclass
+class Topic:
+    name: str
+
+    def get_topic_name(self) -> str:
+        return self.name
+
+
+@dataclass
+class Producer:
+    """Fails the first ``failures`` attempts (by raising, then by a failed delivery future)."""
+
+    failures: int = 0
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    async def send(self, *args: Any) -> asyncio.Future[None]:
+        self.calls.append(args)
+        attempt = len(self.calls)
+        if attempt <= self.failures and attempt % 2:
+            raise ConnectionError("broker down")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if attempt <= self.failures:
+            future.set_exception(TimeoutError("not acknowledged"))
+        else:
+            future.set_result(None)
+        return future
+
+
+@dataclass
+class App:
+    producer: Producer
+
+
+def publisher(producer: Producer) -> Publisher:
+    return Publisher(cast(Any, App(producer)))
+
+
+def message(topic: str, key: bytes | None = b"k", headers: dict[str, bytes] | None = None) -> Send:
+    return (cast(Any, Topic(topic)), key, b"v", headers)
+
+
+def score(rule: str) -> ScoreEvent:
+    return ScoreEvent(
+        score_id=f"id-{rule}",
+        rule_id=rule,
+        pack="p",
+        rule_version=1,
+        scope="trace",
+        target_id="t-1",
+        project_name="proj",
+        value=1.0,
+        raw_value=1.0,
+        scale=Scale(min=0, max=1),
+        higher_is_better=True,
+        status="ok",
+    )
+
+
+def test_scored_sends_scores_then_the_decision_record_all_keyed_by_target() -> None:
+    scores_topic, decisions_topic = cast(Any, Topic("scores")), cast(Any, Topic("decisions"))
+    decision = Decision("t-1", "a", "p", 1, "proj", "scored")
+    record = TraceDecisions("t-1", "proj", [decision])
+    sends = scored(scores_topic, decisions_topic, "t-1", [score("a"), score("b")], record)
+    assert [(s[0], s[1], s[3]) for s in sends] == [
+        (scores_topic, b"t-1", None),
+        (scores_topic, b"t-1", None),
+        (decisions_topic, b"t-1", None),
+    ]
+    assert [orjson.loads(s[2])["rule_id"] for s in sends[:2]] == ["a", "b"]
+    assert orjson.loads(sends[2][2])["decisions"][0]["rule_id"] == "a"
+
+
+async def test_send_hands_each_message_to_the_producer_by_topic_name() -> None:
+    producer = Producer()
+    futures = await publisher(producer).send(
+        [message("s", headers={"h": b"1"}), message("d", None)]
+    )
+    assert len(futures) == 2
+    assert producer.calls == [
+        ("s", b"k", b"v", None, None, {"h": b"1"}),
+        ("d", None, b"v", None, None, None),
+    ]
+
+
+async def test_send_until_delivered_retries_with_growing_capped_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr("stream.delivery.publisher.asyncio.sleep", sleep)
+    producer = Producer(failures=8)
+    await publisher(producer).send_until_delivered([message("s")])
+    assert len(producer.calls) == 9
+    assert slept == [0.5, 1, 2, 4, 8, 16, 30, 30]
+
+
+async def test_cancellation_is_not_retried() -> None:
+    class Cancelled(Producer):
+        async def send(self, *args: Any) -> asyncio.Future[None]:
+            self.calls.append(args)
+            raise asyncio.CancelledError
+
+    producer = Cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        await publisher(producer).send_until_delivered([message("s")])
+    assert len(producer.calls) == 1

@@ -1,0 +1,98 @@
+"""A rule's prompt for one document: variables resolved, formatted and substituted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fixtures import RULES_DIR
+
+from stream.engine.prompt import render_prompt, render_system, resolve_variables
+from stream.errors import EmptyVariable, MissingVariable
+from stream.ruleset.loader import load_rule_file
+from stream.ruleset.schema import RULE_ADAPTER, LLMJudgeRule, PromptedRule
+
+
+def rule(**changes: Any) -> LLMJudgeRule:
+    data: dict[str, Any] = {
+        "id": "r",
+        "pack": "demo",
+        "version": 1,
+        "scope": "trace",
+        "kind": "llm_judge",
+        "output": {"min": 0, "max": 1},
+        "variables": {
+            "question": "input.question",
+            "facts": {"path": "metadata.facts", "format": "bullets", "allow_empty": False},
+        },
+        "options": {"style-guide": "Be terse."},
+        "prompt": "Q: {{question}}\nFacts:{{facts}}\n{{ style-guide }}",
+        "suffixes": [
+            {"when": "metadata.strict", "text": "\nStrict about: {{question}}"},
+            {"when": "metadata.lenient", "text": "\nBe kind."},
+        ],
+    }
+    data.update(changes)
+    parsed = RULE_ADAPTER.validate_python(data)
+    assert isinstance(parsed, LLMJudgeRule)
+    return parsed
+
+
+DOC = {"input": {"question": "Which fret?"}, "metadata": {"facts": ["5th", "7th"], "strict": 1}}
+
+
+def test_resolve_variables_maps_every_variable_to_its_value() -> None:
+    assert resolve_variables(rule(), DOC) == {"question": "Which fret?", "facts": ["5th", "7th"]}
+
+
+def test_a_missing_path_raises_missing_variable_naming_where() -> None:
+    with pytest.raises(MissingVariable) as caught:
+        resolve_variables(rule(), {"metadata": {"facts": ["x"]}})
+    assert type(caught.value) is MissingVariable
+    assert (caught.value.variable, caught.value.missing_at) == ("question", "input")
+
+
+@pytest.mark.parametrize("empty", ["", [], {}])
+def test_empty_values_raise_only_when_allow_empty_is_false(empty: Any) -> None:
+    document = {"input": {"question": empty}, "metadata": {"facts": ["x"]}}
+    assert resolve_variables(rule(), document)["question"] == empty  # allow_empty by default
+    with pytest.raises(EmptyVariable, match="'facts'"):
+        resolve_variables(rule(), {"input": {"question": "q"}, "metadata": {"facts": empty}})
+
+
+def test_render_prompt_formats_values_fills_options_and_adds_suffixes_that_hold() -> None:
+    r = rule()
+    prompt = render_prompt(r, resolve_variables(r, DOC), DOC)
+    assert prompt == "Q: Which fret?\nFacts:\n- 5th\n- 7th\nBe terse.\nStrict about: Which fret?"
+    without_document = render_prompt(r, resolve_variables(r, DOC))  # no suffix condition holds
+    assert without_document == "Q: Which fret?\nFacts:\n- 5th\n- 7th\nBe terse."
+
+
+def test_render_system_is_none_without_a_system_prompt() -> None:
+    values = resolve_variables(rule(), DOC)
+    assert render_system(rule(), values) is None
+    system = rule(system_prompt="You judge {{question}}. {{style-guide}}")
+    assert render_system(system, values) == "You judge Which fret?. Be terse."
+
+
+def test_shipped_correctness_rule_adds_its_suffix_only_for_expected_facts() -> None:
+    correctness = load_rule_file(RULES_DIR / "mlflow" / "correctness.yaml")
+    assert isinstance(correctness, PromptedRule)
+    facts = {"input": "q", "output": "a", "metadata": {"expectations": {"expected_facts": ["f"]}}}
+    response = {
+        "input": "q",
+        "output": "a",
+        "metadata": {"expectations": {"expected_response": "r"}},
+    }
+    with_facts = render_prompt(correctness, resolve_variables(correctness, facts), facts)
+    with_response = render_prompt(correctness, resolve_variables(correctness, response), response)
+    assert "<claim>\n- f</claim>" in with_facts and "<claim>r</claim>" in with_response
+    assert with_facts.endswith('you must say "The response is not correct".')
+    assert "must say" not in with_response
+
+
+def test_shipped_guidelines_rule_rejects_empty_guidelines() -> None:
+    guidelines = load_rule_file(RULES_DIR / "mlflow" / "guidelines.yaml")
+    document = {"input": "q", "output": "a", "metadata": {"expectations": {"guidelines": []}}}
+    with pytest.raises(EmptyVariable, match="guidelines"):
+        resolve_variables(guidelines, document)

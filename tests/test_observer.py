@@ -1,0 +1,119 @@
+"""The observer callbacks: no-ops on the base class, metric updates on ScorerMetrics."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from stream.metrics import ScorerMetrics
+from stream.models import Scale, ScoreEvent, Status, TokenUsage
+from stream.observer import Observer
+
+
+@pytest.fixture
+def metrics() -> ScorerMetrics:
+    return ScorerMetrics(CollectorRegistry())
+
+
+def value(metrics: ScorerMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(f"scorer_{name}", labels)
+
+
+def score(status: Status, v: float | None, higher_is_better: bool = True) -> ScoreEvent:
+    return ScoreEvent(
+        score_id="s",
+        rule_id="r",
+        pack="p",
+        rule_version=1,
+        scope="trace",
+        criterion=None,
+        target_id="t",
+        project_name="proj",
+        value=v,
+        raw_value=v,
+        scale=Scale(min=0, max=1),
+        higher_is_better=higher_is_better,
+        status=status,
+    )
+
+
+def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> None:
+    observer = Observer()  # callable without a registry: pure code needs none
+    observer.on_score_published(score("ok", 0.1))
+    observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
+    observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
+    callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
+    assert len(callbacks) == 15
+    assert callbacks <= set(vars(ScorerMetrics))
+
+
+def test_scores_count_by_status_and_low_scores_by_direction(metrics: ScorerMetrics) -> None:
+    for published in (
+        score("ok", 0.2),
+        score("ok", 0.9),
+        score("ok", 0.8, False),
+        score("error", None),
+    ):
+        metrics.on_score_published(published)
+    labels = {"rule": "r", "pack": "p", "criterion": ""}
+    assert value(metrics, "scores_total", **labels, status="ok") == 3
+    assert value(metrics, "scores_total", **labels, status="error") == 1
+    assert value(metrics, "low_scores_total", **labels) == 2  # 0.2 up, and 0.8 down
+    assert value(metrics, "score_value_count", **labels) == 3
+    assert value(metrics, "score_value_sum", **labels) == pytest.approx(1.9)
+
+
+def test_an_ok_score_that_is_not_low_still_opens_the_low_series(metrics: ScorerMetrics) -> None:
+    metrics.on_score_published(score("ok", 0.5))
+    assert value(metrics, "low_scores_total", rule="r", pack="p", criterion="") == 0.0
+
+
+def test_judge_calls_count_tokens_and_cost_only_when_given(metrics: ScorerMetrics) -> None:
+    metrics.on_judge_call("m", "timeout", 2.0)
+    metrics.on_judge_call("m", "ok", 0.5, TokenUsage(prompt_tokens=100, completion_tokens=20), 0.01)
+    metrics.on_judge_retry("m", "rate_limited")
+    assert value(metrics, "judge_calls_total", model="m", outcome="timeout") == 1
+    assert value(metrics, "judge_latency_seconds_count", model="m", outcome="ok") == 1
+    assert value(metrics, "judge_tokens_total", model="m", kind="prompt", outcome="ok") == 100
+    assert value(metrics, "judge_tokens_total", model="m", kind="completion", outcome="ok") == 20
+    assert value(metrics, "judge_tokens_total", model="m", kind="prompt", outcome="timeout") is None
+    assert value(metrics, "judge_cost_usd_total", model="m", outcome="ok") == 0.01
+    assert value(metrics, "judge_cost_usd_total", model="m", outcome="timeout") is None
+    assert value(metrics, "judge_retries_total", model="m", reason="rate_limited") == 1
+
+
+def test_rules_loaded_replaces_worker_info_and_directions(metrics: ScorerMetrics) -> None:
+    metrics.on_rules_loaded("1.0", "aaa", [("r1", "p", "trace", 1), ("r2", "p", "thread", -1)])
+    metrics.on_rules_loaded("1.1", "bbb", [("r2", "p", "thread", 1)])
+    assert value(metrics, "worker_info", version="1.0", ruleset="aaa") is None
+    assert value(metrics, "worker_info", version="1.1", ruleset="bbb") == 1
+    assert value(metrics, "rule_direction", rule="r1", pack="p", scope="trace") is None
+    assert value(metrics, "rule_direction", rule="r2", pack="p", scope="thread") == 1
+
+
+def test_input_thread_and_delivery_callbacks(metrics: ScorerMetrics) -> None:
+    metrics.on_trace_consumed("traces")
+    metrics.on_trace_consumed("traces")
+    metrics.on_dead_letter("traces", "invalid_json")
+    metrics.on_decision("r", "p", "filtered")
+    metrics.on_consumer_lag("traces", 7)
+    metrics.on_consumer_lag("traces", 3)
+    metrics.on_thread_event("turn")
+    metrics.on_thread_close("session", "end", 4)
+    metrics.on_thread_close_delay(1.2)
+    metrics.on_scoring_overhead(0.001)
+    metrics.on_publish_latency(0.02)
+    metrics.watch_in_flight(lambda: 5.0)
+    metrics.watch_threads(lambda: 2.0, lambda: 1.0)
+    assert value(metrics, "traces_consumed_total", topic="traces") == 2
+    assert value(metrics, "dlq_messages_total", topic="traces", reason="invalid_json") == 1
+    assert value(metrics, "decisions_total", rule="r", pack="p", outcome="filtered") == 1
+    assert value(metrics, "consumer_lag", topic="traces") == 3
+    assert value(metrics, "thread_events_total", type="turn") == 1
+    assert value(metrics, "thread_closes_total", kind="session", reason="end") == 1
+    assert value(metrics, "thread_turns_at_close_sum", kind="session") == 4
+    assert value(metrics, "thread_close_delay_seconds_count") == 1
+    assert value(metrics, "scoring_overhead_seconds_count") == 1
+    assert value(metrics, "publish_latency_seconds_sum") == 0.02
+    assert value(metrics, "traces_in_flight") == 5
+    assert (value(metrics, "threads_open"), value(metrics, "thread_pending_closes")) == (2, 1)
