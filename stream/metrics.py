@@ -155,6 +155,12 @@ class ScorerMetrics(Observer):
         self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))
         # Label children resolved once: ``labels()`` on every trace shows on the hot path.
         self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
+        # the per-trace callbacks keep their own caches, keyed by the labels alone
+        self._decision_children: dict[tuple[str, str, str], Counter] = {}
+        self._consumed_children: dict[str, Counter] = {}
+        self._score_children: dict[
+            tuple[str, str, str], tuple[dict[str, Counter], Histogram, Counter]
+        ] = {}
 
     @classmethod
     def default(cls) -> ScorerMetrics:
@@ -175,7 +181,11 @@ class ScorerMetrics(Observer):
     # -- input and delivery ----------------------------------------------------------
 
     def on_trace_consumed(self, topic: str) -> None:
-        self._child(self.traces_consumed, topic).inc()
+        try:
+            child = self._consumed_children[topic]
+        except KeyError:
+            child = self._consumed_children[topic] = self.traces_consumed.labels(topic)
+        child.inc()
 
     def on_dead_letter(self, topic: str, reason: str) -> None:
         self._child(self.dlq_messages, topic, reason).inc()
@@ -187,13 +197,23 @@ class ScorerMetrics(Observer):
         self.publish_latency.observe(seconds)
 
     def on_score_published(self, score: ScoreEvent) -> None:
-        criterion = score.criterion or ""
-        self._child(self.scores, score.rule_id, score.pack, criterion, score.status).inc()
+        # every score: the three series of one (rule, pack, criterion) resolved together
+        labels = (score.rule_id, score.pack, score.criterion or "")
+        try:
+            by_status, value, low = self._score_children[labels]
+        except KeyError:
+            by_status = {}
+            value, low = self.score_value.labels(*labels), self.low_scores.labels(*labels)
+            self._score_children[labels] = (by_status, value, low)
+        try:
+            counted = by_status[score.status]
+        except KeyError:
+            counted = by_status[score.status] = self.scores.labels(*labels, score.status)
+        counted.inc()
         if score.status == "ok" and score.value is not None:
-            self._child(self.score_value, score.rule_id, score.pack, criterion).observe(score.value)
+            value.observe(score.value)
             # the low-score series exists from a rule's first ok score, so its share reads 0,
             # not nothing, until a low score comes
-            low = self._child(self.low_scores, score.rule_id, score.pack, criterion)
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
 
     def on_consumer_lag(self, topic: str, lag: int) -> None:
@@ -205,7 +225,12 @@ class ScorerMetrics(Observer):
     # -- engine ----------------------------------------------------------------------
 
     def on_decision(self, rule: str, pack: str, outcome: str) -> None:
-        self._child(self.decisions, rule, pack, outcome).inc()
+        key = (rule, pack, outcome)
+        try:
+            child = self._decision_children[key]
+        except KeyError:
+            child = self._decision_children[key] = self.decisions.labels(*key)
+        child.inc()
 
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]

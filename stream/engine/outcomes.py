@@ -32,7 +32,7 @@ class Target:
     thread: ThreadInfo | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
 class Measured:
     """What one rule (or one criterion of a rubric) came to, before it is a score event."""
 
@@ -89,16 +89,17 @@ def make_decision(
     sid: str | None = None,
 ) -> Decision:
     """The audit record of what ``rule`` decided for ``target``."""
+    # positional: built for every rule and every trace, on the hot path
     return Decision(
-        target_id=target.id,
-        rule_id=rule.id,
-        pack=rule.pack,
-        rule_version=rule.version,
-        project_name=target.project_name,
-        outcome=outcome,
-        detail=detail,
-        score_id=sid,
-        created_at=created_at,
+        target.id,
+        rule.id,
+        rule.pack,
+        rule.version,
+        target.project_name,
+        outcome,
+        detail,
+        sid,
+        created_at,
     )
 
 

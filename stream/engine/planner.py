@@ -78,6 +78,8 @@ class Scorer:
         self.default_model = default_model
         self.observer = observer or Observer()
         self.trace_rules = ruleset.for_scope("trace")
+        # the shape of the one score a rule publishes (a rubric's: its primary, when unjudged)
+        self.shapes = {rule.id: _shape(rule) for rule in ruleset.rules}
 
     async def score_trace(
         self, trace: Trace, document: Any, topic: str | None = None
@@ -225,15 +227,9 @@ class Scorer:
         """The rule's one score and its decision. ``now``: when the outcome was decided
         (default: when the plan was made, one timestamp for everything decided synchronously)."""
         now = now or plan.created_at
-        if isinstance(rule, RubricRule):
-            # a rubric that could not be judged publishes one score: its primary one
-            assert measured.status != "ok", "rubric scores come from _finish_rubric"
-            shape = ScoreShape(
-                rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
-            )
-        else:
-            shape = ScoreShape.of_rule(rule)
-        score = make_score(rule, plan.target, shape, measured, now)
+        # a rubric scored here could not be judged: it publishes one score, its primary one
+        assert measured.status != "ok" or not isinstance(rule, RubricRule)
+        score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
         outcome = OUTCOME_OF_STATUS[measured.status]
         decided = self._decide(rule, plan, outcome, measured.status_reason, score.score_id, now)
         decided.score = score
@@ -262,3 +258,11 @@ class Scorer:
         decided.score = primary
         decided.extra = [s for s in scores if s is not primary]
         return decided
+
+
+def _shape(rule: AnyRule) -> ScoreShape:
+    if isinstance(rule, RubricRule):
+        return ScoreShape(
+            rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
+        )
+    return ScoreShape.of_rule(rule)

@@ -99,7 +99,7 @@ class RuleBase(Strict):
 
     def sampled(self, target_id: str) -> bool:
         """Deterministic by target id, so a redelivered trace is sampled the same way."""
-        return sampled(self.id, self.sampling_rate, target_id)
+        return self.sampling_rate >= 1.0 or sampled(self.id, self.sampling_rate, target_id)
 
 
 class PromptedRule(RuleBase):
