@@ -21,7 +21,8 @@ class JudgeError(ScorerError):
 
     def __init__(self, message: str, *, kind: str, attempts: int = 1) -> None:
         self.kind = (
-            kind  # closed set: timeout, rate_limited, server_error, client_error, invalid_answer
+            kind  # closed set: timeout, connection, rate_limited, server_error, unavailable,
+            # client_error, structured_output, invalid_answer
         )
         self.attempts = attempts
         super().__init__(message)

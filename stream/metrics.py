@@ -104,6 +104,14 @@ class ScorerMetrics(Observer):
             "(models without a price are not counted)",
             ("model", "outcome"),
         )
+        self.judge_available = gauge(
+            "judge_available",
+            "1 while the judge answers, 0 while it is unavailable (calls held, traces unacked)",
+        )
+        self.judge_unavailable_seconds = gauge(
+            "judge_unavailable_seconds",
+            "Seconds the judge has been unavailable since the worker started (it only grows)",
+        )
         self.dlq_messages = counter(
             "dlq_messages", "Messages sent to the dead-letter topic", ("topic", "reason")
         )
@@ -264,6 +272,12 @@ class ScorerMetrics(Observer):
 
     def on_judge_retry(self, model: str, reason: str) -> None:
         self._child(self.judge_retries, model, reason).inc()
+
+    def watch_judge(
+        self, available: Callable[[], float], unavailable_seconds: Callable[[], float]
+    ) -> None:
+        self.judge_available.set_function(available)
+        self.judge_unavailable_seconds.set_function(unavailable_seconds)
 
     # -- threads ---------------------------------------------------------------------
 

@@ -64,6 +64,11 @@ class Observer:
     def on_judge_retry(self, model: str, reason: str) -> None:
         """A judge call is tried again after ``reason``."""
 
+    def watch_judge(
+        self, available: Callable[[], float], unavailable_seconds: Callable[[], float]
+    ) -> None:
+        """Readers of the judge's availability (1 or 0) and of its time unavailable so far."""
+
     # -- threads ---------------------------------------------------------------------
 
     def on_thread_event(self, event_type: str) -> None:

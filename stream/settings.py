@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     judge_backoff_base_s: float = 0.5
     judge_backoff_max_s: float = 30.0
     judge_max_concurrency: int = 32
+    # a judge unavailable this long (connection errors, timeouts, 5xx, 429 on every call)
+    # turns the traces waiting for it into error scores; until then they wait unacked
+    judge_outage_max_s: float = Field(default=3600.0, gt=0)
     judge_structured_output: bool = True
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 

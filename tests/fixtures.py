@@ -53,6 +53,7 @@ def settings(**overrides: Any) -> Settings:
         "judge_backoff_max_s": 0.2,
         "judge_timeout_s": 5.0,
         "judge_max_attempts": 4,
+        "judge_outage_max_s": 1.0,  # a judge down for a second fails the calls waiting on it
     }
     base.update(overrides)
     return Settings(**base)

@@ -85,6 +85,7 @@ class MockJudge:
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
         self.max_concurrent = 0
+        self.outage: tuple[float, int] | None = None  # (until, status): every call fails
         self._concurrent = 0
         self._ids = itertools.count(1)
         self._port = port
@@ -99,6 +100,10 @@ class MockJudge:
         script = Script(match, [r if isinstance(r, Reply) else Reply(content=r) for r in replies])
         self.scripts.insert(0, script)  # newest first, so a test can override a default
         return script
+
+    def go_down(self, seconds: float, status: int = 503) -> None:
+        """Answer every call with ``status`` for ``seconds`` from now (a provider outage)."""
+        self.outage = (time.monotonic() + seconds, status)
 
     @property
     def base_url(self) -> str:
@@ -123,6 +128,12 @@ class MockJudge:
         self._concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self._concurrent)
         try:
+            if self.outage and time.monotonic() < self.outage[0]:
+                self.statuses.append(self.outage[1])
+                return web.json_response(
+                    {"error": {"message": "the service is unavailable", "type": "overloaded"}},
+                    status=self.outage[1],
+                )
             if self.bucket and (wait := self.bucket.take()) is not None:
                 self.statuses.append(429)
                 return web.json_response(

@@ -6,6 +6,7 @@ endpoint) is one implementation, and tests can pass another.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +47,14 @@ class Verdict:
 class Judge(Protocol):
     """Judges one rendered prompt for one rule; raises ``JudgeError`` when it cannot."""
 
-    async def judge(self, rule: PromptedRule, prompt: str, system: str | None = None) -> Verdict:
-        """The verdict on ``prompt`` (with an optional system prompt), validated for ``rule``."""
+    async def judge(
+        self,
+        rule: PromptedRule,
+        prompt: str,
+        system: str | None = None,
+        quoted: Sequence[str] = (),
+    ) -> Verdict:
+        """The verdict on ``prompt`` (with an optional system prompt), validated for ``rule``;
+        ``quoted``: the trace's text as rendered into the prompt (a verdict copied from it is
+        not the judge's own)."""
         ...

@@ -36,7 +36,7 @@ from .outcomes import (
     make_decision,
     make_score,
 )
-from .prompt import render_prompt, render_system, resolve_variables
+from .prompt import quotable, render_prompt, render_system, resolve_variables
 from .rubric import measured_scores, rubric_input
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class JudgeJob:
     prompt: str
     system: str | None = None
     forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
+    quoted: list[str] = field(default_factory=list)  # the trace's text, as rendered
 
 
 @dataclass
@@ -155,7 +156,7 @@ class Scorer:
                     for c in rule.criteria
                     if c.na_when is not None and truthy(document, c.na_when)
                 }
-            plan.judge_jobs.append(JudgeJob(rule, prompt, system, forced))
+            plan.judge_jobs.append(JudgeJob(rule, prompt, system, forced, quotable(rule, values)))
 
     async def finish(self, plan: TracePlan) -> TraceResult:
         """Make the plan's judge calls concurrently and add their outcomes."""
@@ -188,7 +189,7 @@ class Scorer:
         rule = job.rule
         assert isinstance(rule, LLMJudgeRule | RubricRule)
         try:
-            verdict = await self.judge.judge(rule, job.prompt, job.system)
+            verdict = await self.judge.judge(rule, job.prompt, job.system, job.quoted)
         except JudgeError as exc:
             model = rule.judge.model or self.default_model
             failed = Measured("error", f"judge {exc.kind}: {exc}", judge_model=model)

@@ -28,6 +28,12 @@ def _texts(rule: PromptedRule, values: dict[str, Any]) -> dict[str, str]:
     return texts
 
 
+def quotable(rule: PromptedRule, values: dict[str, Any]) -> list[str]:
+    """The trace's text as the prompt shows it (the mapped variables, not the options)."""
+    specs = rule.variable_specs
+    return [format_value(v, specs[n].format, specs[n].tag) for n, v in values.items()]
+
+
 def render_prompt(rule: PromptedRule, values: dict[str, Any], document: Any = None) -> str:
     """The user prompt, with the suffixes whose condition holds on ``document``."""
     texts = _texts(rule, values)

@@ -7,13 +7,13 @@ match, so a score quoted earlier in the answer (or injected through the trace) c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from ..engine.judge import ParsedAnswer
+from ..engine.judge import ParsedAnswer, RubricAnswers
 from ..ruleset.aggregators import CriterionAnswer
 from ..ruleset.schema import PromptedRule, RubricRule
 from ..ruleset.specs import OutputSpec
@@ -21,6 +21,9 @@ from ..ruleset.specs import OutputSpec
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
 _SCORE_LINE = re.compile(r"\bscore\b[\"'*\s]*[:=]\s*[\"'*]*\s*(" + _NUMBER + r")", re.IGNORECASE)
 _BARE_NUMBER = re.compile(r"^\s*(" + _NUMBER + r")\s*$")
+
+
+T = TypeVar("T")
 
 
 class InvalidAnswer(ValueError):  # noqa: N818 - a kind of answer, as the error kind says
@@ -70,8 +73,50 @@ def response_schema(spec: OutputSpec) -> dict[str, Any] | None:
     return schema
 
 
-def _json_objects(text: str) -> list[dict[str, Any]]:
-    """Every top-level JSON object embedded in ``text``, in order."""
+class Quoted:
+    """What the judge was shown of the trace (the rendered variables), to tell a verdict the
+    judge wrote from one it copied: a verdict whose own text occurs in the trace is ignored,
+    so a score injected through the trace and quoted back cannot win."""
+
+    def __init__(self, texts: Sequence[str] = ()) -> None:
+        self._haystack = "\x00".join(_fold(t) for t in texts if t)
+        self.skipped = 0  # verdicts skipped as copied, in the answer being parsed
+
+    def copied(self, fragment: str) -> bool:
+        folded = _fold(fragment)
+        if len(folded) >= 4 and folded in self._haystack:
+            self.skipped += 1
+            return True
+        return False
+
+    def none_of_its_own(self, what: str) -> InvalidAnswer:
+        """The error for an answer without a verdict of its own."""
+        if self.skipped:
+            return InvalidAnswer(
+                f"{what}: every verdict in the answer is quoted from the trace, none is the "
+                "judge's own"
+            )
+        return InvalidAnswer(what)
+
+
+NOTHING_QUOTED = Quoted()
+
+
+def _fold(text: str) -> str:
+    """Case, punctuation and spacing do not tell a copy from its original."""
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
+
+
+_NOT_WORD = re.compile(r"[^\w.]+")
+
+
+def _unquoted(found: list[tuple[T, str]], quoted: Quoted) -> list[T]:
+    """The candidates whose text the judge wrote itself."""
+    return [item for item, text in found if not quoted.copied(text)]
+
+
+def _json_objects(text: str) -> list[tuple[dict[str, Any], str]]:
+    """Every top-level JSON object embedded in ``text``, in order, with its own text."""
     found = []
     decoder_starts = [m.start() for m in re.finditer(r"\{", text)]
     consumed_until = -1
@@ -102,7 +147,7 @@ def _json_objects(text: str) -> list[dict[str, Any]]:
                     except orjson.JSONDecodeError:
                         break
                     if isinstance(obj, dict):
-                        found.append(obj)
+                        found.append((obj, text[start : i + 1]))
                     consumed_until = i + 1
                     break
     return found
@@ -151,39 +196,57 @@ def validate(spec: OutputSpec, verdict: Any, reason: Any) -> ParsedAnswer:
     return ParsedAnswer(raw, spec.label_for(raw), reason_text)
 
 
-def parse_answer(spec: OutputSpec, content: str) -> ParsedAnswer:
+def parse_answer(spec: OutputSpec, content: str, quoted: Quoted = NOTHING_QUOTED) -> ParsedAnswer:
     """Parse a judge's answer: JSON (the last object that carries a verdict), then text.
+    Verdicts copied from the trace (``quoted``) are not the judge's and are skipped.
 
     A rule with an ``answer_key`` accepts only its own shape, ``{"<key>": {"score", "reason"}}``.
     """
     if spec.answer_format == "score_lines":
-        return parse_score_lines(spec, content)
-    objects = _json_objects(content)
+        return parse_score_lines(spec, content, quoted)
+    objects = _unquoted(_json_objects(content), quoted)
     if spec.verdict_field:
         for obj in reversed(objects):
             if spec.verdict_field in obj:
                 return validate(spec, obj[spec.verdict_field], obj.get(spec.reason_field))
-        raise InvalidAnswer(f'expected {{"{spec.reason_field}": ..., "{spec.verdict_field}": ...}}')
+        raise quoted.none_of_its_own(
+            f'expected {{"{spec.reason_field}": ..., "{spec.verdict_field}": ...}}'
+        )
     if spec.answer_key:
         for obj in reversed(objects):
             inner = obj.get(spec.answer_key)
             if isinstance(inner, dict) and "score" in inner:
                 return validate(spec, inner["score"], inner.get("reason"))
-        raise InvalidAnswer(f'expected {{"{spec.answer_key}": {{"score": ..., "reason": ...}}}}')
+        raise quoted.none_of_its_own(
+            f'expected {{"{spec.answer_key}": {{"score": ..., "reason": ...}}}}'
+        )
     for obj in reversed(objects):
         if found := _verdict_from_object(obj):
             return validate(spec, *found)
     if spec.type == "choice":
         assert spec.choices
         pattern = r"\b(" + "|".join(re.escape(c) for c in spec.choices) + r")\b"
-        matches = re.findall(pattern, content, re.IGNORECASE)
-        if matches:
-            return validate(spec, matches[-1], content.strip())
-        raise InvalidAnswer(f"no choice among {list(spec.choices)} in the answer")
-    matches = _SCORE_LINE.findall(content) or _BARE_NUMBER.findall(content)
+        # a choice word is judged with the words before it on its line ("finally: no"), so
+        # a sentence quoted from the trace that happens to hold the word is told apart
+        choices = _unquoted(
+            [(m.group(1), _words_before(content, m)) for m in re.finditer(pattern, content, re.I)],
+            quoted,
+        )
+        if choices:
+            return validate(spec, choices[-1], content.strip())
+        raise quoted.none_of_its_own(f"no choice among {list(spec.choices)} in the answer")
+    scores = _unquoted([(m.group(1), m.group(0)) for m in _SCORE_LINE.finditer(content)], quoted)
+    matches = scores or _BARE_NUMBER.findall(content)
     if not matches:
-        raise InvalidAnswer("no score in the answer")
+        raise quoted.none_of_its_own("no score in the answer")
     return validate(spec, matches[-1], _reason_from_text(content))
+
+
+def _words_before(content: str, match: re.Match[str], words: int = 3) -> str:
+    """``match`` with up to ``words`` words before it on its line."""
+    line_start = content.rfind("\n", 0, match.start()) + 1
+    before = content[line_start : match.start()].split()[-words:]
+    return " ".join([*before, match.group(0)])
 
 
 def _reason_from_text(content: str) -> str:
@@ -199,15 +262,18 @@ _SCORE_LINE_EXACT = re.compile(
 _JUSTIFICATION_LINE = re.compile(r"^[ \t*]*justification[ \t*]*:[ \t*]*(.*)", re.I | re.M | re.S)
 
 
-def parse_score_lines(spec: OutputSpec, content: str) -> ParsedAnswer:
+def parse_score_lines(
+    spec: OutputSpec, content: str, quoted: Quoted = NOTHING_QUOTED
+) -> ParsedAnswer:
     """The two-line answer MLflow's metrics ask for: ``score: <n>`` then ``justification: ...``.
 
-    The last ``score:`` line wins (a score quoted earlier cannot); the justification is the
-    text after the ``justification:`` label that follows it, to the end of the answer.
+    The last ``score:`` line the judge wrote itself wins (one copied from the trace does not);
+    the justification is the text after the ``justification:`` label that follows it, to the
+    end of the answer.
     """
-    scores = list(_SCORE_LINE_EXACT.finditer(content))
+    scores = _unquoted([(m, m.group(0)) for m in _SCORE_LINE_EXACT.finditer(content)], quoted)
     if not scores:
-        raise InvalidAnswer("no 'score: <number>' line in the answer")
+        raise quoted.none_of_its_own("no 'score: <number>' line in the answer")
     last = scores[-1]
     justification = _JUSTIFICATION_LINE.search(content, last.end())
     reason = justification.group(1).strip() if justification else None
@@ -226,7 +292,9 @@ def rubric_schema(rule: RubricRule) -> dict[str, Any]:
     }
 
 
-def parse_rubric(rule: RubricRule, content: str) -> dict[str, CriterionAnswer | None]:
+def parse_rubric(
+    rule: RubricRule, content: str, quoted: Quoted = NOTHING_QUOTED
+) -> dict[str, CriterionAnswer | None]:
     """Per-criterion answers from the last JSON object that answers any criterion.
 
     An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
@@ -235,7 +303,7 @@ def parse_rubric(rule: RubricRule, content: str) -> dict[str, CriterionAnswer | 
     spec = rule.output
     key, _ = _verdict_schema(spec)
     ids = [c.id for c in rule.criteria]
-    for obj in reversed(_json_objects(content)):
+    for obj in reversed(_unquoted(_json_objects(content), quoted)):
         if not any(isinstance(obj.get(cid), dict) for cid in ids):
             continue
         answers: dict[str, CriterionAnswer | None] = {}
@@ -250,12 +318,15 @@ def parse_rubric(rule: RubricRule, content: str) -> dict[str, CriterionAnswer | 
             else:
                 answers[cid] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
         return answers
-    raise InvalidAnswer(f"no JSON object answering the criteria {ids}")
+    raise quoted.none_of_its_own(f"no JSON object answering the criteria {ids}")
 
 
-def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, Callable[[str], Any]]:
+AnswerParser = Callable[[str, Quoted], ParsedAnswer | RubricAnswers]
+
+
+def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, AnswerParser]:
     """What the engine asks of the judge for ``rule`` (a JSON schema, or None for a text
-    answer) and how it reads the answer back."""
+    answer) and how it reads the answer back (given what of the trace it was shown)."""
     if isinstance(rule, RubricRule):
         return rubric_schema(rule), partial(parse_rubric, rule)
     return response_schema(rule.output), partial(parse_answer, rule.output)

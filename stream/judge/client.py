@@ -9,6 +9,8 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -20,12 +22,11 @@ from ..models import TokenUsage
 from ..observer import Observer
 from ..ruleset.schema import PromptedRule
 from ..settings import Settings
-from .answers import InvalidAnswer, answer_contract
+from .answers import AnswerParser, InvalidAnswer, Quoted, answer_contract
+from .health import PROVIDER_WIDE, JudgeHealth
 from .limiter import AdaptiveLimiter, retry_after_seconds
 
 log = logging.getLogger(__name__)
-
-INVALID_ANSWER_ATTEMPTS = 2  # an unusable answer is asked again once
 
 
 def rejects_structured_output(exc: openai.APIStatusError) -> bool:
@@ -45,6 +46,15 @@ class JudgeClient:
         self.backoff_max = settings.judge_backoff_max_s
         self.structured = settings.judge_structured_output
         self.limiter = AdaptiveLimiter(settings.judge_max_concurrency)
+        self.health = JudgeHealth(
+            outage_max_s=settings.judge_outage_max_s,
+            probe_base_s=max(settings.judge_backoff_base_s, 0.01),
+            probe_max_s=settings.judge_backoff_max_s,
+        )
+        observer = self.observer
+        observer.watch_judge(
+            lambda: 1.0 if self.health.available else 0.0, self.health.unavailable_seconds
+        )
         self.prices = settings.judge_prices
         self._secret = (
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -78,10 +88,74 @@ class JudgeClient:
         cost = price.cost(usage.prompt_tokens, usage.completion_tokens) if price and usage else None
         self.observer.on_judge_call(model, outcome, elapsed, usage, cost)
 
-    async def judge(self, rule: PromptedRule, prompt: str, system: str | None = None) -> Verdict:
-        """Ask the judge; retry timeouts, 429s, 5xx and invalid answers; raise ``JudgeError``."""
+    async def judge(
+        self,
+        rule: PromptedRule,
+        prompt: str,
+        system: str | None = None,
+        quoted: Sequence[str] = (),
+    ) -> Verdict:
+        """Ask the judge for ``rule``'s verdict on ``prompt``; raise ``JudgeError`` when none
+        can be had.
+
+        Provider-wide trouble (connection errors, timeouts, 5xx, 429) is retried with backoff;
+        a call whose whole budget goes on it while nothing else is answered takes the judge
+        down, and then waits (see ``JudgeHealth``) instead of failing. An unusable answer is
+        asked again, up to the attempt budget, then fails quoting the last answer; any other
+        refusal (4xx) fails at once.
+        """
         model = rule.judge.model or self.default_model
         schema, parse = answer_contract(rule)
+        request = self._request(rule, model, prompt, system, schema)
+        trouble = unusable = attempts = 0
+        streak_started = 0.0  # when this call's run of provider-wide failures began
+        while True:
+            probe = await self.health.admit()
+            attempts += 1
+            outcome, retry_after = await self._attempt(model, request, parse, Quoted(quoted))
+            if isinstance(outcome, Verdict):
+                self.health.answered(probe)
+                return replace(outcome, attempts=attempts)
+            error = outcome
+            if error.kind in PROVIDER_WIDE:
+                if trouble == 0:
+                    streak_started = time.monotonic()
+                trouble += 1
+                if trouble >= self.max_attempts and self.health.answered_since(streak_started):
+                    # the provider answers other calls: the trouble is this request's own
+                    raise JudgeError(
+                        f"{error} (after {attempts} attempts)", kind=error.kind, attempts=attempts
+                    )
+                exhausted = trouble >= self.max_attempts
+                self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
+                if exhausted:
+                    trouble = 0
+                if not self.health.available:
+                    continue  # hold at the gate until the judge answers again
+                step = trouble
+            else:
+                self.health.answered(probe)
+                if error.kind == "structured_output":
+                    continue  # asked again at once, without response_format
+                if error.kind == "client_error":
+                    raise JudgeError(str(error), kind=error.kind, attempts=attempts)
+                unusable += 1
+                if unusable >= self.max_attempts:
+                    raise JudgeError(
+                        f"{error} (after {attempts} attempts)", kind=error.kind, attempts=attempts
+                    )
+                step = unusable
+            self.observer.on_judge_retry(model, error.kind)
+            await asyncio.sleep(self._backoff(step, retry_after))
+
+    def _request(
+        self,
+        rule: PromptedRule,
+        model: str,
+        prompt: str,
+        system: str | None,
+        schema: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         messages = [{"role": "system", "content": system}] if system is not None else []
         messages.append({"role": "user", "content": prompt})
         request: dict[str, Any] = {
@@ -96,88 +170,72 @@ class JudgeClient:
                 "type": "json_schema",
                 "json_schema": {"name": "verdict", "schema": schema, "strict": True},
             }
-        last_error: JudgeError | None = None
-        invalid_answers = 0
-        attempt = 0
-        for attempt in range(1, self.max_attempts + 1):
-            retry_after: float | None = None
-            await self.limiter.acquire()
-            started = time.perf_counter()
-            try:
-                raw = await self._client.chat.completions.with_raw_response.create(**request)
-                completion = raw.parse()
-                elapsed = time.perf_counter() - started
-                self.limiter.on_success(raw.headers)
-            except openai.RateLimitError as exc:
-                retry_after = retry_after_seconds(exc.response.headers)
-                self.limiter.on_rate_limited(retry_after, exc.response.headers)
-                last_error = JudgeError(
-                    self._redact(f"rate limited (429): {exc.message}"), kind="rate_limited"
-                )
-            except openai.APITimeoutError:
-                last_error = JudgeError("judge call timed out", kind="timeout")
-            except openai.APIConnectionError as exc:
-                last_error = JudgeError(
-                    self._redact(f"cannot reach the judge: {exc}"), kind="connection"
-                )
-            except openai.APIStatusError as exc:
-                if "response_format" in request and rejects_structured_output(exc):
-                    # Older vLLM / Ollama builds and some gateways refuse response_format: ask
-                    # again without it, once, and from now on rely on parsing the text answer.
-                    log.warning(
-                        "judge endpoint rejects structured output (%s); parsing text answers from now on",
-                        exc.status_code,
-                    )
-                    self.structured = False
-                    del request["response_format"]
-                    last_error = JudgeError("structured output rejected", kind="client_error")
-                    continue
-                if exc.status_code < 500 and exc.status_code not in (408, 409):
-                    self.observer.on_judge_call(model, "client_error", None)  # counted, not timed
-                    raise JudgeError(
-                        self._redact(
-                            f"judge refused the request ({exc.status_code}): {exc.message}"
-                        ),
-                        kind="client_error",
-                        attempts=attempt,
-                    ) from None
-                retry_after = retry_after_seconds(exc.response.headers)
-                last_error = JudgeError(
-                    self._redact(f"judge server error ({exc.status_code}): {exc.message}"),
-                    kind="server_error",
-                )
-            else:
-                usage = TokenUsage(
-                    prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
-                    completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
-                    total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
-                )
-                content = completion.choices[0].message.content if completion.choices else None
-                try:
-                    answer = parse(content or "")
-                except InvalidAnswer as exc:
-                    invalid_answers += 1
-                    self._observe_call(model, "invalid_answer", elapsed, usage)
-                    snippet = (content or "")[:200]
-                    last_error = JudgeError(
-                        self._redact(f"unusable answer: {exc}; answer was {snippet!r}"),
-                        kind="invalid_answer",
-                    )
-                else:
-                    self._observe_call(model, "ok", elapsed, usage)
-                    return Verdict(
-                        answer, completion.model or model, elapsed * 1000.0, usage, attempt
-                    )
-            finally:
-                await self.limiter.release()
-            if last_error.kind != "invalid_answer":
-                self._observe_call(model, last_error.kind, time.perf_counter() - started)
-            elif invalid_answers >= INVALID_ANSWER_ATTEMPTS:
-                break  # a temperature-0 judge rarely changes its mind; don't burn the budget
-            if attempt < self.max_attempts:
-                self.observer.on_judge_retry(model, last_error.kind)
-                await asyncio.sleep(self._backoff(attempt, retry_after))
-        assert last_error is not None
-        raise JudgeError(
-            f"{last_error} (after {attempt} attempts)", kind=last_error.kind, attempts=attempt
+        return request
+
+    async def _attempt(
+        self, model: str, request: dict[str, Any], parse: AnswerParser, quoted: Quoted
+    ) -> tuple[Verdict | JudgeError, float | None]:
+        """One call, counted once with its outcome: the verdict, or the error (classified by
+        kind) and the Retry-After the provider asked for."""
+        await self.limiter.acquire()
+        started = time.perf_counter()
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(**request)
+            completion = raw.parse()
+        except openai.RateLimitError as exc:
+            retry_after = retry_after_seconds(exc.response.headers)
+            self.limiter.on_rate_limited(retry_after, exc.response.headers)
+            message = f"rate limited (429): {exc.message}"
+            return self._failed(model, "rate_limited", message, started), retry_after
+        except openai.APITimeoutError:
+            return self._failed(model, "timeout", "judge call timed out", started), None
+        except openai.APIConnectionError as exc:
+            return self._failed(
+                model, "connection", f"cannot reach the judge: {exc}", started
+            ), None
+        except openai.APIStatusError as exc:
+            if "response_format" in request and rejects_structured_output(exc):
+                self._drop_structured_output(request, exc.status_code)
+                message = f"structured output rejected ({exc.status_code})"
+                self._failed(model, "client_error", message, started)
+                return JudgeError(message, kind="structured_output"), None
+            if exc.status_code < 500 and exc.status_code not in (408, 409):
+                message = f"judge refused the request ({exc.status_code}): {exc.message}"
+                return self._failed(model, "client_error", message, started), None
+            message = f"judge server error ({exc.status_code}): {exc.message}"
+            failed = self._failed(model, "server_error", message, started)
+            return failed, retry_after_seconds(exc.response.headers)
+        finally:
+            await self.limiter.release()
+        elapsed = time.perf_counter() - started
+        self.limiter.on_success(raw.headers)
+        usage = TokenUsage(
+            prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
+            total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
         )
+        content = (completion.choices[0].message.content if completion.choices else None) or ""
+        try:
+            answer = parse(content, quoted)
+        except InvalidAnswer as exc:
+            self._observe_call(model, "invalid_answer", elapsed, usage)
+            message = f"unusable answer: {exc}; the answer was {content[:300]!r}"
+            return JudgeError(self._redact(message), kind="invalid_answer"), None
+        self._observe_call(model, "ok", elapsed, usage)
+        return Verdict(answer, completion.model or model, elapsed * 1000.0, usage, 1), None
+
+    def _failed(self, model: str, kind: str, message: str, started: float) -> JudgeError:
+        """A call that got no answer: counted and timed, its message without the API key."""
+        self._observe_call(model, kind, time.perf_counter() - started)
+        return JudgeError(self._redact(message), kind=kind)
+
+    def _drop_structured_output(self, request: dict[str, Any], status: int) -> None:
+        """Older vLLM / Ollama builds and some gateways refuse response_format: ask again
+        without it, and from now on rely on parsing the text answer (said once)."""
+        del request["response_format"]
+        if self.structured:
+            self.structured = False
+            log.warning(
+                "judge endpoint rejects structured output (%s); parsing text answers from now on",
+                status,
+            )

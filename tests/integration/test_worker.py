@@ -15,6 +15,7 @@ from fixtures import hub_trace, live_trace
 from scripted_judge import MockJudge, Reply
 
 from stream.kafka.broker import EmbeddedBroker
+from stream.metrics import sample_value
 from stream.models import score_id
 
 from .harness import Names, Worker, committed, produce, read, read_scores, trace_bytes
@@ -105,7 +106,17 @@ async def test_judge_failures_become_error_scores_and_the_stream_goes_on(
         Reply(status=429, content="slow", headers={"retry-after-ms": "100"}),
         '{"score": 2, "reason": "ok"}',
     )
-    start(workers, broker, names, tmp_path, judge, SCORER_JUDGE_MAX_ATTEMPTS="3")
+    # a prompt that always gets a 500 fails after its attempts when other calls are answered
+    # meanwhile, or waits as an outage would and fails at the outage limit: an error either way
+    start(
+        workers,
+        broker,
+        names,
+        tmp_path,
+        judge,
+        SCORER_JUDGE_MAX_ATTEMPTS="3",
+        SCORER_JUDGE_OUTAGE_MAX_S="4",
+    )
     traces = [
         live_with_id("t-garbage", "GARBAGE-MARKER feedback"),
         live_with_id("t-outage", "OUTAGE-MARKER feedback"),
@@ -123,10 +134,35 @@ async def test_judge_failures_become_error_scores_and_the_stream_goes_on(
     )
     assert (
         judged["t-outage"]["status"] == "error"
-        and "after 3 attempts" in judged["t-outage"]["status_reason"]
+        and "judge server error (500)" in judged["t-outage"]["status_reason"]
+        and "overloaded" in judged["t-outage"]["status_reason"]
     )
     assert judged["t-flaky"]["status"] == "ok" and judged["t-flaky"]["raw_value"] == 2.0
     assert judged["t-after"]["status"] == "ok"
+
+
+async def test_a_judge_outage_delays_scores_and_loses_none(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    """While every call gets a 503 the traces wait unacked; once the judge is back every one
+    is scored, none with an error."""
+    judge.script(LIVE_PROMPT, '{"score": 3, "reason": "fine"}')
+    worker = start(workers, broker, names, tmp_path, judge, SCORER_JUDGE_MAX_ATTEMPTS="2")
+    await produce(broker.bootstrap, names.traces, [trace_bytes(live_with_id("warm-up"))])
+    await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 2)
+    judge.go_down(6.0)
+    traces = [live_with_id(f"t-{i}") for i in range(20)]
+    await produce(broker.bootstrap, names.traces, [trace_bytes(t) for t in traces])
+    scores = await read_scores(
+        broker.bootstrap, names.scores, until=lambda s: len(s) >= 2 + 2 * 20, timeout=90
+    )
+    judged = [s for s in scores if s["rule_id"] == "studio_live_coach_feedback_quality"]
+    assert len({s["target_id"] for s in judged}) == 21
+    assert {s["status"] for s in scores} == {"ok"}  # no error score, none skipped
+    assert 503 in judge.statuses and judge.statuses[-1] == 200
+    page = worker.scrape()
+    assert sample_value(page, "scorer_judge_available") == 1.0
+    assert sample_value(page, "scorer_judge_unavailable_seconds") >= 3.0
 
 
 async def test_missing_path_publishes_a_skipped_score(

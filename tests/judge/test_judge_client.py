@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Iterator
 
@@ -50,16 +52,28 @@ async def test_live_coach_score_is_normalised_with_raw_value_and_label(judge: Mo
     assert request["body"]["temperature"] == 0.0
 
 
-async def test_garbage_answer_is_retried_once_then_an_error_score(judge: MockJudge) -> None:
-    judge.script(CORRECTNESS_PROMPT, "I'd rather not say.")
+async def test_garbage_answers_use_the_attempt_budget_then_an_error_quoting_the_last(
+    judge: MockJudge,
+) -> None:
+    judge.script(CORRECTNESS_PROMPT, "I'd rather not say.", "Still no.", "No way.", "Never.")
     score = await score_of(judge, "hub_answer_correctness", hub_trace())
     assert score["status"] == "error"
     assert (
         "invalid_answer" in score["status_reason"]
         and "no score in the answer" in score["status_reason"]
+        and "'Never.'" in score["status_reason"]  # the last answer is quoted
+        and "after 4 attempts" in score["status_reason"]
     )
     assert score["value"] is None and score["raw_value"] is None
-    assert sum(CORRECTNESS_PROMPT in p for p in judge.prompts()) == 2
+    assert sum(CORRECTNESS_PROMPT in p for p in judge.prompts()) == 4  # the whole budget
+
+
+async def test_an_unusable_answer_then_a_fresh_call_answered_gives_the_score(
+    judge: MockJudge,
+) -> None:
+    judge.script(CORRECTNESS_PROMPT, "hmm", "let me think", '{"score": 0.8, "reason": "fine"}')
+    score = await score_of(judge, "hub_answer_correctness", hub_trace())
+    assert score["status"] == "ok" and score["value"] == 0.8
 
 
 async def test_out_of_range_then_valid_answer_gives_the_valid_score(judge: MockJudge) -> None:
@@ -147,17 +161,24 @@ async def judge_failure(server: MockJudge, **overrides: object) -> JudgeError:
     return info.value
 
 
-async def test_judge_error_carries_kind() -> None:
+async def test_a_judge_down_past_the_outage_limit_fails_as_unavailable() -> None:
     with MockJudge(default=Reply(status=503, content="down")) as server:
-        error = await judge_failure(server, judge_max_attempts=2)
-        assert error.kind == "server_error" and error.attempts == 2
+        started = time.monotonic()
+        error = await judge_failure(server, judge_max_attempts=2, judge_outage_max_s=0.5)
+        assert error.kind == "unavailable"
+        assert "over SCORER_JUDGE_OUTAGE_MAX_S=0.5" in str(error)
+        assert "judge server error (503)" in str(error)  # the last trouble seen
+        assert time.monotonic() - started >= 0.5
+        assert len(server.requests) >= 3  # the budget, then probes
 
 
-async def test_a_judge_slower_than_the_timeout_is_retried_then_an_error() -> None:
+async def test_a_judge_slower_than_the_timeout_is_retried_then_held_as_unavailable() -> None:
     with MockJudge(latency_s=1.0) as server:
-        error = await judge_failure(server, judge_timeout_s=0.2, judge_max_attempts=2)
-        assert error.kind == "timeout" and error.attempts == 2
-        assert len(server.requests) == 2
+        error = await judge_failure(
+            server, judge_timeout_s=0.2, judge_max_attempts=2, judge_outage_max_s=0.5
+        )
+        assert error.kind == "unavailable" and "judge call timed out" in str(error)
+        assert len(server.requests) >= 2
 
 
 async def test_an_endpoint_without_structured_output_gets_plain_requests() -> None:
@@ -177,3 +198,45 @@ async def test_an_endpoint_without_structured_output_gets_plain_requests() -> No
             )
         assert server.statuses == [400, 200, 200]  # asked once with response_format, never again
         assert "response_format" not in server.requests[-1]["body"]
+
+
+async def test_an_outage_delays_scores_and_errors_none() -> None:
+    """Every call made while the judge is down waits and is answered once it is back."""
+    with MockJudge() as server:
+        server.script(CORRECTNESS_PROMPT, '{"score": 0.9, "reason": "good"}')
+        s = scorer(server.base_url, judge_outage_max_s=30.0)
+        document = hub_trace()
+        server.go_down(1.0)
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(s.score_trace(as_trace(document), document) for _ in range(6))
+        )
+        assert time.monotonic() - started >= 1.0
+        scores = [x for r in results for x in r.scores if x.rule_id == "hub_answer_correctness"]
+        assert [x.status for x in scores] == ["ok"] * 6
+        assert {x.value for x in scores} == {0.9}
+        assert 503 in server.statuses and server.statuses[-1] == 200
+        assert s.judge is not None
+        await s.judge.close()
+
+
+async def test_a_refused_response_format_is_counted_and_said_once(
+    caplog: pytest.LogCaptureFixture, metric_value
+) -> None:
+    with MockJudge(reject_response_format=True) as server:
+        server.script(LIVE_PROMPT, "Score: 4\nReason: fine.")
+        s = scorer(server.base_url)
+        before = metric_value(
+            "scorer_judge_calls_total", model="gpt-4o-mini", outcome="client_error"
+        )
+        document = live_trace()
+        with caplog.at_level(logging.WARNING, logger="stream.judge.client"):
+            await asyncio.gather(*(s.score_trace(as_trace(document), document) for _ in range(4)))
+        refused = server.statuses.count(400)
+        assert refused >= 1
+        after = metric_value(
+            "scorer_judge_calls_total", model="gpt-4o-mini", outcome="client_error"
+        )
+        assert after - before == refused  # every refused call counted, once
+        said = [r for r in caplog.records if "rejects structured output" in r.getMessage()]
+        assert len(said) == 1
