@@ -42,3 +42,4 @@ dashboards: install
 bench: install
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/threads.py
+	$(BIN)/python bench/judge_trouble.py

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class MockJudge:
         rpm_burst: float = 1.0,
         announce_limits: bool = True,
         reject_response_format: bool = False,
+        refuse_share: float = 0.0,
         port: int = 0,
     ) -> None:
         self.default = default or Reply()
@@ -81,6 +83,9 @@ class MockJudge:
         self.rpm_limit = rpm_limit
         self.announce_limits = announce_limits
         self.reject_response_format = reject_response_format
+        # a share of calls answered 429 whatever the load (a provider's noisy rate limiting)
+        self.refuse_share = refuse_share
+        self._refusals = random.Random(7)
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -133,6 +138,11 @@ class MockJudge:
                 return web.json_response(
                     {"error": {"message": "the service is unavailable", "type": "overloaded"}},
                     status=self.outage[1],
+                )
+            if self.refuse_share and self._refusals.random() < self.refuse_share:
+                self.statuses.append(429)
+                return web.json_response(
+                    {"error": {"message": "Rate limit reached", "type": "requests"}}, status=429
                 )
             if self.bucket and (wait := self.bucket.take()) is not None:
                 self.statuses.append(429)

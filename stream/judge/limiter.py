@@ -12,6 +12,8 @@ from email.utils import parsedate_to_datetime
 RATE_WINDOW_S = 5.0  # successes counted to estimate what the provider lets through
 RATE_CUT = 0.95  # after a 429, pace at this share of the measured rate...
 RATE_GROWTH_PER_S = 0.03  # ...then probe upward by this share per second
+TRIAL_S = 1.0  # a cut is watched this long (and MIN_SAMPLES calls), then kept or undone
+MIN_SAMPLES = 10  # outcomes needed before 429 shares are compared
 
 
 class AdaptiveLimiter:
@@ -24,6 +26,12 @@ class AdaptiveLimiter:
       the last seconds, and the pace then rises 3 % a second until the next 429 (AIMD on the
       request rate), so a silent limit costs a few 429s a cycle, not a steady stream of them.
     - Cool-down: a 429 with Retry-After holds every new call until that time.
+    - 429s that do not follow the load: every cut is watched for ``TRIAL_S``; if the share of
+      calls answered 429 did not at least halve, the 429s are not the provider pushing back on
+      our rate (a share of calls is refused whatever the rate): the cut is undone and that
+      share becomes the background, which no longer cuts pace or concurrency (the call that
+      got the 429 still waits its own Retry-After and backoff). A share well above the
+      background is a load signal again.
     """
 
     def __init__(self, max_concurrency: int, *, rate_headroom: float = 0.985) -> None:
@@ -38,6 +46,9 @@ class AdaptiveLimiter:
         self._successes: deque[float] = deque()
         self._last_success = 0.0
         self._last_cut = 0.0
+        self._outcomes: deque[tuple[float, bool]] = deque()  # (when, answered 429)
+        self.background = 0.0  # share of 429s measured not to follow our rate
+        self._trial: tuple[float, float, float] | None = None  # when, 429 share, concurrency
         self._cond = asyncio.Condition()
 
     async def acquire(self) -> None:
@@ -57,6 +68,7 @@ class AdaptiveLimiter:
 
     def on_success(self, headers: Mapping[str, str] | None) -> None:
         now = time.monotonic()
+        self._record(now, limited=False)
         self.limit = min(self.max, self.limit + 1.0 / max(self.limit, 1.0))
         self._successes.append(now)
         while self._successes[0] < now - RATE_WINDOW_S:
@@ -66,29 +78,75 @@ class AdaptiveLimiter:
         if self.interval and not self.announced and self._last_success:
             self.interval /= 1.0 + RATE_GROWTH_PER_S * (now - self._last_success)
         self._last_success = now
+        self._judge_trial(now)
 
     def on_rate_limited(self, retry_after: float | None, headers: Mapping[str, str] | None) -> None:
         now = time.monotonic()
-        self.limit = max(1.0, self.limit / 2)
+        self._record(now, limited=True)
         if headers is not None:
             self._learn_rate(headers)
-        if not self.announced and now - self._last_cut > 1.0:
-            self._cut_rate(now)
+        self._judge_trial(now)
+        if self._in_background(now):
+            return  # the provider refuses this share whatever our rate: no cut, no cool-down
+        if now - self._last_cut > 1.0:  # one cut per burst of 429s
+            limit = self.limit
+            self.limit = max(1.0, self.limit / 2)
+            self._last_cut = now
+            if not self.announced:
+                self._cut_rate(now)
+            share, seen = self._share(now - RATE_WINDOW_S)
+            if self._trial is None and seen >= MIN_SAMPLES:
+                self._trial = (now, share, limit)
         if retry_after:
             self._cooldown_until = max(self._cooldown_until, now + retry_after)
 
-    def _cut_rate(self, now: float) -> None:
-        """Pace at a share of what the provider has let through lately (one cut per burst)."""
+    def _record(self, now: float, *, limited: bool) -> None:
+        self._outcomes.append((now, limited))
+        while self._outcomes[0][0] < now - 2 * RATE_WINDOW_S:
+            self._outcomes.popleft()
+
+    def _share(self, since: float) -> tuple[float, int]:
+        """The share of calls answered 429 after ``since``, and how many calls that is."""
+        recent = [limited for when, limited in self._outcomes if when > since]
+        return (sum(recent) / len(recent) if recent else 0.0), len(recent)
+
+    def _in_background(self, now: float) -> bool:
+        if self.background <= 0.0:
+            return False
+        share, seen = self._share(now - RATE_WINDOW_S)
+        return seen >= MIN_SAMPLES and share <= self.background * 1.5 + 0.02
+
+    def _judge_trial(self, now: float) -> None:
+        """Keep a cut that made 429s rarer; undo one that did not (see the class doc)."""
+        if self._trial is None or now - self._trial[0] < TRIAL_S:
+            return
+        started, before, limit = self._trial
+        after, seen = self._share(started)
+        if seen < MIN_SAMPLES:
+            return  # too few calls yet to tell
+        self._trial = None
+        # two 429s at least: one could be the tail of the burst that caused the cut
+        if before > 0.0 and after * seen >= 2 and after >= before * 0.5:
+            # not a rate limit: no pacing of our own, and the concurrency it had
+            self.background = after
+            if not self.announced:
+                self.interval = 0.0
+            self.limit = max(self.limit, limit)
+
+    def _cut_rate(self, now: float) -> bool:
+        """Pace at a share of what the provider has let through lately (one cut per burst);
+        False when too little was measured to cut."""
         while self._successes and self._successes[0] < now - RATE_WINDOW_S:
             self._successes.popleft()
         if len(self._successes) < 2:
-            return  # nothing measured yet: Retry-After and backoff do the work
+            return False  # nothing measured yet: Retry-After and backoff do the work
         # over at least a second: right after start-up a burst would look like a huge rate
         span = max(now - self._successes[0], 1.0)
         measured = len(self._successes) / span
         current = 1.0 / self.interval if self.interval else measured
         self.interval = 1.0 / (min(measured, current) * RATE_CUT)
         self._last_cut = now
+        return True
 
     def _learn_rate(self, headers: Mapping[str, str]) -> None:
         value = headers.get("x-ratelimit-limit-requests")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import pytest
 
 from stream.judge.limiter import AdaptiveLimiter, retry_after_seconds
@@ -39,3 +42,55 @@ def test_limiter_measures_a_silent_limit_and_probes_back_up(
         clock[0] += 0.05
         limiter.on_success({})
     assert cut / limiter.interval == pytest.approx(1.03, rel=0.005)
+
+
+def simulate(
+    monkeypatch: pytest.MonkeyPatch, seconds: float, refuse: Callable[[float], bool], offered: float
+) -> tuple[AdaptiveLimiter, list[tuple[float, bool]]]:
+    """Calls offered at ``offered`` a second (as fast as the limiter's pace allows), each
+    answered 429 when ``refuse(now)``; returns the limiter and every (time, refused)."""
+    clock = [0.0]
+    monkeypatch.setattr("stream.judge.limiter.time.monotonic", lambda: clock[0])
+    limiter = AdaptiveLimiter(32)
+    outcomes = []
+    while clock[0] < seconds:
+        clock[0] += max(1.0 / offered, limiter.interval)
+        refused = refuse(clock[0])
+        outcomes.append((clock[0], refused))
+        if refused:
+            limiter.on_rate_limited(None, {})
+        else:
+            limiter.on_success({})
+    return limiter, outcomes
+
+
+def test_429s_that_do_not_follow_the_rate_do_not_ratchet_it_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = random.Random(7)
+    limiter, outcomes = simulate(monkeypatch, 60.0, lambda now: rng.random() < 1 / 7, 100.0)
+    late = [refused for when, refused in outcomes if when >= 30.0]
+    assert len(late) / 30.0 >= 80.0  # still near the offered 100 calls a second
+    assert limiter.background == pytest.approx(1 / 7, abs=0.06)
+    assert limiter.limit >= 16  # concurrency recovered
+
+
+def test_a_silent_limit_is_found_and_held_just_under(monkeypatch: pytest.MonkeyPatch) -> None:
+    bucket = {"tokens": 1.0, "at": 0.0}
+
+    def refuse(now: float) -> bool:  # a provider that lets 20 calls a second through
+        bucket["tokens"] = min(1.0, bucket["tokens"] + (now - bucket["at"]) * 20.0)
+        bucket["at"] = now
+        if bucket["tokens"] >= 1.0:
+            bucket["tokens"] -= 1.0
+            return False
+        return True
+
+    limiter, outcomes = simulate(monkeypatch, 120.0, refuse, 100.0)
+    late = [refused for when, refused in outcomes if when >= 60.0]
+    answered = sum(not r for r in late) / 60.0
+    assert (
+        answered >= 0.9 * 20.0
+    )  # the limit is used (one call at a time: the bench measures more) ...
+    assert sum(late) / len(late) < 0.02  # ... with under 2 % of calls refused
+    assert limiter.background == 0.0  # these 429s follow the rate: never taken for noise
