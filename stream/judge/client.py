@@ -177,14 +177,14 @@ class JudgeClient:
     ) -> tuple[Verdict | JudgeError, float | None]:
         """One call, counted once with its outcome: the verdict, or the error (classified by
         kind) and the Retry-After the provider asked for."""
-        await self.limiter.acquire()
+        slot = await self.limiter.acquire()
         started = time.perf_counter()
         try:
             raw = await self._client.chat.completions.with_raw_response.create(**request)
             completion = raw.parse()
         except openai.RateLimitError as exc:
             retry_after = retry_after_seconds(exc.response.headers)
-            self.limiter.on_rate_limited(retry_after, exc.response.headers)
+            self.limiter.on_rate_limited(retry_after, exc.response.headers, slot)
             message = f"rate limited (429): {exc.message}"
             return self._failed(model, "rate_limited", message, started), retry_after
         except openai.APITimeoutError:
@@ -208,7 +208,7 @@ class JudgeClient:
         finally:
             await self.limiter.release()
         elapsed = time.perf_counter() - started
-        self.limiter.on_success(raw.headers)
+        self.limiter.on_success(raw.headers, slot)
         usage = TokenUsage(
             prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,

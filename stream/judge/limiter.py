@@ -13,13 +13,15 @@ RATE_WINDOW_S = 5.0  # successes counted to estimate what the provider lets thro
 RATE_CUT = 0.95  # after a 429, pace at this share of the measured rate...
 RATE_GROWTH_PER_S = 0.03  # ...then probe upward by this share per second
 TRIAL_S = 1.0  # a cut is watched this long (and MIN_SAMPLES calls), then kept or undone
-MIN_SAMPLES = 10  # outcomes needed before 429 shares are compared
+SLOW_START = 4  # calls in flight at first
+MIN_SAMPLES = 30  # calls needed on each side of a cut before its 429 shares are compared
 
 
 class AdaptiveLimiter:
     """Bounds judge calls in flight and adapts to the provider instead of hammering it.
 
-    - Concurrency: additive increase on success, halve on a 429 (AIMD), within [1, max].
+    - Concurrency: slow start (from 4, one more per answer) until the first 429, then
+      additive increase on success and halve on a 429 (AIMD), within [1, max].
     - Pacing, announced: when the provider states its request rate (OpenAI's
       ``x-ratelimit-limit-requests``), calls are spaced to stay just under it.
     - Pacing, measured: otherwise a 429 paces calls at 95 % of the success rate measured over
@@ -27,7 +29,7 @@ class AdaptiveLimiter:
       request rate), so a silent limit costs a few 429s a cycle, not a steady stream of them.
     - Cool-down: a 429 with Retry-After holds every new call until that time.
     - 429s that do not follow the load: every cut is watched for ``TRIAL_S``; if the share of
-      calls answered 429 did not at least halve, the 429s are not the provider pushing back on
+      calls answered 429 stayed about the same, the 429s are not the provider pushing back on
       our rate (a share of calls is refused whatever the rate): the cut is undone and that
       share becomes the background, which no longer cuts pace or concurrency (the call that
       got the 429 still waits its own Retry-After and backoff). A share well above the
@@ -36,7 +38,10 @@ class AdaptiveLimiter:
 
     def __init__(self, max_concurrency: int, *, rate_headroom: float = 0.985) -> None:
         self.max = max_concurrency
-        self.limit = float(max_concurrency)
+        # slow start: a few calls at first, one more per answer (doubling every round trip) up
+        # to the maximum, until the first 429; then additive increase
+        self.limit = float(min(max_concurrency, SLOW_START))
+        self._slow_start = True
         self.in_flight = 0
         self.rate_headroom = rate_headroom
         self.interval = 0.0  # seconds between call starts; 0: no pacing
@@ -48,10 +53,11 @@ class AdaptiveLimiter:
         self._last_cut = 0.0
         self._outcomes: deque[tuple[float, bool]] = deque()  # (when, answered 429)
         self.background = 0.0  # share of 429s measured not to follow our rate
-        self._trial: tuple[float, float, float] | None = None  # when, 429 share, concurrency
+        self._trial: tuple[float, float] | None = None  # when a cut was made, the 429 share then
         self._cond = asyncio.Condition()
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> float:
+        """Wait for a slot and the call's turn; returns when it starts (this clock)."""
         async with self._cond:
             await self._cond.wait_for(lambda: self.in_flight < max(1, int(self.limit)))
             self.in_flight += 1
@@ -60,16 +66,19 @@ class AdaptiveLimiter:
             self._next_start = start + self.interval
         if start > now:
             await asyncio.sleep(start - now)
+        return start
 
     async def release(self) -> None:
         async with self._cond:
             self.in_flight -= 1
             self._cond.notify_all()
 
-    def on_success(self, headers: Mapping[str, str] | None) -> None:
+    def on_success(self, headers: Mapping[str, str] | None, started: float | None = None) -> None:
+        """A call that started at ``started`` was answered."""
         now = time.monotonic()
-        self._record(now, limited=False)
-        self.limit = min(self.max, self.limit + 1.0 / max(self.limit, 1.0))
+        self._record(now if started is None else started, limited=False)
+        step = 1.0 if self._slow_start else 1.0 / max(self.limit, 1.0)
+        self.limit = min(self.max, self.limit + step)
         self._successes.append(now)
         while self._successes[0] < now - RATE_WINDOW_S:
             self._successes.popleft()
@@ -80,33 +89,41 @@ class AdaptiveLimiter:
         self._last_success = now
         self._judge_trial(now)
 
-    def on_rate_limited(self, retry_after: float | None, headers: Mapping[str, str] | None) -> None:
+    def on_rate_limited(
+        self,
+        retry_after: float | None,
+        headers: Mapping[str, str] | None,
+        started: float | None = None,
+    ) -> None:
+        """A call that started at ``started`` was answered 429."""
         now = time.monotonic()
-        self._record(now, limited=True)
+        self._record(now if started is None else started, limited=True)
         if headers is not None:
             self._learn_rate(headers)
         self._judge_trial(now)
         if self._in_background(now):
             return  # the provider refuses this share whatever our rate: no cut, no cool-down
-        if now - self._last_cut > 1.0:  # one cut per burst of 429s
-            limit = self.limit
-            self.limit = max(1.0, self.limit / 2)
+        self._slow_start = False
+        self.limit = max(1.0, self.limit / 2)
+        if now - self._last_cut > 1.0:  # one cut of the pace per burst of 429s
             self._last_cut = now
             if not self.announced:
                 self._cut_rate(now)
             share, seen = self._share(now - RATE_WINDOW_S)
             if self._trial is None and seen >= MIN_SAMPLES:
-                self._trial = (now, share, limit)
+                self._trial = (now, share)
         if retry_after:
             self._cooldown_until = max(self._cooldown_until, now + retry_after)
 
-    def _record(self, now: float, *, limited: bool) -> None:
-        self._outcomes.append((now, limited))
-        while self._outcomes[0][0] < now - 2 * RATE_WINDOW_S:
+    def _record(self, started: float, *, limited: bool) -> None:
+        """An outcome, by when its call started: a cut is judged by the calls sent after it,
+        not by those already in flight when it was made."""
+        self._outcomes.append((started, limited))
+        while self._outcomes[0][0] < started - 2 * RATE_WINDOW_S:
             self._outcomes.popleft()
 
     def _share(self, since: float) -> tuple[float, int]:
-        """The share of calls answered 429 after ``since``, and how many calls that is."""
+        """The share of calls started after ``since`` answered 429, and how many that is."""
         recent = [limited for when, limited in self._outcomes if when > since]
         return (sum(recent) / len(recent) if recent else 0.0), len(recent)
 
@@ -120,18 +137,22 @@ class AdaptiveLimiter:
         """Keep a cut that made 429s rarer; undo one that did not (see the class doc)."""
         if self._trial is None or now - self._trial[0] < TRIAL_S:
             return
-        started, before, limit = self._trial
+        started, before = self._trial
         after, seen = self._share(started)
         if seen < MIN_SAMPLES:
             return  # too few calls yet to tell
         self._trial = None
-        # two 429s at least: one could be the tail of the burst that caused the cut
-        if before > 0.0 and after * seen >= 2 and after >= before * 0.5:
-            # not a rate limit: no pacing of our own, and the concurrency it had
+        # the same share of 429s at a lower rate (two at least: one could be the tail of the
+        # burst that caused the cut): they do not follow our rate, so no pacing of our own and
+        # the concurrency there was; a share that fell says it was a limit, one that rose is
+        # the pace climbing back over it
+        if before > 0.0 and after * seen >= 2 and before * 0.7 <= after <= before * 1.5:
             self.background = after
             if not self.announced:
                 self.interval = 0.0
-            self.limit = max(self.limit, limit)
+            self.limit = float(self.max)
+        elif after < before * 0.5:
+            self.background = min(self.background, after)
 
     def _cut_rate(self, now: float) -> bool:
         """Pace at a share of what the provider has let through lately (one cut per burst);
