@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # a judge unavailable this long (connection errors, timeouts, 5xx, 429 on every call)
     # turns the traces waiting for it into error scores; until then they wait unacked
     judge_outage_max_s: float = Field(default=3600.0, gt=0)
+    # the most a prompt may carry (tokens estimated at 4 characters each); a rule may set its
+    # own (judge.max_prompt_tokens); past it the largest variable is cut in the middle
+    judge_max_prompt_tokens: int = Field(default=32_000, gt=0)
     judge_structured_output: bool = True
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 

@@ -31,7 +31,13 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     ruleset = load_rules(settings.rules_dir, settings.packs)
     judge = JudgeClient(settings, metrics) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap, metrics)
-    scorer = Scorer(ruleset, judge, default_model=settings.judge_model, observer=metrics)
+    scorer = Scorer(
+        ruleset,
+        judge,
+        default_model=settings.judge_model,
+        observer=metrics,
+        max_prompt_tokens=settings.judge_max_prompt_tokens,
+    )
     router = ThreadRouter(ruleset)
     register_trace_agent(
         app,

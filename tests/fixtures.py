@@ -70,7 +70,11 @@ def scorer(
     metrics = ScorerMetrics.default()
     judge = JudgeClient(cfg, metrics) if judge_url else None
     return Scorer(
-        ruleset or fretcoach_rules(), judge, default_model=cfg.judge_model, observer=metrics
+        ruleset or fretcoach_rules(),
+        judge,
+        default_model=cfg.judge_model,
+        observer=metrics,
+        max_prompt_tokens=cfg.judge_max_prompt_tokens,
     )
 
 

@@ -36,7 +36,12 @@ from .outcomes import (
     make_decision,
     make_score,
 )
-from .prompt import quotable, render_prompt, render_system, resolve_variables
+from .prompt import (
+    DEFAULT_MAX_PROMPT_TOKENS,
+    PromptTooLarge,
+    fit_prompt,
+    resolve_variables,
+)
 from .rubric import measured_scores, rubric_input
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,7 @@ class JudgeJob:
     system: str | None = None
     forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
     quoted: list[str] = field(default_factory=list)  # the trace's text, as rendered
+    cut: dict[str, int] = field(default_factory=dict)  # variable -> characters cut to fit
 
 
 @dataclass
@@ -73,10 +79,12 @@ class Scorer:
         *,
         default_model: str,
         observer: Observer | None = None,
+        max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
     ) -> None:
         self.ruleset = ruleset
         self.judge = judge
         self.default_model = default_model
+        self.max_prompt_tokens = max_prompt_tokens
         self.observer = observer or Observer()
         self.trace_rules = ruleset.for_scope("trace")
         # the shape of the one score a rule publishes (a rubric's: its primary, when unjudged)
@@ -147,8 +155,13 @@ class Scorer:
         elif self.judge is None:
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
         else:
-            prompt = render_prompt(rule, values, document)
-            system = render_system(rule, values)
+            cap = rule.judge.max_prompt_tokens or self.max_prompt_tokens
+            try:
+                fitted = fit_prompt(rule, values, document, cap)
+            except PromptTooLarge as exc:
+                why = f"prompt too large: {exc} (SCORER_JUDGE_MAX_PROMPT_TOKENS, judge.oversize)"
+                plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
+                return
             forced = {}
             if isinstance(rule, RubricRule):
                 forced = {
@@ -156,7 +169,9 @@ class Scorer:
                     for c in rule.criteria
                     if c.na_when is not None and truthy(document, c.na_when)
                 }
-            plan.judge_jobs.append(JudgeJob(rule, prompt, system, forced, quotable(rule, values)))
+            plan.judge_jobs.append(
+                JudgeJob(rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut)
+            )
 
     async def finish(self, plan: TracePlan) -> TraceResult:
         """Make the plan's judge calls concurrently and add their outcomes."""
@@ -206,6 +221,7 @@ class Scorer:
             judge_model=verdict.model,
             latency_ms=verdict.latency_ms,
             usage=verdict.usage,
+            details={"prompt_cut": job.cut} if job.cut else None,
         )
         return self._finish(rule, plan, answered, utcnow())
 
@@ -251,7 +267,7 @@ class Scorer:
             return self._finish(rule, plan, Measured("error", why, judge_model=verdict.model), now)
         scores = [
             make_score(rule, plan.target, shape, measured, now)
-            for shape, measured in measured_scores(rule, verdict, results)
+            for shape, measured in measured_scores(rule, verdict, results, job.cut)
         ]
         primary = next((s for s in scores if s.criterion == spec.primary), scores[0])
         outcome: Outcome = "scored" if primary.status == "ok" else "error"

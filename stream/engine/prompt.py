@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..ruleset.paths import lookup, lookup_nonempty, truthy
@@ -28,20 +29,9 @@ def _texts(rule: PromptedRule, values: dict[str, Any]) -> dict[str, str]:
     return texts
 
 
-def quotable(rule: PromptedRule, values: dict[str, Any]) -> list[str]:
-    """The trace's text as the prompt shows it (the mapped variables, not the options)."""
-    specs = rule.variable_specs
-    return [format_value(v, specs[n].format, specs[n].tag) for n, v in values.items()]
-
-
 def render_prompt(rule: PromptedRule, values: dict[str, Any], document: Any = None) -> str:
     """The user prompt, with the suffixes whose condition holds on ``document``."""
-    texts = _texts(rule, values)
-    prompt = render(rule.prompt, texts)
-    for suffix in rule.suffixes:
-        if truthy(document, suffix.when):
-            prompt += render(suffix.text, texts)
-    return prompt
+    return _render_with_suffixes(rule, _texts(rule, values), document)
 
 
 def render_system(rule: PromptedRule, values: dict[str, Any]) -> str | None:
@@ -49,3 +39,66 @@ def render_system(rule: PromptedRule, values: dict[str, Any]) -> str | None:
     if rule.system_prompt is None:
         return None
     return render(rule.system_prompt, _texts(rule, values))
+
+
+DEFAULT_MAX_PROMPT_TOKENS = 32_000  # SCORER_JUDGE_MAX_PROMPT_TOKENS's default
+CHARS_PER_TOKEN = 4  # a rough estimate for English text and JSON; no tokenizer is loaded
+CUT_MARKER = "\n[... {n} characters cut by the scorer: the prompt was over {cap} tokens ...]\n"
+
+
+class PromptTooLarge(ValueError):  # noqa: N818 - a kind of prompt, as the skipped score says
+    """The prompt is over its cap and the rule says to skip rather than cut."""
+
+
+@dataclass
+class FittedPrompt:
+    """A rule's prompt within its cap: what is sent, the trace's text as shown, what was cut."""
+
+    prompt: str
+    system: str | None
+    quoted: list[str]
+    cut: dict[str, int]  # variable -> characters cut from its middle
+
+
+def estimated_tokens(*texts: str | None) -> int:
+    return sum(-(-len(t) // CHARS_PER_TOKEN) for t in texts if t)
+
+
+def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: int) -> FittedPrompt:
+    """Render ``rule``'s prompts; over ``cap`` estimated tokens, cut the largest variable in the
+    middle (head and tail kept, a marker between) until they fit, or raise ``PromptTooLarge``
+    when the rule says ``oversize: skip`` or nothing left to cut would make it fit."""
+    texts = _texts(rule, values)
+    original = dict(texts)
+    cut: dict[str, int] = {}
+    marker_len = len(CUT_MARKER.format(n=10**9, cap=cap))
+    while True:
+        prompt = _render_with_suffixes(rule, texts, document)
+        system = render(rule.system_prompt, texts) if rule.system_prompt is not None else None
+        size = estimated_tokens(prompt, system)
+        if size <= cap:
+            return FittedPrompt(prompt, system, [texts[name] for name in values], cut)
+        if rule.judge.oversize == "skip":
+            raise PromptTooLarge(f"the prompt is about {size} tokens, over the cap of {cap}")
+        # the largest variable as shown now gives up what is over (plus room for the marker)
+        # (a variable shown twice gives up twice as much: the loop measures again)
+        name = max(values, key=lambda n: len(texts[n]), default=None)
+        if name is None or len(texts[name]) <= 2 * marker_len:
+            raise PromptTooLarge(
+                f"the prompt is about {size} tokens, over the cap of {cap}, and its variables "
+                "are too small to cut it down"
+            )
+        excess = min((size - cap) * CHARS_PER_TOKEN + marker_len, len(texts[name]) - marker_len)
+        text = original[name]
+        keep = len(text) - cut.get(name, 0) - excess
+        cut[name] = len(text) - keep
+        head, tail = text[: keep // 2], text[len(text) - (keep - keep // 2) :]
+        texts[name] = head + CUT_MARKER.format(n=cut[name], cap=cap) + tail
+
+
+def _render_with_suffixes(rule: PromptedRule, texts: dict[str, str], document: Any) -> str:
+    prompt = render(rule.prompt, texts)
+    for suffix in rule.suffixes:
+        if truthy(document, suffix.when):
+            prompt += render(suffix.text, texts)
+    return prompt

@@ -28,9 +28,13 @@ def rubric_input(rule: RubricRule, verdict: Verdict, forced: dict[str, str]) -> 
 
 
 def measured_scores(
-    rule: RubricRule, verdict: Verdict, results: list[RubricScore]
+    rule: RubricRule,
+    verdict: Verdict,
+    results: list[RubricScore],
+    cut: dict[str, int] | None = None,
 ) -> list[tuple[ScoreShape, Measured]]:
-    """Each aggregator result as the shape and content of one score event."""
+    """Each aggregator result as the shape and content of one score event (the primary one
+    also says what was cut from the prompt to fit its cap, if anything was)."""
     primary = rule.aggregator.primary
     shaped = []
     for result in results:
@@ -45,7 +49,11 @@ def measured_scores(
             latency_ms=verdict.latency_ms,
             # one judge call: its usage is counted once, on the primary score
             usage=verdict.usage if result.name == primary else None,
-            details=result.details,
+            details=(
+                {**(result.details or {}), "prompt_cut": cut}
+                if cut and result.name == primary
+                else result.details
+            ),
         )
         shaped.append((ScoreShape(result.name, result.scale, result.higher_is_better), measured))
     return shaped

@@ -119,6 +119,15 @@ class JudgeSpec(Strict):
     model: str | None = Field(default=None, description="None: the deployment's default model")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, gt=0)
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="Cap on the prompt sent (estimated tokens); None: SCORER_JUDGE_MAX_PROMPT_TOKENS",
+    )
+    oversize: Literal["truncate", "skip"] = Field(
+        default="truncate",
+        description="A prompt over the cap: cut the largest variable in the middle, or skip",
+    )
 
 
 class ThreadSpec(Strict):

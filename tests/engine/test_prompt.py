@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fixtures import RULES_DIR
+from fixtures import RULES_DIR, hub_trace, scorer
 
-from stream.engine.prompt import render_prompt, render_system, resolve_variables
+from stream.engine.prompt import (
+    PromptTooLarge,
+    estimated_tokens,
+    fit_prompt,
+    render_prompt,
+    render_system,
+    resolve_variables,
+)
 from stream.errors import EmptyVariable, MissingVariable
 from stream.ruleset.loader import load_rule_file
 from stream.ruleset.schema import RULE_ADAPTER, LLMJudgeRule, PromptedRule
@@ -96,3 +103,54 @@ def test_shipped_guidelines_rule_rejects_empty_guidelines() -> None:
     document = {"input": "q", "output": "a", "metadata": {"expectations": {"guidelines": []}}}
     with pytest.raises(EmptyVariable, match="guidelines"):
         resolve_variables(guidelines, document)
+
+
+def test_a_prompt_over_its_cap_has_its_largest_variable_cut_in_the_middle() -> None:
+    rule = load_rule_file(RULES_DIR / "mlflow" / "correctness.yaml")
+    assert isinstance(rule, PromptedRule)
+    huge = "HEAD " + "x" * 400_000 + " TAIL"
+    values = {name: "short" for name in rule.variable_specs}
+    largest = next(iter(values))
+    values[largest] = huge
+    fitted = fit_prompt(rule, values, {}, cap=2_000)
+    assert estimated_tokens(fitted.prompt, fitted.system) <= 2_000
+    assert "HEAD" in fitted.prompt and "TAIL" in fitted.prompt  # both ends are kept
+    assert "characters cut by the scorer: the prompt was over 2000 tokens" in fitted.prompt
+    assert list(fitted.cut) == [largest] and fitted.cut[largest] > 390_000
+    assert fitted.quoted[0] != huge and fitted.quoted[0].startswith("HEAD")
+
+
+def test_a_prompt_within_its_cap_is_untouched() -> None:
+    rule = load_rule_file(RULES_DIR / "mlflow" / "correctness.yaml")
+    assert isinstance(rule, PromptedRule)
+    values = {name: "a short value" for name in rule.variable_specs}
+    fitted = fit_prompt(rule, values, {}, cap=32_000)
+    assert fitted.cut == {} and fitted.prompt == render_prompt(rule, values, {})
+
+
+def test_a_rule_that_says_skip_is_not_cut() -> None:
+    rule = load_rule_file(RULES_DIR / "mlflow" / "correctness.yaml")
+    assert isinstance(rule, PromptedRule)
+    skipping = rule.model_copy(update={"judge": rule.judge.model_copy(update={"oversize": "skip"})})
+    values = {name: "y" * 50_000 for name in rule.variable_specs}
+    with pytest.raises(PromptTooLarge, match="over the cap of 1000"):
+        fit_prompt(skipping, values, {}, cap=1_000)
+
+
+async def test_an_oversize_trace_is_judged_on_a_cut_prompt_and_its_score_says_so() -> None:
+    from scripted_judge import MockJudge
+
+    from stream.models import Trace
+
+    with MockJudge() as server:
+        server.script("evaluating an assistant", '{"score": 0.5, "reason": "ok"}')
+        s = scorer(server.base_url, judge_max_prompt_tokens=3_000)
+        document = hub_trace()
+        document["output"]["messages"][-1]["content"] = "word " * 1_000_000  # 5 MB
+        result = await s.score_trace(Trace.model_validate(document), document)
+        score = next(x for x in result.scores if x.rule_id == "hub_answer_correctness")
+        assert score.status == "ok" and score.details is not None
+        assert set(score.details["prompt_cut"]) == {"output"}
+        assert max(len(str(r["body"])) for r in server.requests) < 3_000 * 4 * 2
+        assert s.judge is not None
+        await s.judge.close()
