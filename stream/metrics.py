@@ -112,6 +112,12 @@ class ScorerMetrics(Observer):
             "judge_unavailable_seconds",
             "Seconds the judge has been unavailable since the worker started (it only grows)",
         )
+        self.budget_used = gauge(
+            "judge_budget_used_ratio",
+            "Share of each spend budget (SCORER_JUDGE_BUDGETS) used in its current window; "
+            "at 1 its rules publish skipped scores (budget exhausted) until the window resets",
+            ("rule", "model", "window"),
+        )
         self.dlq_messages = counter(
             "dlq_messages", "Messages sent to the dead-letter topic", ("topic", "reason")
         )
@@ -272,6 +278,9 @@ class ScorerMetrics(Observer):
 
     def on_judge_retry(self, model: str, reason: str) -> None:
         self._child(self.judge_retries, model, reason).inc()
+
+    def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
+        self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)
 
     def watch_judge(
         self, available: Callable[[], float], unavailable_seconds: Callable[[], float]

@@ -64,6 +64,9 @@ class Observer:
     def on_judge_retry(self, model: str, reason: str) -> None:
         """A judge call is tried again after ``reason``."""
 
+    def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
+        """A reader of the share of one spend budget used in its current window."""
+
     def watch_judge(
         self, available: Callable[[], float], unavailable_seconds: Callable[[], float]
     ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -33,6 +33,34 @@ DEFAULT_JUDGE_PRICES = {
     "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
     "gpt-4.1": ModelPrice(input=2.00, output=8.00),
 }
+
+
+WINDOW_S = {"hour": 3600, "day": 86_400}
+
+
+class Budget(BaseModel):
+    """One budget: for a rule or for a model, in USD or tokens, per hour or day."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: str | None = None
+    model: str | None = None
+    usd: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+    window: Literal["hour", "day"] = "day"
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> Budget:
+        if (self.rule is None) == (self.model is None):
+            raise ValueError("a budget is for a rule or for a model: give exactly one")
+        if (self.usd is None) == (self.tokens is None):
+            raise ValueError("a budget counts usd or tokens: give exactly one")
+        return self
+
+    def describe(self) -> str:
+        whose = f"rule {self.rule}" if self.rule else f"model {self.model}"
+        amount = f"${self.usd:g}" if self.usd is not None else f"{self.tokens} tokens"
+        return f"{whose}: {amount} per {self.window}"
 
 
 class Settings(BaseSettings):
@@ -72,6 +100,9 @@ class Settings(BaseSettings):
     # the most a prompt may carry (tokens estimated at 4 characters each); a rule may set its
     # own (judge.max_prompt_tokens); past it the largest variable is cut in the middle
     judge_max_prompt_tokens: int = Field(default=32_000, gt=0)
+    # spend budgets (JSON list): [{"rule": "r", "usd": 5, "window": "day"},
+    # {"model": "gpt-4o", "tokens": 2000000, "window": "hour"}]; a spent one skips its rules
+    judge_budgets: list[Budget] = Field(default_factory=list)
     judge_structured_output: bool = True
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 

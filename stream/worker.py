@@ -14,10 +14,12 @@ from .agents.traces import register_trace_agent
 from .app import create_app
 from .engine.judge import NO_JUDGE_REASON
 from .engine.planner import Scorer
+from .engine.spend import SpendLedger
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
 from .kafka.lag import LagMeter
 from .metrics import ScorerMetrics
+from .models import TokenUsage
 from .ruleset.loader import load_rules
 from .settings import Settings
 from .threads.router import ThreadRouter
@@ -31,12 +33,14 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     ruleset = load_rules(settings.rules_dir, settings.packs)
     judge = JudgeClient(settings, metrics) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap, metrics)
+    ledger = spend_ledger(settings, metrics)
     scorer = Scorer(
         ruleset,
         judge,
         default_model=settings.judge_model,
         observer=metrics,
         max_prompt_tokens=settings.judge_max_prompt_tokens,
+        ledger=ledger,
     )
     router = ThreadRouter(ruleset)
     register_trace_agent(
@@ -82,6 +86,24 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     # so every library builds a debug record per message (aiokafka logs one per send).
     worker.spinner = None
     return worker
+
+
+def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:
+    """The worker's spend budgets, priced from SCORER_JUDGE_PRICES and watched by metrics."""
+
+    def cost(model: str, usage: TokenUsage) -> float | None:
+        price = settings.judge_prices.get(model)
+        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
+
+    ledger = SpendLedger(settings.judge_budgets, cost)
+    for index, budget in enumerate(settings.judge_budgets):
+        metrics.watch_budget(
+            budget.rule or "",
+            budget.model or "",
+            budget.window,
+            lambda index=index: ledger.used()[index][1],  # type: ignore[misc]
+        )
+    return ledger
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

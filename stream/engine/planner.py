@@ -43,6 +43,7 @@ from .prompt import (
     resolve_variables,
 )
 from .rubric import measured_scores, rubric_input
+from .spend import SpendLedger
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,13 @@ class Scorer:
         default_model: str,
         observer: Observer | None = None,
         max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+        ledger: SpendLedger | None = None,
     ) -> None:
         self.ruleset = ruleset
         self.judge = judge
         self.default_model = default_model
         self.max_prompt_tokens = max_prompt_tokens
+        self.ledger = ledger
         self.observer = observer or Observer()
         self.trace_rules = ruleset.for_scope("trace")
         # the shape of the one score a rule publishes (a rubric's: its primary, when unjudged)
@@ -155,6 +158,10 @@ class Scorer:
         elif self.judge is None:
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
         else:
+            model = rule.judge.model or self.default_model
+            if self.ledger is not None and (spent := self.ledger.exhausted(rule.id, model)):
+                plan.outcomes.append(self._finish(rule, plan, Measured("skipped", spent)))
+                return
             cap = rule.judge.max_prompt_tokens or self.max_prompt_tokens
             try:
                 fitted = fit_prompt(rule, values, document, cap)
@@ -209,6 +216,8 @@ class Scorer:
             model = rule.judge.model or self.default_model
             failed = Measured("error", f"judge {exc.kind}: {exc}", judge_model=model)
             return self._finish(rule, plan, failed, utcnow())
+        if self.ledger is not None:
+            self.ledger.record(rule.id, rule.judge.model or self.default_model, verdict.usage)
         if isinstance(rule, RubricRule):
             return self._finish_rubric(rule, plan, job, verdict)
         answer = verdict.answer
