@@ -193,6 +193,8 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_THREAD_INACTIVITY_GAP_S="2",
         SCORER_LAG_INTERVAL_S="1",
         SCORER_JUDGE_MAX_ATTEMPTS="2",
+        # a budget with room: its gauge exists for the budget alert to read
+        SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)
