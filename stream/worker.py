@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import faust
 
@@ -101,7 +102,7 @@ def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:
             budget.rule or "",
             budget.model or "",
             budget.window,
-            lambda index=index: ledger.used()[index][1],  # type: ignore[misc]
+            partial(ledger.share, index),
         )
     return ledger
 

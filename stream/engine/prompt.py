@@ -36,9 +36,7 @@ def render_prompt(rule: PromptedRule, values: dict[str, Any], document: Any = No
 
 def render_system(rule: PromptedRule, values: dict[str, Any]) -> str | None:
     """The system prompt, when the rule has one."""
-    if rule.system_prompt is None:
-        return None
-    return render(rule.system_prompt, _texts(rule, values))
+    return _render_system(rule, _texts(rule, values))
 
 
 DEFAULT_MAX_PROMPT_TOKENS = 32_000  # SCORER_JUDGE_MAX_PROMPT_TOKENS's default
@@ -74,7 +72,7 @@ def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: i
     marker_len = len(CUT_MARKER.format(n=10**9, cap=cap))
     while True:
         prompt = _render_with_suffixes(rule, texts, document)
-        system = render(rule.system_prompt, texts) if rule.system_prompt is not None else None
+        system = _render_system(rule, texts)
         size = estimated_tokens(prompt, system)
         if size <= cap:
             return FittedPrompt(prompt, system, [texts[name] for name in values], cut)
@@ -94,6 +92,10 @@ def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: i
         cut[name] = len(text) - keep
         head, tail = text[: keep // 2], text[len(text) - (keep - keep // 2) :]
         texts[name] = head + CUT_MARKER.format(n=cut[name], cap=cap) + tail
+
+
+def _render_system(rule: PromptedRule, texts: dict[str, str]) -> str | None:
+    return render(rule.system_prompt, texts) if rule.system_prompt is not None else None
 
 
 def _render_with_suffixes(rule: PromptedRule, texts: dict[str, str], document: Any) -> str:

@@ -53,8 +53,7 @@ class SpendLedger:
         for account in self._accounts:
             self._roll(account, now)
             budget = account.budget
-            limit = budget.usd if budget.usd is not None else budget.tokens
-            if self._covers(account, rule, model) and limit is not None and account.spent >= limit:
+            if self._covers(account, rule, model) and account.spent >= _amount(budget):
                 resets = datetime.fromtimestamp(
                     account.window_start + WINDOW_S[budget.window], UTC
                 ).strftime("%Y-%m-%d %H:%M UTC")
@@ -74,13 +73,19 @@ class SpendLedger:
             else:
                 account.spent += usage.prompt_tokens + usage.completion_tokens
 
+    def share(self, index: int) -> float:
+        """The share of the ``index``-th budget spent in its current window."""
+        account = self._accounts[index]
+        self._roll(account, self.clock())
+        return account.spent / _amount(account.budget)
+
     def used(self) -> list[tuple[Budget, float]]:
         """Each budget with the share of it spent in its current window."""
-        now = self.clock()
-        shares = []
-        for account in self._accounts:
-            self._roll(account, now)
-            budget = account.budget
-            limit = budget.usd if budget.usd is not None else float(budget.tokens or 1)
-            shares.append((budget, account.spent / limit))
-        return shares
+        return [(account.budget, self.share(i)) for i, account in enumerate(self._accounts)]
+
+
+def _amount(budget: Budget) -> float:
+    """What the budget allows: dollars, or tokens (the model checks one of them is set)."""
+    amount = budget.usd if budget.usd is not None else budget.tokens
+    assert amount is not None
+    return float(amount)

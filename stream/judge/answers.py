@@ -82,6 +82,13 @@ class Quoted:
         self._haystack = "\x00".join(_fold(t) for t in texts if t)
         self.skipped = 0  # verdicts skipped as copied, in the answer being parsed
 
+    def fresh(self) -> Quoted:
+        """The same trace text for parsing another answer (no verdict skipped yet); the
+        folding is done once per call, not once per answer."""
+        reading = Quoted()
+        reading._haystack = self._haystack
+        return reading
+
     def copied(self, fragment: str) -> bool:
         folded = _fold(fragment)
         if len(folded) >= 4 and folded in self._haystack:

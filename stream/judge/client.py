@@ -107,19 +107,20 @@ class JudgeClient:
         model = rule.judge.model or self.default_model
         schema, parse = answer_contract(rule)
         request = self._request(rule, model, prompt, system, schema)
+        shown = Quoted(quoted)  # folded once, whatever the attempts
         trouble = unusable = attempts = 0
         streak_started = 0.0  # when this call's run of provider-wide failures began
         while True:
             probe = await self.health.admit()
             attempts += 1
-            outcome, retry_after = await self._attempt(model, request, parse, Quoted(quoted))
+            outcome, retry_after = await self._attempt(model, request, parse, shown.fresh())
             if isinstance(outcome, Verdict):
                 self.health.answered(probe)
                 return replace(outcome, attempts=attempts)
             error = outcome
             if error.kind in PROVIDER_WIDE:
                 if trouble == 0:
-                    streak_started = time.monotonic()
+                    streak_started = self.health.clock()  # the clock answered_since reads
                 trouble += 1
                 if trouble >= self.max_attempts and self.health.answered_since(streak_started):
                     # the provider answers other calls: the trouble is this request's own
