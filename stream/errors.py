@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import TokenUsage
+
 
 class ScorerError(Exception):
     """Root of every error this package raises on purpose."""
@@ -19,12 +24,15 @@ class RuleFileError(ScorerError):
 class JudgeError(ScorerError):
     """The judge could not produce a valid verdict (after retries, where retried)."""
 
-    def __init__(self, message: str, *, kind: str, attempts: int = 1) -> None:
+    def __init__(
+        self, message: str, *, kind: str, attempts: int = 1, usage: TokenUsage | None = None
+    ) -> None:
         self.kind = (
             kind  # closed set: timeout, connection, rate_limited, server_error, unavailable,
             # client_error, structured_output, invalid_answer
         )
         self.attempts = attempts
+        self.usage = usage  # tokens the answered attempts used (unusable answers cost too)
         super().__init__(message)
 
 

@@ -87,6 +87,13 @@ class TokenUsage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
 
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
 
 class ThreadInfo(BaseModel):
     """What a thread-scope score judged: which close of which thread, and how much of it."""

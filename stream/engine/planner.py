@@ -214,7 +214,11 @@ class Scorer:
             verdict = await self.judge.judge(rule, job.prompt, job.system, job.quoted)
         except JudgeError as exc:
             model = rule.judge.model or self.default_model
-            failed = Measured("error", f"judge {exc.kind}: {exc}", judge_model=model)
+            if self.ledger is not None and exc.usage is not None:
+                self.ledger.record(rule.id, model, exc.usage)  # unusable answers cost too
+            failed = Measured(
+                "error", f"judge {exc.kind}: {exc}", judge_model=model, usage=exc.usage
+            )
             return self._finish(rule, plan, failed, utcnow())
         if self.ledger is not None:
             self.ledger.record(rule.id, rule.judge.model or self.default_model, verdict.usage)

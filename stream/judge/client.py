@@ -110,13 +110,18 @@ class JudgeClient:
         shown = Quoted(quoted)  # folded once, whatever the attempts
         trouble = unusable = attempts = 0
         streak_started = 0.0  # when this call's run of provider-wide failures began
+        spent: TokenUsage | None = None  # every answered attempt's tokens, unusable ones too
         while True:
             probe = await self.health.admit()
             attempts += 1
-            outcome, retry_after = await self._attempt(model, request, parse, shown.fresh())
+            outcome, retry_after, usage = await self._attempt(
+                model, request, parse, shown.fresh()
+            )
+            if usage is not None:
+                spent = usage if spent is None else spent + usage
             if isinstance(outcome, Verdict):
                 self.health.answered(probe)
-                return replace(outcome, attempts=attempts)
+                return replace(outcome, attempts=attempts, usage=spent or outcome.usage)
             error = outcome
             if error.kind in PROVIDER_WIDE:
                 if trouble == 0:
@@ -125,7 +130,10 @@ class JudgeClient:
                 if trouble >= self.max_attempts and self.health.answered_since(streak_started):
                     # the provider answers other calls: the trouble is this request's own
                     raise JudgeError(
-                        f"{error} (after {attempts} attempts)", kind=error.kind, attempts=attempts
+                        f"{error} (after {attempts} attempts)",
+                        kind=error.kind,
+                        attempts=attempts,
+                        usage=spent,
                     )
                 exhausted = trouble >= self.max_attempts
                 self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
@@ -139,11 +147,14 @@ class JudgeClient:
                 if error.kind == "structured_output":
                     continue  # asked again at once, without response_format
                 if error.kind == "client_error":
-                    raise JudgeError(str(error), kind=error.kind, attempts=attempts)
+                    raise JudgeError(str(error), kind=error.kind, attempts=attempts, usage=spent)
                 unusable += 1
                 if unusable >= self.max_attempts:
                     raise JudgeError(
-                        f"{error} (after {attempts} attempts)", kind=error.kind, attempts=attempts
+                        f"{error} (after {attempts} attempts)",
+                        kind=error.kind,
+                        attempts=attempts,
+                        usage=spent,
                     )
                 step = unusable
             self.observer.on_judge_retry(model, error.kind)
@@ -175,9 +186,9 @@ class JudgeClient:
 
     async def _attempt(
         self, model: str, request: dict[str, Any], parse: AnswerParser, quoted: Quoted
-    ) -> tuple[Verdict | JudgeError, float | None]:
+    ) -> tuple[Verdict | JudgeError, float | None, TokenUsage | None]:
         """One call, counted once with its outcome: the verdict, or the error (classified by
-        kind) and the Retry-After the provider asked for."""
+        kind); the Retry-After the provider asked for; the tokens it used, if answered."""
         slot = await self.limiter.acquire()
         started = time.perf_counter()
         try:
@@ -187,25 +198,24 @@ class JudgeClient:
             retry_after = retry_after_seconds(exc.response.headers)
             self.limiter.on_rate_limited(retry_after, exc.response.headers, slot)
             message = f"rate limited (429): {exc.message}"
-            return self._failed(model, "rate_limited", message, started), retry_after
+            return self._failed(model, "rate_limited", message, started), retry_after, None
         except openai.APITimeoutError:
-            return self._failed(model, "timeout", "judge call timed out", started), None
+            return self._failed(model, "timeout", "judge call timed out", started), None, None
         except openai.APIConnectionError as exc:
-            return self._failed(
-                model, "connection", f"cannot reach the judge: {exc}", started
-            ), None
+            message = f"cannot reach the judge: {exc}"
+            return self._failed(model, "connection", message, started), None, None
         except openai.APIStatusError as exc:
             if "response_format" in request and rejects_structured_output(exc):
                 self._drop_structured_output(request, exc.status_code)
                 message = f"structured output rejected ({exc.status_code})"
                 self._failed(model, "client_error", message, started)
-                return JudgeError(message, kind="structured_output"), None
+                return JudgeError(message, kind="structured_output"), None, None
             if exc.status_code < 500 and exc.status_code not in (408, 409):
                 message = f"judge refused the request ({exc.status_code}): {exc.message}"
-                return self._failed(model, "client_error", message, started), None
+                return self._failed(model, "client_error", message, started), None, None
             message = f"judge server error ({exc.status_code}): {exc.message}"
             failed = self._failed(model, "server_error", message, started)
-            return failed, retry_after_seconds(exc.response.headers)
+            return failed, retry_after_seconds(exc.response.headers), None
         finally:
             await self.limiter.release()
         elapsed = time.perf_counter() - started
@@ -221,9 +231,10 @@ class JudgeClient:
         except InvalidAnswer as exc:
             self._observe_call(model, "invalid_answer", elapsed, usage)
             message = f"unusable answer: {exc}; the answer was {content[:300]!r}"
-            return JudgeError(self._redact(message), kind="invalid_answer"), None
+            return JudgeError(self._redact(message), kind="invalid_answer"), None, usage
         self._observe_call(model, "ok", elapsed, usage)
-        return Verdict(answer, completion.model or model, elapsed * 1000.0, usage, 1), None
+        verdict = Verdict(answer, completion.model or model, elapsed * 1000.0, usage, 1)
+        return verdict, None, usage
 
     def _failed(self, model: str, kind: str, message: str, started: float) -> JudgeError:
         """A call that got no answer: counted and timed, its message without the API key."""

@@ -81,3 +81,20 @@ async def test_a_spent_budget_skips_its_rule_and_the_decision_says_so() -> None:
         assert sum("evaluating live guitar coach" in p for p in server.prompts()) == 1
         assert s.judge is not None
         await s.judge.close()
+
+
+async def test_unusable_answers_are_charged_to_the_budget() -> None:
+    with MockJudge() as server:
+        server.script("evaluating live guitar coach", "no idea", "still none")
+        s = scorer(server.base_url, judge_max_attempts=2)
+        rule = "studio_live_coach_feedback_quality"
+        s.ledger = SpendLedger([Budget(rule=rule, tokens=10**6)])
+        document = live_trace()
+        result = await s.score_trace(as_trace(document), document)
+        failed = next(x for x in result.scores if x.rule_id == rule)
+        assert failed.status == "error" and failed.usage is not None
+        tokens = failed.usage.prompt_tokens + failed.usage.completion_tokens
+        assert tokens > 0
+        assert s.ledger.used()[0][1] == pytest.approx(tokens / 10**6)
+        assert s.judge is not None
+        await s.judge.close()

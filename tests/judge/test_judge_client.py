@@ -66,6 +66,9 @@ async def test_garbage_answers_use_the_attempt_budget_then_an_error_quoting_the_
     )
     assert score["value"] is None and score["raw_value"] is None
     assert sum(CORRECTNESS_PROMPT in p for p in judge.prompts()) == 4  # the whole budget
+    # the four unusable answers were paid for: their tokens are on the error score
+    (prompt,) = {p for p in judge.prompts() if CORRECTNESS_PROMPT in p}
+    assert score["usage"]["prompt_tokens"] == 4 * (len(prompt) // 4)
 
 
 async def test_an_unusable_answer_then_a_fresh_call_answered_gives_the_score(
@@ -74,6 +77,9 @@ async def test_an_unusable_answer_then_a_fresh_call_answered_gives_the_score(
     judge.script(CORRECTNESS_PROMPT, "hmm", "let me think", '{"score": 0.8, "reason": "fine"}')
     score = await score_of(judge, "hub_answer_correctness", hub_trace())
     assert score["status"] == "ok" and score["value"] == 0.8
+    # three calls answered, three calls' tokens on the score
+    (prompt,) = {p for p in judge.prompts() if CORRECTNESS_PROMPT in p}
+    assert score["usage"]["prompt_tokens"] == 3 * (len(prompt) // 4)
 
 
 async def test_out_of_range_then_valid_answer_gives_the_valid_score(judge: MockJudge) -> None:
