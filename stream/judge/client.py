@@ -114,9 +114,7 @@ class JudgeClient:
         while True:
             probe = await self.health.admit()
             attempts += 1
-            outcome, retry_after, usage = await self._attempt(
-                model, request, parse, shown.fresh()
-            )
+            outcome, retry_after, usage = await self._attempt(model, request, parse, shown.fresh())
             if usage is not None:
                 spent = usage if spent is None else spent + usage
             if isinstance(outcome, Verdict):
