@@ -126,19 +126,24 @@ class JudgeClient:
                     streak_started = self.health.clock()  # the clock answered_since reads
                 trouble += 1
                 if trouble >= self.max_attempts and self.health.answered_since(streak_started):
-                    # the provider answers other calls: the trouble is this request's own
-                    raise JudgeError(
-                        f"{error} (after {attempts} attempts)",
-                        kind=error.kind,
-                        attempts=attempts,
-                        usage=spent,
-                    )
-                exhausted = trouble >= self.max_attempts
-                self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
-                if exhausted:
-                    trouble = 0
-                if not self.health.available:
-                    continue  # hold at the gate until the judge answers again
+                    # the provider answers other calls: the trouble is this request's own,
+                    # unless it is a 429: the provider rations, the request is fine, and it
+                    # waits its turn (paced by the limiter) for an outage's length at most
+                    waited = self.health.clock() - streak_started
+                    if error.kind != "rate_limited" or waited >= self.health.outage_max_s:
+                        raise JudgeError(
+                            f"{error} (after {attempts} attempts in {waited:.0f} s)",
+                            kind=error.kind,
+                            attempts=attempts,
+                            usage=spent,
+                        )
+                else:
+                    exhausted = trouble >= self.max_attempts
+                    self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
+                    if exhausted:
+                        trouble = 0
+                    if not self.health.available:
+                        continue  # hold at the gate until the judge answers again
                 step = trouble
             else:
                 self.health.answered(probe)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from fixtures import as_trace, hub_trace, live_trace, scorer, settings
+from fixtures import as_trace, fretcoach_rules, hub_trace, live_trace, scorer, settings
 from scripted_judge import MockJudge, Reply
 
 from stream.errors import JudgeError
@@ -246,3 +246,32 @@ async def test_a_refused_response_format_is_counted_and_said_once(
         assert after - before == refused  # every refused call counted, once
         said = [r for r in caplog.records if "rejects structured output" in r.getMessage()]
         assert len(said) == 1
+
+
+async def test_rationed_429s_past_the_attempt_budget_wait_their_turn_while_others_are_answered() -> (
+    None
+):
+    """A 429 is the provider rationing, not a fault of the request: while other calls are
+    answered, a call refused more often than the attempt budget keeps its turn and is scored."""
+    with MockJudge() as server:
+        limited = Reply(status=429, content="slow down", headers={"retry-after-ms": "20"})
+        server.script("RATIONED", *[limited] * 6, '{"score": 0.7, "reason": "at last"}')
+        server.script("ANSWERED", Reply(content='{"score": 0.9, "reason": "ok"}', delay_s=0.02))
+        client = JudgeClient(
+            settings(
+                openai_base_url=server.base_url, judge_max_attempts=3, judge_backoff_base_s=0.01
+            )
+        )
+        rule = next(r for r in fretcoach_rules().rules if r.id == "hub_answer_correctness")
+        assert isinstance(rule, LLMJudgeRule)
+
+        async def others() -> None:
+            for i in range(8):
+                await client.judge(rule, f"{CORRECTNESS_PROMPT} ANSWERED {i}")
+
+        rationed, _ = await asyncio.gather(
+            client.judge(rule, f"{CORRECTNESS_PROMPT} RATIONED"), others()
+        )
+        await client.close()
+        assert rationed.attempts == 7 and rationed.answer.raw_value == 0.7  # type: ignore[union-attr]
+        assert client.health.available
