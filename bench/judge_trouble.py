@@ -3,11 +3,14 @@ asserts nothing.
 
 (r) One call in seven answered 429, whatever the load: the same batch of live-coach traces
     against a clean judge and against the refusing one; prints the time ratio (target <= 3x).
+(s) An unannounced requests-per-minute limit (``--rpm``), a burst of ``--calls`` judge calls
+    at once through the judge client alone (no broker): prints the share of calls answered
+    429 (target < 2 %) and the share of the limit used (target >= 0.95).
 (o) An outage in a steady stream: traces at ``--rate`` a second for ``--seconds``, the judge
     answering 503 to every call for ``--outage`` seconds from ``--outage-at``; prints error
     scores (target 0), traces scored, the consumer-lag peak and when the last score came.
 
-    python bench/judge_trouble.py [--phases r,o] [--traces 510] [--outage 60]
+    python bench/judge_trouble.py [--phases r,s,o] [--traces 510] [--rpm 600 --calls 1500]
 """
 
 from __future__ import annotations
@@ -42,6 +45,39 @@ def random_429s(bootstrap: str, tmp: Path, n: int, concurrency: int) -> None:
         f"answered 429: {secs_refused:.1f} s ({n_refused} scores, {statuses.count(429)} of "
         f"{len(statuses)} calls 429); ratio {secs_refused / max(secs_clean, 1e-9):.2f} "
         "[target <= 3]"
+    )
+
+
+def silent_limit(rpm: float, calls: int) -> None:
+    from fixtures import fretcoach_rules, settings
+
+    from stream.judge.client import JudgeClient
+    from stream.ruleset.schema import LLMJudgeRule
+
+    async def run(judge: MockJudge) -> float:
+        client = JudgeClient(
+            settings(openai_base_url=judge.base_url, openai_api_key="k", judge_max_attempts=100)
+        )
+        rule = next(r for r in fretcoach_rules().rules if r.id == "hub_answer_correctness")
+        assert isinstance(rule, LLMJudgeRule)
+        started = time.monotonic()
+        await asyncio.gather(*(client.judge(rule, f"bench call {i}") for i in range(calls)))
+        await client.close()
+        return time.monotonic() - started
+
+    # a provider enforcing N rpm lets about one second of it through at once
+    with MockJudge(
+        latency_s=0.05, rpm_limit=rpm, rpm_burst=rpm / 60, announce_limits=False
+    ) as judge:
+        judge.script("", '{"score": 0.5, "reason": "bench"}')
+        secs = asyncio.run(run(judge))
+        statuses = list(judge.statuses)
+    used = calls / secs / (rpm / 60)
+    share = statuses.count(429) / len(statuses)
+    print(
+        f"(s)  {calls} calls at once, unannounced {rpm:g} rpm limit: {used:.2f} of the limit used "
+        f"[target >= 0.95]; {statuses.count(429)} of {len(statuses)} calls 429 = "
+        f"{share * 100:.1f} % [target < 2 %]"
     )
 
 
@@ -124,13 +160,15 @@ def outage(bootstrap: str, tmp: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--phases", default="r,o", help="comma-separated subset of r,o")
+    parser.add_argument("--phases", default="r,s,o", help="comma-separated subset of r,s,o")
     parser.add_argument("--traces", type=int, default=510)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=90.0)
     parser.add_argument("--outage", type=float, default=60.0)
     parser.add_argument("--outage-at", type=float, default=15.0)
+    parser.add_argument("--rpm", type=float, default=600.0)
+    parser.add_argument("--calls", type=int, default=1500)
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-"))
@@ -138,6 +176,8 @@ def main() -> None:
     try:
         if "r" in phases:
             random_429s(broker.bootstrap, tmp, args.traces, args.concurrency)
+        if "s" in phases:
+            silent_limit(args.rpm, args.calls)
         if "o" in phases:
             outage(broker.bootstrap, tmp, args)
     finally:

@@ -9,7 +9,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 Scope = Literal["trace", "thread"]
 Status = Literal["ok", "skipped", "error"]
@@ -24,7 +32,14 @@ def utcnow() -> datetime:
 
 
 class Trace(BaseModel):
-    """An LLM trace; field names follow Opik's trace model so exports replay as-is."""
+    """An LLM trace; field names follow Opik's trace model so exports replay as-is.
+
+    Real exports are taken as they come: only ``id`` is required (a string, not blank; a
+    number is not taken, since ids are compared as text downstream). Every other field is
+    optional, and a ``null`` or a value of the wrong shape counts as absent (Opik and LangChain exports carry ``"metadata": null``
+    and the like); the document itself keeps every field as sent, unknown ones included, for
+    rules to read.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -39,6 +54,40 @@ class Trace(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
     usage: dict[str, Any] | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_not_blank(cls, value: Any) -> Any:
+        return "" if isinstance(value, str) and not value.strip() else value  # blank: invalid
+
+    @field_validator("project_name", "name", "thread_id", mode="before")
+    @classmethod
+    def _text_or_absent(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str) and value:
+            return value
+        return "default" if info.field_name == "project_name" else None
+
+    @field_validator("start_time", "end_time", "metadata", "usage", mode="wrap")
+    @classmethod
+    def _valid_or_absent(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            return {} if info.field_name == "metadata" else None
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tag_list(cls, value: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list):
+            return []
+        kept = (t for t in value if isinstance(t, str | int | float) and not isinstance(t, bool))
+        return [str(t) for t in kept]
 
 
 def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:

@@ -57,6 +57,7 @@ async def test_bad_messages_go_to_the_dlq_and_later_traces_are_scored(
         {"project_name": "fretcoach", "name": "studio-live-coach", "tags": "not-a-list"}
     )
     good = live_with_id("t-good-after-bad")
+    good["metadata"] = good["tags"] = good["thread_id"] = None  # as Opik exports carry them
     await produce(
         broker.bootstrap, names.traces, [(b"k1", not_json), (b"k1", no_id), trace_bytes(good)]
     )
@@ -67,7 +68,7 @@ async def test_bad_messages_go_to_the_dlq_and_later_traces_are_scored(
     assert headers[0]["scorer.error.reason"] == b"invalid_json"
     assert headers[1]["scorer.error.reason"] == b"invalid_event"
     assert b"id: Field required" in headers[1]["scorer.error"]
-    assert b"tags: Input should be a valid list" in headers[1]["scorer.error"]
+    assert b"tags" not in headers[1]["scorer.error"]  # a field of the wrong shape is absent
     assert headers[0]["scorer.source.topic"] == names.traces.encode()
     assert {h["scorer.source.offset"] for h in headers} == {b"0", b"1"}
 
