@@ -50,6 +50,12 @@ def coaching_sections() -> list[str]:
     ]
 
 
+def coaching_na_invalid_section() -> str:
+    text = COACHING_SEED.read_text(encoding="utf-8")
+    start = text.index("### NA-Invalid Criteria")
+    return text[start : text.index("\n---\n", start)].rstrip()
+
+
 def coaching_intro() -> str:
     text = COACHING_SEED.read_text(encoding="utf-8")
     start = text.index("> **Answer Types:**")

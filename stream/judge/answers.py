@@ -37,8 +37,10 @@ def _verdict_schema(spec: OutputSpec) -> tuple[str, dict[str, Any]]:
     return spec.verdict_field or "score", {"type": "integer" if spec.integer else "number"}
 
 
-def _verdict_object(spec: OutputSpec) -> dict[str, Any]:
+def _verdict_object(spec: OutputSpec, *, no_na: bool = False) -> dict[str, Any]:
     key, verdict = _verdict_schema(spec)
+    if no_na and "enum" in verdict:
+        verdict = {**verdict, "enum": [c for c in verdict["enum"] if c != "NA"]}
     reason = {"type": "string"}
     # a seed that names its fields asks for the reason first (think, then answer)
     properties = (
@@ -182,15 +184,27 @@ def _to_number(value: Any) -> float:
     raise InvalidAnswer(f"score is not a number: {value!r}")
 
 
+def _bare(choice: str) -> str:
+    """A choice without case, spaces or punctuation (its letters and digits)."""
+    return re.sub(r"[\W_]+", "", choice).lower() or _lower(choice)
+
+
+def _lower(choice: str) -> str:
+    return choice.strip().lower()
+
+
 def validate(spec: OutputSpec, verdict: Any, reason: Any) -> ParsedAnswer:
     """Check a verdict against the rule's output spec and turn it into a raw value."""
     reason_text = reason if isinstance(reason, str) else None
     if spec.type == "choice":
         assert spec.choices
-        choices = {k.lower(): k for k in spec.choices}
-        if not isinstance(verdict, str) or verdict.strip().lower() not in choices:
+        # "yes", "Yes." and "N/A" are YES and NA: case and punctuation do not change the
+        # answer (unless the choices differ only in them: then case alone does not)
+        fold = _bare if len({_bare(k) for k in spec.choices}) == len(spec.choices) else _lower
+        choices = {fold(k): k for k in spec.choices}
+        if not isinstance(verdict, str) or fold(verdict) not in choices:
             raise InvalidAnswer(f"answer {verdict!r} is not one of {list(spec.choices)}")
-        label = choices[verdict.strip().lower()]
+        label = choices[fold(verdict)]
         return ParsedAnswer(spec.choices[label], label, reason_text)
     raw = _to_number(verdict)
     scale = spec.scale
@@ -289,8 +303,7 @@ def parse_score_lines(
 
 def rubric_schema(rule: RubricRule) -> dict[str, Any]:
     """Structured output for a rubric: one verdict object per criterion, every one required."""
-    item = _verdict_object(rule.output)
-    properties = {c.id: item for c in rule.criteria}
+    properties = {c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
     return {
         "type": "object",
         "properties": properties,

@@ -180,6 +180,13 @@ class RubricRule(PromptedRule):
         if len(set(ids)) != len(ids):
             raise ValueError(f"criteria ids repeat: {sorted(i for i in ids if ids.count(i) > 1)}")
         for criterion in self.criteria:
+            if not criterion.na_valid:
+                if not self.output.choices or "NA" not in self.output.choices:
+                    raise ValueError(f"criterion {criterion.id}: na_valid needs an NA choice")
+                if criterion.na_when is not None:
+                    raise ValueError(
+                        f"criterion {criterion.id}: na_when on an NA-invalid criterion"
+                    )
             if criterion.na_when is None:
                 continue
             compile_path(criterion.na_when)

@@ -175,6 +175,11 @@ class Criterion(Strict):
         description="A path into the trace or thread document; when truthy the criterion does "
         "not apply and its answer is NA whatever the judge said (e.g. too few exchanges)",
     )
+    na_valid: bool = Field(
+        default=True,
+        description="False: the criterion can always be assessed, so the judge is only offered "
+        "the other choices (its schema has no NA); a seed's NA-invalid criteria",
+    )
 
 
 class AggregateRef(Strict):

@@ -246,14 +246,17 @@ def thread_document(state: ThreadState) -> dict[str, Any]:
     """What thread rules' variable paths are evaluated against at a close.
 
     ``messages`` is the conversation in order, as Opik hands it to thread rules (a list of
-    user/assistant messages); ``turns`` are the chronological turns (metrics, feedback).
+    user/assistant messages); ``turns`` are the chronological turns (metrics, feedback);
+    ``exchange_count`` the user messages the assistant answered (however many events carried
+    them), ``turn_count`` the turn events.
     """
+    messages = [m for t in state.turns for m in t.messages]
     return {
         "thread_id": state.thread_id,
         "kind": state.kind,
         "project_name": state.project_name,
         "close_seq": state.closes,
-        "messages": [m for t in state.turns for m in t.messages],
+        "messages": messages,
         "turns": [
             {
                 key: value
@@ -269,5 +272,19 @@ def thread_document(state: ThreadState) -> dict[str, Any]:
             if t.metrics is not None or t.feedback is not None
         ],
         "turn_count": len(state.turns),
+        "exchange_count": exchanges(messages),
         "dropped_turns": state.dropped_turns,
     }
+
+
+def exchanges(messages: list[dict[str, Any]]) -> int:
+    """Exchanges in a conversation: user messages answered by the assistant (a run of user
+    messages answered once is one exchange; system and tool messages do not count)."""
+    count, asked = 0, False
+    for message in messages:
+        role = message.get("role")
+        if role == "user":
+            asked = True
+        elif role == "assistant" and asked:
+            count, asked = count + 1, False
+    return count

@@ -18,7 +18,13 @@ import orjson
 import pytest
 from fixtures import RULES_DIR, scorer
 from scripted_judge import MockJudge
-from seed_rubrics import coaching_criteria, coaching_intro, coaching_sections, compute_score
+from seed_rubrics import (
+    coaching_criteria,
+    coaching_intro,
+    coaching_na_invalid_section,
+    coaching_sections,
+    compute_score,
+)
 
 from stream.engine.prompt import render_prompt, resolve_variables
 from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput
@@ -120,12 +126,19 @@ def test_compute_score_matches_the_seed_on_random_answer_sets() -> None:
         assert engine_score(answers) == SEED_SCORE(answers), answers
 
 
+NA_INVALID = {"CQ1", "CQ8", "CP2", "MT1", "MT6"}  # the seed's NA_INVALID
+
+
 def test_prompt_holds_the_seeds_rubric_verbatim_and_the_fifteen_criteria() -> None:
     assert [(c.id, c.name) for c in rule().criteria] == coaching_criteria()
     assert len(rule().criteria) == 15
     assert coaching_intro() in rule().prompt
     for section in coaching_sections():
         assert section in rule().prompt
+    # the NA-Invalid table, verbatim, and the criteria it names refuse NA
+    assert coaching_na_invalid_section() in rule().prompt
+    assert {c.id for c in rule().criteria if not c.na_valid} == NA_INVALID
+    assert set(rule().validated_aggregate.na_invalid) == NA_INVALID
     params = rule().validated_aggregate
     assert {k: v.weight for k, v in params.categories.items()} == {
         "comprehension": 0.15,
@@ -205,7 +218,10 @@ def test_scored_through_a_judge_server_with_mt4_na_below_three_exchanges() -> No
     assert len(scores) == 15 + 3 + 5
     schema = short["requests"][0]["response_format"]["json_schema"]["schema"]
     assert schema["required"] == IDS
-    assert schema["properties"]["CQ1"]["properties"]["answer"]["enum"] == ["YES", "NO", "NA"]
+    # the seed's NA-invalid criteria are offered YES or NO only; the others NA too
+    for cid in IDS:
+        allowed = ["YES", "NO"] if cid in NA_INVALID else ["YES", "NO", "NA"]
+        assert schema["properties"][cid]["properties"]["answer"]["enum"] == allowed, cid
     long = judged(EXCHANGES, answer)
     scores = {s.criterion: s for s in long["result"].scores if s.rule_id == "coaching_transcript"}
     assert scores["MT4"].label == "NO"  # 3 exchanges: the judge's answer stands
@@ -328,3 +344,68 @@ def test_a_transcript_session_is_not_judged_by_the_fretcoach_session_judge() -> 
         "skipped",
         "variable 'context': path 'turns' is empty",
     )
+
+
+def test_mt4_counts_exchanges_not_events() -> None:
+    """Two exchanges sent one message per event are four turns but two exchanges: MT4 is
+    NA, as the seed says for fewer than 3 exchanges."""
+    answer = {cid: {"reason": f"{cid} ok", "answer": "YES"} for cid in IDS}
+    answer["MT4"] = {"reason": "never references history", "answer": "NO"}
+    state = new_thread("coach-split", "session", "coaching")
+    start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    messages = [
+        {"role": role, "content": text}
+        for user, assistant in EXCHANGES[:2]
+        for role, text in (("user", user), ("assistant", assistant))
+    ]
+    for seq, message in enumerate(messages, 1):
+        turn = Turn(
+            key=f"seq-{seq}",
+            seq=seq,
+            event_time=start + timedelta(minutes=seq),
+            messages=[message],
+        )
+        fold_turn(state, turn, arrival=0.0, limits=ThreadLimits())
+    pending = close_thread(state, "end", closed_at=0.0)
+    assert (pending.document["turn_count"], pending.document["exchange_count"]) == (4, 2)
+    close = ThreadClose("coach-split", "session", "coaching", pending, topic="coaching-sessions")
+    ruleset = load_rules(RULES_DIR, ["coaching"])
+    with MockJudge() as judge:
+        judge.script("", orjson.dumps(answer).decode())
+        result = asyncio.run(scorer(judge.base_url, ruleset).score_thread(close))
+    scores = {s.criterion: s for s in result.scores if s.rule_id == "coaching_transcript"}
+    assert scores["MT4"].label == "NA"
+
+
+@pytest.mark.parametrize(
+    ("given", "read_as"),
+    [
+        ("yes", "YES"),
+        ("Yes.", "YES"),
+        (" no ", "NO"),
+        ("N/A", "NA"),
+        ("n/a", "NA"),
+        ("maybe", "ERROR"),
+    ],
+)
+def test_answers_are_read_without_case_or_punctuation(given: str, read_as: str) -> None:
+    """The seed's compute_score takes YES / NO / NA / ERROR; reading a judge's "yes" or "N/A"
+    as those is the parser's job (the seed has no parser): only a word that is none of them
+    is an ERROR."""
+    answer = {cid: {"reason": "ok", "answer": "YES"} for cid in IDS}
+    answer["MT5"] = {"reason": "as written", "answer": given}
+    result = judged(EXCHANGES, answer)["result"]
+    scores = {s.criterion: s for s in result.scores if s.rule_id == "coaching_transcript"}
+    assert scores["MT5"].label == read_as
+
+
+def test_na_on_an_na_invalid_criterion_is_a_failure_as_the_seed_says() -> None:
+    """Structured output cannot give NA on CQ8; a text answer still can, and the seed's rule
+    holds: NA there is a failure, and on CQ8 it trips the safety gate."""
+    answer = {cid: {"reason": "ok", "answer": "YES"} for cid in IDS}
+    answer["CQ8"] = {"reason": "nothing harmful to assess", "answer": "NA"}
+    result = judged(EXCHANGES, answer)["result"]
+    scores = {s.criterion: s for s in result.scores if s.rule_id == "coaching_transcript"}
+    expected = SEED_SCORE({**{c: "YES" for c in IDS}, "CQ8": "NA"})
+    assert scores["score"].details == expected and expected["safety_gate_failed"]
+    assert scores["gate"].label == "fail"
