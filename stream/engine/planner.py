@@ -58,6 +58,7 @@ class JudgeJob:
     forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
     quoted: list[str] = field(default_factory=list)  # the trace's text, as rendered
     cut: dict[str, int] = field(default_factory=dict)  # variable -> characters cut to fit
+    emptied: list[str] = field(default_factory=list)  # missing variables rendered empty
 
 
 @dataclass
@@ -148,8 +149,9 @@ class Scorer:
             detail = f"sampling rate {rule.sampling_rate:g}"
             plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
             return
+        emptied: list[str] = []
         try:
-            values = resolve_variables(rule, document)
+            values = resolve_variables(rule, document, emptied)
         except MissingVariable as exc:
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", str(exc))))
             return
@@ -177,7 +179,9 @@ class Scorer:
                     if c.na_when is not None and truthy(document, c.na_when)
                 }
             plan.judge_jobs.append(
-                JudgeJob(rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut)
+                JudgeJob(
+                    rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut, emptied
+                )
             )
 
     async def finish(self, plan: TracePlan) -> TraceResult:
@@ -234,7 +238,7 @@ class Scorer:
             judge_model=verdict.model,
             latency_ms=verdict.latency_ms,
             usage=verdict.usage,
-            details={"prompt_cut": job.cut} if job.cut else None,
+            details=_job_details(job),
         )
         return self._finish(rule, plan, answered, utcnow())
 
@@ -296,3 +300,14 @@ def _shape(rule: AnyRule) -> ScoreShape:
             rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
         )
     return ScoreShape.of_rule(rule)
+
+
+def _job_details(job: JudgeJob) -> dict[str, Any] | None:
+    """What a judged score says of its prompt: variables cut to fit, missing ones rendered
+    empty (``missing: empty``)."""
+    details: dict[str, Any] = {}
+    if job.cut:
+        details["prompt_cut"] = job.cut
+    if job.emptied:
+        details["empty_variables"] = job.emptied
+    return details or None

@@ -5,18 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import MissingVariable
 from ..ruleset.paths import lookup, lookup_nonempty, truthy
 from ..ruleset.schema import AnyRule, PromptedRule
 from ..text.template import render
 from ..text.values import format_value
 
 
-def resolve_variables(rule: AnyRule, document: Any) -> dict[str, Any]:
-    """Mapped values of every variable; raises ``MissingVariable`` for the first missing one."""
-    return {
-        name: (lookup if spec.allow_empty else lookup_nonempty)(document, name, spec.path)
-        for name, spec in rule.variable_specs.items()
-    }
+def resolve_variables(
+    rule: AnyRule, document: Any, emptied: list[str] | None = None
+) -> dict[str, Any]:
+    """Mapped values of every variable; raises ``MissingVariable`` for the first missing one
+    whose rule says ``missing: skip``. One that says ``missing: empty`` is the empty string
+    (its name is added to ``emptied``)."""
+    values = {}
+    for name, spec in rule.variable_specs.items():
+        try:
+            values[name] = (lookup if spec.allow_empty else lookup_nonempty)(
+                document, name, spec.path
+            )
+        except MissingVariable:
+            if spec.missing == "skip":
+                raise
+            values[name] = ""
+            if emptied is not None:
+                emptied.append(name)
+    return values
 
 
 def _texts(rule: PromptedRule, values: dict[str, Any]) -> dict[str, str]:

@@ -100,6 +100,12 @@ class VariableSpec(Strict):
     allow_empty: bool = Field(
         default=True, description="false: an empty string, list or object counts as missing"
     )
+    missing: Literal["skip", "empty"] = Field(
+        default="skip",
+        description="A missing (or null) value: skip the rule with a skipped score naming the "
+        "path, or render it empty and judge anyway (Opik's behaviour; for a variable whose "
+        "absence the prompt itself rules on, e.g. 'if no context is provided')",
+    )
 
     @model_validator(mode="after")
     def _tag_for_tagged(self) -> VariableSpec:

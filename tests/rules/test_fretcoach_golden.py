@@ -7,11 +7,14 @@ through the engine's path lookup.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
+import orjson
 import pytest
-from fixtures import RULES_DIR, hub_trace, live_trace, studio_trace
+from fixtures import ROOT, RULES_DIR, as_trace, hub_trace, live_trace, scorer, studio_trace
+from scripted_judge import MockJudge
 from seed_doc import fretcoach_rules as seed_rules
 
 from stream.engine.prompt import render_prompt, resolve_variables
@@ -78,7 +81,13 @@ def test_the_seed_has_eight_trace_rules_and_all_ship() -> None:
 def test_prompt_and_mapping_are_the_seeds(seed: Any) -> None:
     rule = load(seed.rule_id)
     assert rule.prompt == seed.prompt
-    assert rule.variables == seed.mappings
+    assert {name: spec.path for name, spec in rule.variable_specs.items()} == seed.mappings
+    # where the seed's prompt rules on missing context, a missing one is judged, not skipped
+    judged_empty = {n for n, spec in rule.variable_specs.items() if spec.missing == "empty"}
+    rules_on_missing = "If no context is provided, you MUST" in seed.prompt
+    rules_on_acknowledgements = "MUST receive a score of 1.0" in seed.prompt
+    expected = {"context", "more-context"} & set(seed.mappings)
+    assert judged_empty == (expected if rules_on_missing or rules_on_acknowledgements else set())
     assert rule.scope == "trace"
 
 
@@ -246,3 +255,38 @@ def test_frustration_is_higher_is_worse_and_parses_only_the_seeds_shape() -> Non
     schema = response_schema(rule.output)
     assert schema["required"] == ["User frustration"]
     assert schema["properties"]["User frustration"]["required"] == ["score", "reason"]
+
+
+CONTEXT_RULES = [
+    "hub_actionability",
+    "hub_context_usage_quality",
+    "hub_data_groundedness",
+    "hub_response_clarity",
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "emptied"),
+    [(4, ["more-context"]), (2, ["more-context"]), (1, ["context", "more-context"])],
+    ids=["tool-call", "two-messages", "answer-only"],
+)
+def test_the_seeds_missing_context_cases_reach_the_judge(messages: int, emptied: list) -> None:
+    """The OpenAI tool-call shape (an assistant message with null content and tool_calls,
+    the tool's answer, the final answer) and outputs of fewer than three messages: seed 000
+    rules on missing context itself ("If no context is provided, you MUST return a score of
+    1.0"), so the judge is asked, with the missing part empty, and the score says which."""
+    document = orjson.loads((ROOT / "tests/data/shapes/openai_tool_calls.json").read_bytes())
+    document["output"]["messages"] = document["output"]["messages"][-messages:]
+    with MockJudge() as judge:
+        judge.script("", '{"score": 1.0, "reason": "no context: the seed says 1.0"}')
+        s = scorer(judge.base_url)
+        result = asyncio.run(s.score_trace(as_trace(document), document))
+        prompts = judge.prompts()
+    by_rule = {x.rule_id: x for x in result.scores}
+    for rule_id in CONTEXT_RULES:
+        score = by_rule[rule_id]
+        assert (score.status, score.value) == ("ok", 1.0), rule_id
+        assert score.details == {"empty_variables": emptied}, rule_id
+    assert len(prompts) == len(CONTEXT_RULES) + 1  # and hub_answer_correctness
+    if messages in (2, 4):  # the tool's answer is the context
+        assert sum('"pitch_accuracy": 0.81' in p for p in prompts) == len(CONTEXT_RULES)
