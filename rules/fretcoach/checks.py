@@ -170,13 +170,34 @@ class ActionabilityParams(CheckParams):
     known_scale_types: list[str] = Field(
         description="Scale types to recognise in text, supported or not"
     )
-    required_parameters: list[str]
+    difficulty_parameters: list[str] = Field(
+        description="Difficulty/control parameters; the seed's 'e.g.': one of them is enough"
+    )
     practice_words: list[str] = Field(
         description="If none of these appear, the response asks for no practice action"
     )
 
 
-NOTE = r"\b[A-G](?:#|b|♯|♭)?(?=\s)"
+ACCIDENTAL = r"(?:#|b|♯|♭|-sharp|-flat|\s+sharp|\s+flat)?"
+
+
+@lru_cache(maxsize=16)
+def _scale_pattern(types: tuple[str, ...]) -> re.Pattern[str]:
+    """A scale as a player writes it: a note (any case), an accidental, then a quality or a
+    scale type ("A minor", "c# natural minor", "E pentatonic"). A lone lowercase "a" before
+    a scale type reads as the article ("a pentatonic scale"), so it only counts before
+    "major" or "minor"."""
+    kinds = "|".join(re.escape(t) for t in sorted(types, key=len, reverse=True))
+    note = (
+        r"(?P<note>[A-G]"
+        + ACCIDENTAL
+        + r"|[b-g]"
+        + ACCIDENTAL
+        + r"|a"
+        + ACCIDENTAL
+        + r"(?=\s+(?:major|minor)\b))"
+    )
+    return re.compile(r"(?<![A-Za-z0-9])" + note + r"\s+(?P<kind>major|minor|" + kinds + r")\b")
 
 
 def _recommendation_fields(value: Any) -> dict[str, Any] | None:
@@ -195,7 +216,9 @@ def _recommendation_fields(value: Any) -> dict[str, Any] | None:
 
 @check("practice_recommendation_actionability", variables=("output",), params=ActionabilityParams)
 def practice_recommendation_actionability(values: Mapping[str, Any], params: Any) -> CheckResult:
-    """Scale name and type given, only supported scale types, strictness and sensitivity set."""
+    """One practice goal: a scale named with its type, only supported scale types, and a
+    difficulty parameter set. An empty response fails; one that asks for no practice
+    (acknowledgement-only) scores 1.0, as the rule says."""
     assert isinstance(params, ActionabilityParams)
     output = values["output"]
     text = as_text(output)
@@ -203,6 +226,8 @@ def practice_recommendation_actionability(values: Mapping[str, Any], params: Any
     flat = {str(k).lower(): v for k, v in (fields or {}).items()}
     low = text.lower()
 
+    if not fields and not text.strip():
+        return CheckResult(raw_value=0.0, label="fail", reason="empty response: no recommendation")
     if not fields and not mentions(text, params.practice_words):
         return CheckResult(
             raw_value=1.0,
@@ -211,31 +236,45 @@ def practice_recommendation_actionability(values: Mapping[str, Any], params: Any
         )
 
     if fields is not None:
-        scale_name = next(
-            (str(flat[k]) for k in ("scale_name", "scale", "root", "key") if flat.get(k)), ""
-        )
-        scale_type = str(flat.get("scale_type") or flat.get("type") or "").lower()
-        types_mentioned = [scale_type] if scale_type else []
-        params_present = {p: flat.get(p) is not None for p in params.required_parameters}
+        named = next((flat[k] for k in ("scale_name", "scale", "root", "key") if flat.get(k)), "")
+        scale_type = flat.get("scale_type") or flat.get("type") or ""
+        goals = len(named) if isinstance(named, list) else 1
+        if isinstance(scale_type, list):
+            goals = max(goals, len(scale_type))
+            types_mentioned = [str(t).lower() for t in scale_type]
+        else:
+            types_mentioned = [str(scale_type).lower()] if scale_type else []
+        scale_name = str(named)
+        params_present = {p: flat.get(p) is not None for p in params.difficulty_parameters}
     else:
-        scale_name = m.group(0) if (m := re.search(NOTE, text)) else ""
+        scales = {
+            (m["note"].replace(" ", "").lower(), m["kind"].lower())
+            for m in _scale_pattern(tuple(params.known_scale_types)).finditer(text)
+        }
+        scale_name = ", ".join(sorted(note for note, _ in scales))
         types_mentioned = [t for t in params.known_scale_types if mentions(low, [t])]
-        params_present = {p: mentions(low, [p]) for p in params.required_parameters}
+        goals = len(scales)
+        params_present = {p: mentions(low, [p]) for p in params.difficulty_parameters}
 
     unsupported = [t for t in types_mentioned if t not in params.supported_scale_types]
-    missing_params = [p for p, ok in params_present.items() if not ok]
+    set_params = [p for p, ok in params_present.items() if ok]
     results = [
         Constraint(name="scale name given", ok=bool(scale_name), detail="no scale name"),
         Constraint(name="scale type given", ok=bool(types_mentioned), detail="no scale type"),
+        Constraint(
+            name="a single practice goal",
+            ok=goals <= 1,
+            detail=f"{goals} scales recommended",
+        ),
         Constraint(
             name="only supported scale types",
             ok=bool(types_mentioned) and not unsupported,
             detail=f"unsupported: {unsupported}" if unsupported else "no scale type",
         ),
         Constraint(
-            name="difficulty parameters present",
-            ok=not missing_params,
-            detail=f"missing: {missing_params}",
+            name="a difficulty parameter set",
+            ok=bool(set_params),
+            detail=f"none of {params.difficulty_parameters}",
         ),
     ]
     return constraints_result(results)

@@ -9,6 +9,7 @@ seed: 1.0 clear and consistent improvement, 0.5 partial / inconsistent / too sho
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from statistics import fmean
 from typing import Any
@@ -56,7 +57,7 @@ def session_weakest_metric_improvement(values: Mapping[str, Any], params: Any) -
     assert isinstance(params, ImprovementParams)
     keys = list(params.metrics)
     rows = _metric_rows(values["turns"], keys)
-    if not rows and values["turns"]:
+    if not rows:  # a transcript-only session, or metrics under other names
         raise NotApplicable(f"no turn carries the metrics {keys}")
     if len(rows) < params.min_turns:
         return CheckResult(
@@ -64,7 +65,9 @@ def session_weakest_metric_improvement(values: Mapping[str, Any], params: Any) -
             label="too_short",
             reason=f"{len(rows)} turns with metrics (fewer than {params.min_turns}): too short to assess, 0.5 as the rule specifies",
         )
-    window = max(1, int(len(rows) * params.early_share))
+    # the early and the late windows: a third each (0.3333 of 6 is 2, not 1), two turns at
+    # least, so that one turn up and one down is not a trend; never overlapping
+    window = min(max(2, math.floor(len(rows) * params.early_share + 0.01)), len(rows) // 2)
     early, later = rows[:window], rows[window:]
     early_means = {k: fmean(r[k] for r in early) for k in keys}
     weakest = min(keys, key=lambda k: early_means[k])  # ties: the first listed

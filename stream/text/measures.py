@@ -9,10 +9,30 @@ _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’%.\-/]*")
 
 
+# a period after these ends no sentence ("e.g. play it slowly"); after these, only when a
+# capital follows ("scales, arpeggios, etc. Then rest" is two; "vs. last take" is one)
+_NEVER_ENDS = frozenset(["e.g", "i.e"])
+_SELDOM_ENDS = frozenset(["etc", "vs", "approx", "cf", "incl", "esp"])
+_LAST_TOKEN = re.compile(r"(\S+)$")
+
+
 def sentences(text: str) -> list[str]:
-    """Split on sentence-ending punctuation; a trailing fragment counts as a sentence."""
-    parts = [p.strip() for p in _SENTENCE_END.split(text.strip())]
-    return [p for p in parts if p]
+    """Split on sentence-ending punctuation; a trailing fragment counts as a sentence. A
+    period after "e.g." or "i.e." ends no sentence, nor one after "etc.", "vs." and the like
+    unless a capital letter follows."""
+    text = text.strip()
+    parts, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        if end.group(0) == ".":
+            token = _LAST_TOKEN.search(text, start, end.start())
+            word = token.group(1).lower().rstrip(".") if token else ""
+            after = text[end.end() :].lstrip()[:1]
+            if word in _NEVER_ENDS or (word in _SELDOM_ENDS and not after.isupper()):
+                continue
+        parts.append(text[start : end.start()])
+        start = end.end()
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
 
 
 def words(text: str) -> list[str]:
@@ -23,7 +43,8 @@ def words(text: str) -> list[str]:
 @lru_cache(maxsize=1024)
 def _phrases_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
     alternatives = "|".join(re.escape(p.lower()) for p in phrases)
-    return re.compile(r"\b(?:" + alternatives + r")\b")
+    # whole words, also for phrases that start or end with a symbol ("C#", "80%")
+    return re.compile(r"(?<![a-z0-9])(?:" + alternatives + r")(?![a-z0-9])")
 
 
 def mentions(text: str, phrases: list[str]) -> bool:

@@ -54,6 +54,21 @@ LIVE_CASES = [
     ),
 ]
 
+TIMING_WEAKEST = "Pitch Accuracy: 92%\nScale Conformity: 85%\nTiming Stability: 61%"
+
+
+@pytest.mark.parametrize(
+    "feedback",
+    [
+        # "e.g." ends no sentence, and a click track is a metronome (the seed's timing fix)
+        "Your pitch is clean, but your timing drifts - e.g. play it slowly with a click track.",
+        "Your pitch is clean, but your timing rushes - play it slowly with a click track.",
+    ],
+)
+def test_a_timing_fix_in_the_players_words(feedback: str) -> None:
+    result = run("studio_live_coach_feedback_format", input=TIMING_WEAKEST, output=feedback)
+    assert (result.raw_value, result.label) == (1.0, "pass"), result.reason
+
 
 @pytest.mark.parametrize(("feedback", "value", "label", "reason"), LIVE_CASES)
 def test_live_coach_feedback_format(feedback: str, value: float, label: str, reason: str) -> None:
@@ -84,20 +99,20 @@ def test_live_coach_without_metrics_is_not_applicable() -> None:
 
 ACTIONABILITY_CASES = [
     (
+        {"scale_name": "D", "scale_type": "pentatonic", "strictness": 0.6, "sensitivity": 0.7},
+        1.0,
+        "pass",
+        "all 5",
+    ),
+    (
         '{"scale_name": "D", "scale_type": "pentatonic", "strictness": 0.6, "sensitivity": 0.7}',
         1.0,
         "pass",
-        "all 4",
-    ),
-    (
-        {"scale_name": "E", "scale_type": "natural", "strictness": 0.5, "sensitivity": 0.5},
-        1.0,
-        "pass",
-        "all 4",
+        "all 5",
     ),
     (
         '{"scale_name": "A", "scale_type": "blues", "strictness": 0.6, "sensitivity": 0.7}',
-        0.75,
+        0.8,
         "fail",
         "unsupported: ['blues']",
     ),
@@ -105,19 +120,49 @@ ACTIONABILITY_CASES = [
         "Practice C natural major across three positions. Strictness: 0.7, sensitivity: 0.5.",
         1.0,
         "pass",
-        "all 4",
+        "all 5",
+    ),
+    (  # the seed's "e.g.": one difficulty parameter is enough
+        "Let's work on the A pentatonic scale today. Set strictness to high.",
+        1.0,
+        "pass",
+        "all 5",
+    ),
+    (  # a scale name in lower case is still a scale name
+        "practice e natural minor slowly, sensitivity 0.4",
+        1.0,
+        "pass",
+        "all 5",
+    ),
+    (
+        "Today: a minor pentatonic, strictness 0.5.",
+        1.0,
+        "pass",
+        "all 5",
+    ),
+    (  # "a single, clear practice goal"
+        "Play A minor pentatonic, then E natural minor. Strictness 0.5.",
+        0.8,
+        "fail",
+        "a single practice goal (2 scales recommended)",
     ),
     (
         "Let's work on A blues scale today. Set strictness to high.",
-        0.5,
+        0.8,
         "fail",
-        "missing: ['sensitivity']",
+        "unsupported: ['blues']",
     ),
     (
         "Practice some scales today, strictness 0.5 and sensitivity 0.5.",
-        0.25,
+        0.4,
         "fail",
         "no scale name",
+    ),
+    (
+        "Practice the D natural scale.",
+        0.8,
+        "fail",
+        "none of ['strictness', 'sensitivity']",
     ),
     (
         "Sounds good, let me know when you're ready to start!",
@@ -125,6 +170,8 @@ ACTIONABILITY_CASES = [
         "not_applicable",
         "acknowledgement-only",
     ),
+    ("", 0.0, "fail", "empty response"),  # not an acknowledgement: nothing was recommended
+    ("   ", 0.0, "fail", "empty response"),
 ]
 
 

@@ -56,13 +56,23 @@ CASES = [
         "(+24 pts); 33% of later turns above the early mean",
     ),
     ([0.55, 0.70, 0.72], 0.5, "too_short", "3 turns with metrics (fewer than 4)"),
-    ([], 0.5, "too_short", "0 turns"),
+    # up and down with no trend: two turns a window at least, so one turn up is no trend
+    (
+        [0.50, 0.70, 0.50, 0.70],
+        0.0,
+        "no_improvement",
+        "60% in the first 2 turns, 60% in the last 2",
+    ),
+    ([0.50, 0.70, 0.50, 0.70, 0.50, 0.70], 0.0, "no_improvement", "in the first 2 turns"),
 ]
 
 
+@pytest.mark.parametrize("early_share", [1 / 3, 0.3333], ids=["third", "as-the-rule-writes-it"])
 @pytest.mark.parametrize(("timing", "value", "label", "reason"), CASES)
-def test_improvement_scale(timing: list[float], value: float, label: str, reason: str) -> None:
-    result = run(session(timing))
+def test_improvement_scale(
+    timing: list[float], value: float, label: str, reason: str, early_share: float
+) -> None:
+    result = run(session(timing), early_share=early_share)
     assert (result.raw_value, result.label) == (value, label), result.reason
     assert reason in result.reason
 
@@ -87,6 +97,8 @@ def test_the_weakest_metric_is_the_early_one() -> None:
 def test_turns_that_never_carry_metrics_are_not_applicable() -> None:
     with pytest.raises(NotApplicable, match="no turn carries the metrics"):
         run([{"messages": []}, {"feedback": "x"}])
+    with pytest.raises(NotApplicable, match="no turn carries the metrics"):
+        run([])  # a transcript-only session: its thread document has no metric turns
 
 
 def test_thresholds_are_rule_parameters() -> None:

@@ -14,6 +14,10 @@ from stream.text.measures import mentions, sentences, words
         ("Wait... what?! ok", ["Wait", "what", "ok"]),
         ("  Play at 3.5 bpm. Then rest  ", ["Play at 3.5 bpm", "Then rest"]),
         ("see e.g.the chart", ["see e.g.the chart"]),  # no space after the dot: one sentence
+        ("Slow down - e.g. play it with a click.", ["Slow down - e.g. play it with a click"]),
+        ("Steady, i.e. no rushing. Good", ["Steady, i.e. no rushing", "Good"]),
+        ("Scales, arpeggios, etc. Then rest", ["Scales, arpeggios, etc", "Then rest"]),
+        ("Better vs. last take", ["Better vs. last take"]),
         ("", []),
         ("  ...  ", []),
     ],
@@ -52,3 +56,9 @@ def test_mentions_escapes_regex_characters_in_phrases() -> None:
     assert mentions("is it 3.5 now", ["3.5"])
     assert not mentions("is it 315 now", ["3.5"])
     assert not mentions("anything", ["a.*"])
+
+
+def test_mentions_take_phrases_that_start_or_end_with_a_symbol() -> None:
+    assert mentions("try the C# minor scale", ["c#"])
+    assert mentions("aim for 80% accuracy", ["80%"])
+    assert not mentions("aim for 800% accuracy", ["80%"]) and not mentions("pitched", ["pitch"])
