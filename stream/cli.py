@@ -1,4 +1,4 @@
-"""The ``scorer`` command line: demo, worker, replay, rules check."""
+"""The ``scorer`` command line: demo, worker, replay, explain, rules check."""
 
 from __future__ import annotations
 
@@ -71,6 +71,78 @@ def replay(
             produce(settings.kafka_bootstrap_servers, target, items, lambda: progress.advance(task))
         )
     console.print(f"produced {n} traces to {target}")
+
+
+@app.command()
+def explain(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, dir_okay=False, help="A trace (JSON), JSONL, or an Opik trace export"
+        ),
+    ],
+    trace_id: Annotated[
+        str | None, typer.Option("--trace-id", help="Only this trace of the file")
+    ] = None,
+    topic: Annotated[
+        str | None, typer.Option(help="As read from (default: the traces topic)")
+    ] = None,
+    prompt: Annotated[
+        bool, typer.Option("--prompt", help="Print the prompts it would send")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per trace")] = False,
+) -> None:
+    """Print what every rule would decide for the traces in FILE, and why: the filter
+    condition that failed, sampled out, the missing path, a check's result, or the judge call
+    it would make. Offline: no broker, no judge call; the worker's own engine and rules."""
+    import orjson
+
+    from .explain import WOULD_JUDGE, explain_trace
+    from .kafka.io import read_traces
+    from .ruleset.loader import load_rules
+
+    settings = Settings()
+    ruleset = load_rules(settings.rules_dir, settings.packs)
+    shown = 0
+    for item in read_traces(file):
+        raw = item if isinstance(item, bytes) else orjson.dumps(item)
+        if trace_id is not None and not (isinstance(item, dict) and item.get("id") == trace_id):
+            continue
+        try:
+            target, explained = explain_trace(
+                ruleset, raw, topic or settings.traces_topic, settings.judge_model
+            )
+        except ValueError as exc:  # what the worker would dead-letter
+            console.print(f"[red]invalid trace[/] (the worker dead-letters it): {exc}")
+            shown += 1
+            continue
+        shown += 1
+        if as_json:
+            record = {"trace_id": target, "rules": [e.as_dict() for e in explained]}
+            sys.stdout.write(orjson.dumps(record).decode() + "\n")
+            continue
+        console.print(f"[bold]trace {target}[/]")
+        for e in explained:
+            value = f" {e.value:.3g}" if e.value is not None else ""
+            colour = {"scored": "green", WOULD_JUDGE: "cyan", "filtered": "dim"}.get(
+                e.outcome, "yellow"
+            )
+            console.print(
+                f"  [{colour}]{e.outcome:<11}[/] {e.pack}/{e.rule_id}{value}: {e.detail or ''}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if prompt and e.prompt is not None:
+                if e.system is not None:
+                    console.print(
+                        f"--- system prompt ---\n{e.system}", highlight=False, markup=False
+                    )
+                console.print(f"--- prompt ---\n{e.prompt}\n---", highlight=False, markup=False)
+        if not settings.judge_configured and any(e.outcome == WOULD_JUDGE for e in explained):
+            console.print("  (no judge is configured: the worker would publish these as skipped)")
+    if not shown:
+        console.print("[red]no trace found[/]" + (f" with id {trace_id!r}" if trace_id else ""))
+        raise typer.Exit(1)
 
 
 @rules_app.command("check")

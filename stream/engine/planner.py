@@ -108,8 +108,8 @@ class Scorer:
         """Everything that needs no judge: decide, look up, check, render prompts."""
         plan = TracePlan(Target(trace.id, trace.project_name, trace.id))
         for rule in self.trace_rules:
-            if not rule.filter.matches(trace, topic):
-                plan.outcomes.append(self._decide(rule, plan, "filtered"))
+            if (why := rule.filter.mismatch(trace, topic)) is not None:
+                plan.outcomes.append(self._decide(rule, plan, "filtered", why))
                 continue
             self._plan_rule(plan, rule, document)
         return plan
@@ -132,11 +132,11 @@ class Scorer:
         as_trace = Trace(id=close.thread_id, project_name=close.project_name)
         for rule in self.ruleset.thread_rules(close.kind):
             if close.kind == "conversation":
-                applies = rule.id in close.pending.rules
+                why = None if rule.id in close.pending.rules else "no trace of the thread matched"
             else:
-                applies = rule.filter.matches(as_trace, close.topic)
-            if not applies:
-                plan.outcomes.append(self._decide(rule, plan, "filtered"))
+                why = rule.filter.mismatch(as_trace, close.topic)
+            if why is not None:
+                plan.outcomes.append(self._decide(rule, plan, "filtered", why))
             elif isinstance(rule, PromptedRule) and not document["turn_count"]:
                 unjudged = Measured("skipped", "the thread has no turns")
                 plan.outcomes.append(self._finish(rule, plan, unjudged))

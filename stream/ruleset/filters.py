@@ -30,21 +30,26 @@ class RuleFilter(Strict):
         return self
 
     def matches(self, trace: Trace, topic: str | None = None) -> bool:
+        return self.mismatch(trace, topic) is None
+
+    def mismatch(self, trace: Trace, topic: str | None = None) -> str | None:
+        """Why ``trace`` is not for this rule (the first condition that fails), or None."""
         if self.topics is not None and topic not in self.topics:
-            return False
+            return f"filter.topics {self.topics}: topic is {topic!r}"
         if self.projects is not None and trace.project_name not in self.projects:
-            return False
+            return f"filter.projects {self.projects}: project_name is {trace.project_name!r}"
         if self.trace_names is not None and trace.name not in self.trace_names:
-            return False
+            return f"filter.trace_names {self.trace_names}: name is {trace.name!r}"
         tags = set(trace.tags)
         if self.tags_any is not None and not tags.intersection(self.tags_any):
-            return False
+            return f"filter.tags_any {self.tags_any}: tags are {sorted(tags)}"
         if self.tags_all is not None and not tags.issuperset(self.tags_all):
-            return False
+            return f"filter.tags_all {self.tags_all}: tags are {sorted(tags)}"
         for path, expected in (self.metadata or {}).items():
-            if compile_path(path).search(trace.metadata) != expected:
-                return False
-        return True
+            found = compile_path(path).search(trace.metadata)
+            if found != expected:
+                return f"filter.metadata {path!r} = {expected!r}: it is {found!r}"
+        return None
 
 
 def sampled(rule_id: str, rate: float, target_id: str) -> bool:

@@ -1,0 +1,81 @@
+"""``scorer explain``: what every rule would decide for a trace, and why, offline.
+
+The same planner the worker runs (filters, sampling, variable lookups, checks, prompt
+rendering), with no broker and no judge call: a rule that would be judged shows the prompt
+it would send instead of a score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .engine.judge import Verdict
+from .engine.planner import Scorer
+from .models import parse_trace
+from .ruleset.schema import PromptedRule, RuleSet
+
+WOULD_JUDGE = "judge"  # the outcome shown for a rule that would call the judge
+
+
+@dataclass
+class Explained:
+    """One rule's decision on one trace."""
+
+    rule_id: str
+    pack: str
+    outcome: str  # a decision outcome, or "judge": it would call the judge
+    detail: str | None = None
+    value: float | None = None
+    prompt: str | None = None
+    system: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def explain_trace(
+    ruleset: RuleSet, raw: bytes, topic: str | None, default_model: str
+) -> tuple[str, list[Explained]]:
+    """The trace's id and every trace rule's decision (raises ``ValueError`` for a message
+    the worker would dead-letter, with the same message)."""
+    trace, document = parse_trace(raw)
+    # a judge that is never called: the planner plans judge calls as the worker's does
+    scorer = Scorer(ruleset, _NoCall(), default_model=default_model)
+    plan = scorer.plan(trace, document, topic)
+    explained = []
+    for outcome in plan.outcomes:
+        decision, score = outcome.decision, outcome.score
+        explained.append(
+            Explained(
+                decision.rule_id,
+                decision.pack,
+                decision.outcome,
+                (score.reason or score.status_reason) if score is not None else decision.detail,
+                score.value if score is not None else None,
+            )
+        )
+    for job in plan.judge_jobs:
+        why = "would be judged" + (f"; cut to fit: {job.cut}" if job.cut else "")
+        if job.emptied:
+            why += f"; missing, rendered empty: {job.emptied}"
+        explained.append(
+            Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
+        )
+    order = {rule.id: i for i, rule in enumerate(ruleset.rules)}
+    explained.sort(key=lambda e: order.get(e.rule_id, len(order)))
+    return trace.id, explained
+
+
+class _NoCall:
+    """Stands in for a judge so that the planner plans judge calls; never called."""
+
+    async def judge(
+        self,
+        rule: PromptedRule,
+        prompt: str,
+        system: str | None = None,
+        quoted: Sequence[str] = (),
+    ) -> Verdict:  # pragma: no cover - plans only
+        raise AssertionError("scorer explain never calls the judge")
