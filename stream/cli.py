@@ -99,10 +99,9 @@ def explain(
 
     from .explain import WOULD_JUDGE, explain_trace
     from .kafka.io import read_traces
-    from .ruleset.loader import load_rules
 
     settings = Settings()
-    ruleset = load_rules(settings.rules_dir, settings.packs)
+    ruleset = settings.ruleset()
     shown = 0
     for item in read_traces(file):
         raw = item if isinstance(item, bytes) else orjson.dumps(item)

@@ -21,7 +21,6 @@ from .engine.judge import NO_JUDGE_REASON
 from .kafka.broker import EmbeddedBroker, free_port
 from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
-from .ruleset.loader import load_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
 
@@ -98,7 +97,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
     items = read_traces(traces_file or SAMPLES)
     sessions = read_traces(SESSION_SAMPLES) if traces_file is None else []
     packs = settings.packs if settings.packs is not None else DEMO_PACKS
-    ruleset = load_rules(settings.rules_dir, packs)
+    ruleset = settings.ruleset(packs)
     expected = expected_scores(ruleset, items, settings.traces_topic)
     expected += expected_session_scores(ruleset, sessions, settings.sessions_topic)
     broker: EmbeddedBroker | None = None

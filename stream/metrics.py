@@ -83,6 +83,12 @@ class ScorerMetrics(Observer):
             "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
             ("rule", "pack", "scope"),
         )
+        self.rule_silent = gauge(
+            "rule_silent",
+            "1 while a trace rule's filter has matched none of the last SCORER_SILENT_AFTER_"
+            "TRACES traces (the worker's log names what came instead), else 0",
+            ("rule", "pack"),
+        )
         self.judge_calls = counter("judge_calls", "Judge calls by outcome", ("model", "outcome"))
         self.judge_retries = counter(
             "judge_retries", "Judge call retries by reason", ("model", "reason")
@@ -252,8 +258,14 @@ class ScorerMetrics(Observer):
         self.worker_info.clear()
         self.worker_info.labels(version=version, ruleset=digest).set(1)
         self.rule_direction.clear()
+        self.rule_silent.clear()
         for rule, pack, scope, direction in directions:
             self.rule_direction.labels(rule=rule, pack=pack, scope=scope).set(direction)
+            if scope == "trace":
+                self.rule_silent.labels(rule=rule, pack=pack).set(0)
+
+    def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
+        self.rule_silent.labels(rule=rule, pack=pack).set(1 if silent else 0)
 
     # -- judge -----------------------------------------------------------------------
 

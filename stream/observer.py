@@ -48,6 +48,9 @@ class Observer:
     ) -> None:
         """A rule set was loaded: its digest, and (rule, pack, scope, +1/-1) per rule."""
 
+    def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
+        """A trace rule matched none of the last traces (``silent``), or matched again."""
+
     # -- judge -----------------------------------------------------------------------
 
     def on_judge_call(

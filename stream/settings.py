@@ -8,6 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .ruleset.filters import PackFilter
+from .ruleset.loader import load_rules
+from .ruleset.schema import RuleSet
+
 REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 
 
@@ -109,6 +113,12 @@ class Settings(BaseSettings):
     # Worker.
     rules_dir: Path = REPO_RULES_DIR
     packs: list[str] | None = None  # None: every pack under rules_dir
+    # a deployment's filters over the packs' own (JSON): {"fretcoach": {"projects": ["prod"],
+    # "trace_names": {"hub-coach-chat": ["hub-chat-v2"]}}}; the rule files stay as shipped
+    pack_filters: dict[str, PackFilter] = Field(default_factory=dict)
+    # a trace rule that matched none of this many traces in a row is reported silent (a
+    # warning naming what it saw instead, and scorer_rule_silent); 0: never
+    silent_after_traces: int = Field(default=500, ge=0)
     max_in_flight: int = 512  # traces per worker being scored at once
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
@@ -129,3 +139,9 @@ class Settings(BaseSettings):
     @property
     def judge_configured(self) -> bool:
         return bool(self.openai_base_url or self.openai_api_key)
+
+    def ruleset(self, packs: list[str] | None = None) -> RuleSet:
+        """The rule set this deployment runs: the packs' rule files (``packs``, or the
+        configured ones), with the deployment's pack filters over their own."""
+        loaded = load_rules(self.rules_dir, packs if packs is not None else self.packs)
+        return loaded.with_pack_filters(self.pack_filters)

@@ -15,13 +15,15 @@ from .agents.traces import register_trace_agent
 from .app import create_app
 from .engine.judge import NO_JUDGE_REASON
 from .engine.planner import Scorer
+from .engine.silence import Silence, SilenceWatch
 from .engine.spend import SpendLedger
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
 from .kafka.lag import LagMeter
 from .metrics import ScorerMetrics
 from .models import TokenUsage
-from .ruleset.loader import load_rules
+from .observer import Observer
+from .ruleset.schema import RuleSet
 from .settings import Settings
 from .threads.router import ThreadRouter
 
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> faust.Worker:
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
     metrics = ScorerMetrics.default()
-    ruleset = load_rules(settings.rules_dir, settings.packs)
+    ruleset = settings.ruleset()
     judge = JudgeClient(settings, metrics) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap, metrics)
     ledger = spend_ledger(settings, metrics)
@@ -42,6 +44,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         observer=metrics,
         max_prompt_tokens=settings.judge_max_prompt_tokens,
         ledger=ledger,
+        silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
     router = ThreadRouter(ruleset)
     register_trace_agent(
@@ -122,3 +125,19 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     finally:
         if broker:
             broker.stop()
+
+
+def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWatch | None:
+    """Reports trace rules that match no traffic: one warning each, and scorer_rule_silent."""
+    if not after:
+        return None
+
+    def report(silence: Silence) -> None:
+        rule = silence.rule
+        observer.on_rule_silent(rule.id, rule.pack, silence.silent)
+        if silence.silent:
+            log.warning("%s", silence.describe())
+        else:
+            log.info("rule %s/%s matches traces again", rule.pack, rule.id)
+
+    return SilenceWatch(ruleset.for_scope("trace"), after, report)

@@ -43,6 +43,7 @@ from .prompt import (
     resolve_variables,
 )
 from .rubric import measured_scores, rubric_input
+from .silence import SilenceWatch
 from .spend import SpendLedger
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,10 @@ class Scorer:
         observer: Observer | None = None,
         max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
         ledger: SpendLedger | None = None,
+        silence: SilenceWatch | None = None,
     ) -> None:
         self.ruleset = ruleset
+        self.silence = silence
         self.judge = judge
         self.default_model = default_model
         self.max_prompt_tokens = max_prompt_tokens
@@ -107,11 +110,15 @@ class Scorer:
     def plan(self, trace: Trace, document: Any, topic: str | None = None) -> TracePlan:
         """Everything that needs no judge: decide, look up, check, render prompts."""
         plan = TracePlan(Target(trace.id, trace.project_name, trace.id))
+        matched = []
         for rule in self.trace_rules:
             if (why := rule.filter.mismatch(trace, topic)) is not None:
                 plan.outcomes.append(self._decide(rule, plan, "filtered", why))
                 continue
+            matched.append(rule.id)
             self._plan_rule(plan, rule, document)
+        if self.silence is not None:
+            self.silence.saw(trace, matched)
         return plan
 
     def plan_thread(self, close: ThreadClose) -> TracePlan:

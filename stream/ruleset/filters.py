@@ -52,6 +52,33 @@ class RuleFilter(Strict):
         return None
 
 
+class PackFilter(Strict):
+    """A deployment's filter for one pack's rules, over what the rule files say
+    (``SCORER_PACK_FILTERS``): the shipped packs' filters are defaults, not edits."""
+
+    projects: list[str] | None = Field(default=None, description="Replaces every rule's")
+    topics: list[str] | None = Field(default=None, description="Replaces every rule's")
+    trace_names: dict[str, list[str]] | None = Field(
+        default=None,
+        description="A trace name the rule files filter on -> the names it stands for here "
+        '(e.g. {"hub-coach-chat": ["hub-chat-v2", "hub-coach-chat"]})',
+    )
+
+    def apply(self, rule_filter: RuleFilter) -> RuleFilter:
+        update: dict[str, Any] = {}
+        if self.projects is not None:
+            update["projects"] = self.projects
+        if self.topics is not None:
+            update["topics"] = self.topics
+        if self.trace_names and rule_filter.trace_names is not None:
+            update["trace_names"] = [
+                name
+                for written in rule_filter.trace_names
+                for name in self.trace_names.get(written, [written])
+            ]
+        return rule_filter.model_copy(update=update)
+
+
 def sampled(rule_id: str, rate: float, target_id: str) -> bool:
     """Whether ``target_id`` is in a rule's sample: deterministic by target id, so a
     redelivered trace is sampled the same way."""

@@ -8,10 +8,13 @@ start-up with the file, the field and the names the pack does register.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
+import orjson
 from jmespath.exceptions import JMESPathError
 from pydantic import (
     Field,
@@ -21,11 +24,12 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import ScorerError
 from ..models import Scale, Scope
 from ..text.template import placeholders
 from .aggregators import AggregateParams, AggregatorSpec
 from .checks import CheckParams, CheckSpec
-from .filters import RuleFilter, sampled
+from .filters import PackFilter, RuleFilter, sampled
 from .paths import compile_path
 from .registry import Registry
 from .specs import (
@@ -262,3 +266,23 @@ class RuleSet:
     @property
     def packs(self) -> list[str]:
         return sorted({r.pack for r in self.rules})
+
+    def with_pack_filters(self, overrides: Mapping[str, PackFilter]) -> RuleSet:
+        """This rule set with a deployment's filters over its packs' own (the digest says so);
+        naming a pack that is not loaded is an error, not a silent no-op."""
+        if not overrides:
+            return self
+        if unknown := sorted(set(overrides) - set(self.packs)):
+            raise ScorerError(
+                f"SCORER_PACK_FILTERS names packs that are not loaded: {unknown} "
+                f"(loaded: {self.packs})"
+            )
+        rules = [
+            rule.model_copy(update={"filter": overrides[rule.pack].apply(rule.filter)})
+            if rule.pack in overrides
+            else rule
+            for rule in self.rules
+        ]
+        applied = orjson.dumps({pack: f.model_dump() for pack, f in sorted(overrides.items())})
+        digest = hashlib.sha256(self.digest.encode() + applied).hexdigest()[:12]
+        return RuleSet(rules, digest)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fixtures import fretcoach_rules
 from pydantic import ValidationError
 
+from stream.errors import ScorerError
 from stream.models import Trace
-from stream.ruleset.filters import RuleFilter, sampled
+from stream.ruleset.filters import PackFilter, RuleFilter, sampled
+from stream.settings import Settings
 
 TRACE = Trace(
     id="t-1",
@@ -76,3 +79,56 @@ def test_sampling_takes_roughly_the_rate(rate: float) -> None:
     n = 10_000
     taken = sum(sampled("rule", rate, f"trace-{i}") for i in range(n))
     assert abs(taken / n - rate) < 0.03
+
+
+def test_a_deployment_maps_a_packs_trace_names_and_projects_without_editing_its_files() -> None:
+    shipped = fretcoach_rules()
+    mapped = shipped.with_pack_filters(
+        {
+            "fretcoach": PackFilter(
+                projects=["prod-coach"],
+                trace_names={"hub-coach-chat": ["hub-chat-v2", "hub-coach-chat"]},
+            )
+        }
+    )
+    hub = {r.id: r for r in mapped.rules}["hub_answer_correctness"]
+    live = {r.id: r for r in mapped.rules}["studio_live_coach_feedback_quality"]
+    assert hub.filter.trace_names == ["hub-chat-v2", "hub-coach-chat"]
+    assert live.filter.trace_names == ["studio-live-coach"]  # not named: as shipped
+    assert hub.filter.projects == live.filter.projects == ["prod-coach"]
+    assert hub.filter.matches(Trace(id="t", name="hub-chat-v2", project_name="prod-coach"))
+    assert not hub.filter.matches(Trace(id="t", name="hub-chat-v2", project_name="fretcoach"))
+    assert mapped.digest != shipped.digest  # the loaded set is not the shipped one
+    assert {r.id: r.filter for r in shipped.rules}["hub_answer_correctness"].projects is None
+
+
+def test_pack_filters_for_a_pack_not_loaded_are_an_error() -> None:
+    with pytest.raises(ScorerError, match=r"not loaded: \['fretcoch'\]"):
+        fretcoach_rules().with_pack_filters({"fretcoch": PackFilter(projects=["x"])})
+
+
+def test_pack_filters_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCORER_PACKS", '["fretcoach"]')
+    monkeypatch.setenv(
+        "SCORER_PACK_FILTERS", '{"fretcoach": {"trace_names": {"studio-live-coach": ["live"]}}}'
+    )
+    ruleset = Settings().ruleset()
+    live = {r.id: r for r in ruleset.rules}["studio_live_coach_feedback_quality"]
+    assert live.filter.trace_names == ["live"]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "why"),
+    [
+        ({"topics": ["a"]}, "filter.topics ['a']: topic is 'llm-traces'"),
+        ({"projects": ["p"]}, "filter.projects ['p']: project_name is 'default'"),
+        ({"trace_names": ["n"]}, "filter.trace_names ['n']: name is 'chat'"),
+        ({"tags_any": ["x"]}, "filter.tags_any ['x']: tags are ['prod']"),
+        ({"tags_all": ["prod", "x"]}, "filter.tags_all ['prod', 'x']: tags are ['prod']"),
+        ({"metadata": {"env": "eu"}}, "filter.metadata 'env' = 'eu': it is None"),
+        ({"trace_names": ["chat"], "tags_any": ["prod"]}, None),
+    ],
+)
+def test_a_mismatch_names_the_condition_that_failed(conditions: dict, why: str | None) -> None:
+    trace = Trace(id="t", name="chat", tags=["prod"])
+    assert RuleFilter(**conditions).mismatch(trace, "llm-traces") == why
