@@ -52,12 +52,16 @@ def _metric_rows(turns: Any, keys: list[str]) -> list[dict[str, float]]:
     return rows
 
 
-@check("session_weakest_metric_improvement", variables=("turns",), params=ImprovementParams)
+@check(
+    "session_weakest_metric_improvement",
+    variables=("turns", "turn_count"),
+    params=ImprovementParams,
+)
 def session_weakest_metric_improvement(values: Mapping[str, Any], params: Any) -> CheckResult:
     assert isinstance(params, ImprovementParams)
     keys = list(params.metrics)
     rows = _metric_rows(values["turns"], keys)
-    if not rows:  # a transcript-only session, or metrics under other names
+    if not rows and values["turn_count"]:  # a transcript-only session, or other metrics
         raise NotApplicable(f"no turn carries the metrics {keys}")
     if len(rows) < params.min_turns:
         return CheckResult(

@@ -31,7 +31,10 @@ def session(timing: list[float], pitch: float = 0.9, scale: float = 0.8) -> list
 def run(turns: object, **params: object) -> CheckResult:
     spec = load_pack_code(RULES_DIR / "fretcoach").checks.get("session_weakest_metric_improvement")
     assert spec is not None
-    return spec.func({"turns": turns}, spec.validate_params({**PARAMS, **params}))
+    count = len(turns) if isinstance(turns, list) else 0
+    return spec.func(
+        {"turns": turns, "turn_count": count}, spec.validate_params({**PARAMS, **params})
+    )
 
 
 CASES = [
@@ -97,8 +100,16 @@ def test_the_weakest_metric_is_the_early_one() -> None:
 def test_turns_that_never_carry_metrics_are_not_applicable() -> None:
     with pytest.raises(NotApplicable, match="no turn carries the metrics"):
         run([{"messages": []}, {"feedback": "x"}])
+    spec = load_pack_code(RULES_DIR / "fretcoach").checks.get("session_weakest_metric_improvement")
+    assert spec is not None
+    transcript = {"turns": [], "turn_count": 5}  # turns with messages only: no metric turns
     with pytest.raises(NotApplicable, match="no turn carries the metrics"):
-        run([])  # a transcript-only session: its thread document has no metric turns
+        spec.func(transcript, spec.validate_params(PARAMS))
+
+
+def test_a_session_without_any_turn_is_too_short_as_the_seed_says() -> None:
+    result = run([])
+    assert (result.raw_value, result.label) == (0.5, "too_short")
 
 
 def test_thresholds_are_rule_parameters() -> None:
