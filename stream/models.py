@@ -152,6 +152,10 @@ class ThreadInfo(BaseModel):
     close_reason: Literal["end", "inactivity", "inactivity_event_time"]
     turn_count: int = Field(description="Turns the rule saw")
     dropped_turns: int = Field(description="Oldest turns dropped by the thread's size caps")
+    truncated_bytes: int = Field(
+        default=0,
+        description="Bytes cut from turns over SCORER_TURN_MAX_BYTES (marked in the text)",
+    )
 
 
 class ScoreEvent(BaseModel):

@@ -129,8 +129,22 @@ class Settings(BaseSettings):
     thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes
     thread_tick_s: float = Field(default=1.0, gt=0)  # how often idle threads are looked for
     thread_max_turns: int = Field(default=200, ge=1)
-    thread_max_bytes: int = Field(default=256_000, ge=1024)
+    # the table entry of a thread holds its turns and the document of a close not yet
+    # published (about as much again): kept well under Kafka's 1 MB default message size
+    thread_max_bytes: int = Field(default=256_000, ge=1024, le=300_000)
+    # one turn's text is cut in the middle past this (a visible marker; the thread counts the
+    # bytes cut as truncated_bytes), on the way in, before the turn is forwarded or folded
+    turn_max_bytes: int = Field(default=64_000, ge=512)
     thread_retention_s: float = Field(default=86_400.0, ge=0)  # closed threads keep their turns
+
+    @model_validator(mode="after")
+    def _turn_fits_its_thread(self) -> Settings:
+        if self.turn_max_bytes > self.thread_max_bytes:
+            raise ValueError(
+                f"SCORER_TURN_MAX_BYTES ({self.turn_max_bytes}) must not exceed "
+                f"SCORER_THREAD_MAX_BYTES ({self.thread_max_bytes})"
+            )
+        return self
 
     @property
     def thread_events_topic_name(self) -> str:

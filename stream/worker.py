@@ -46,7 +46,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
-    router = ThreadRouter(ruleset)
+    router = ThreadRouter(ruleset, settings.turn_max_bytes)
     register_trace_agent(
         app,
         topics,

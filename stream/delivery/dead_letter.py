@@ -20,6 +20,9 @@ from .publisher import Send
 log = logging.getLogger(__name__)
 
 MAX_ERROR_BYTES = 4000
+# a dead letter must be sendable: the producer takes requests up to 1 MB (Faust's
+# producer_max_request_size); a larger original keeps its first bytes, and headers say so
+MAX_VALUE_BYTES = 900_000
 
 
 def describe_invalid(exc: Exception, what: str = "trace event") -> tuple[str, str]:
@@ -85,6 +88,13 @@ class DeadLetters:
         error: str,
         where: dict[str, str],
     ) -> list[Send]:
+        if len(value) > MAX_VALUE_BYTES:
+            error += (
+                f" (the message is {len(value)} bytes, more than a dead letter may carry: "
+                f"its first {MAX_VALUE_BYTES} are kept)"
+            )
+            where = {**where, "scorer.value.bytes": str(len(value)), "scorer.value.cut": "true"}
+            value = value[:MAX_VALUE_BYTES]
         headers = {
             "scorer.error": error.encode()[:MAX_ERROR_BYTES],
             "scorer.error.reason": reason.encode(),

@@ -17,6 +17,10 @@ from ..ruleset.schema import RuleSet
 from .events import SessionEvent, ThreadEvent
 from .state import Turn
 
+# a turn's text past this is cut in the middle (SCORER_TURN_MAX_BYTES): one turn can neither
+# fill its thread's byte cap nor make a message the producer may not send
+DEFAULT_TURN_MAX_BYTES = 64_000
+
 
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
@@ -30,7 +34,8 @@ def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
 class ThreadRouter:
     """Turns traces and session events into thread events, as the rule set asks."""
 
-    def __init__(self, ruleset: RuleSet) -> None:
+    def __init__(self, ruleset: RuleSet, turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES) -> None:
+        self.turn_max_bytes = turn_max_bytes
         self.conversation_rules = ruleset.thread_rules("conversation")
         self.session_rules = ruleset.thread_rules("session")
         spec = ruleset.thread_spec("conversation")
@@ -62,7 +67,7 @@ class ThreadRouter:
             project_name=trace.project_name,
             arrival=arrival,
             source=source,
-            turn=turn,
+            turn=turn.capped(self.turn_max_bytes),
             end=bool(self._end and self._end.search(document)),
             rules=rules,
         )
@@ -87,4 +92,4 @@ class ThreadRouter:
             metrics=event.metrics,
             feedback=event.feedback,
         )
-        return ThreadEvent(type="turn", turn=turn, **common)
+        return ThreadEvent(type="turn", turn=turn.capped(self.turn_max_bytes), **common)

@@ -49,6 +49,7 @@ class Turn(BaseModel):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     metrics: dict[str, Any] | None = None
     feedback: str | None = None
+    cut_bytes: int = Field(default=0, description="Bytes cut from its text to fit the turn cap")
 
     def canonical(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
@@ -59,6 +60,60 @@ class Turn(BaseModel):
 
     def order(self) -> tuple[int, datetime, str]:
         return (self.seq if self.seq is not None else -1, self.event_time, self.key)
+
+    def capped(self, max_bytes: int) -> Turn:
+        """This turn within ``max_bytes`` (its canonical JSON): the longest text (a message's
+        content, the feedback) is cut in the middle, with a marker, until it fits; what was
+        cut is counted in ``cut_bytes``. Content that is not text (parts, objects) is cut as
+        its JSON text. A turn whose metrics alone are over the cap keeps them."""
+        over = self.size - max_bytes
+        if over <= 0:
+            return self
+        messages = [dict(m) for m in self.messages]
+        feedback = self.feedback
+        cut = 0
+        while over > 0:
+            texts = [(len(_text(m.get("content")).encode()), i) for i, m in enumerate(messages)]
+            if feedback is not None:
+                texts.append((len(feedback.encode()), -1))
+            longest, index = max(texts, default=(0, 0))
+            room = longest - over - len(TURN_CUT_MARKER) - 40
+            if room < 0 and longest < 200:
+                break  # nothing long left to cut
+            text = feedback if index == -1 else _text(messages[index]["content"])
+            assert text is not None
+            shorter = _cut_middle(text, max(room, 0))
+            removed = len(text.encode()) - len(shorter.encode())
+            if index == -1:
+                feedback = shorter
+            else:
+                messages[index]["content"] = shorter
+            cut += removed
+            over -= removed
+        turn = self.model_copy(
+            update={"messages": messages, "feedback": feedback, "cut_bytes": self.cut_bytes + cut}
+        )
+        return turn if turn.size < self.size else self
+
+
+TURN_CUT_MARKER = (
+    "\n[... {n} bytes cut by the scorer: the turn was over SCORER_TURN_MAX_BYTES ...]\n"
+)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
+
+
+def _cut_middle(text: str, keep_bytes: int) -> str:
+    """``text`` with its middle replaced by a marker, keeping about ``keep_bytes`` of it."""
+    raw = text.encode()
+    head = raw[: keep_bytes // 2].decode(errors="ignore")
+    tail = raw[len(raw) - keep_bytes // 2 :].decode(errors="ignore") if keep_bytes // 2 else ""
+    removed = len(raw) - len(head.encode()) - len(tail.encode())
+    return head + TURN_CUT_MARKER.format(n=removed) + tail
 
 
 class ThreadLimits(BaseModel):
@@ -97,6 +152,7 @@ class ThreadClose:
             close_reason=self.pending.reason,
             turn_count=document["turn_count"],
             dropped_turns=document["dropped_turns"],
+            truncated_bytes=document.get("truncated_bytes", 0),
         )
 
 
@@ -110,6 +166,7 @@ class ThreadState(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     size: int = 0
     dropped_turns: int = 0
+    truncated_bytes: int = 0
     closes: int = 0
     published: int = 0
     is_open: bool = True
@@ -170,6 +227,7 @@ def fold_turn(
         position -= 1
     state.turns.insert(position, turn)
     state.size += turn.size
+    state.truncated_bytes += turn.cut_bytes
     while len(state.turns) > limits.max_turns or (
         state.size > limits.max_bytes and len(state.turns) > 1
     ):
@@ -274,6 +332,7 @@ def thread_document(state: ThreadState) -> dict[str, Any]:
         "turn_count": len(state.turns),
         "exchange_count": exchanges(messages),
         "dropped_turns": state.dropped_turns,
+        "truncated_bytes": state.truncated_bytes,
     }
 
 

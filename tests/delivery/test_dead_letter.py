@@ -31,3 +31,17 @@ def test_an_engine_bug_dead_letters_the_trace_instead_of_stalling_its_partition(
     assert topic == "dlq" and value == MESSAGE.value
     assert headers["scorer.error.reason"] == b"engine_error"
     assert headers["scorer.error"] == b"scoring failed: KeyError: 'boom'"
+
+
+def test_a_message_too_large_for_a_dead_letter_keeps_its_first_bytes_and_says_so() -> None:
+    big = SimpleNamespace(
+        topic="llm-traces", partition=0, offset=7, key=b"k", value=b"{" * 2_000_000
+    )
+    with pytest.raises(ValueError) as info:
+        parse_trace(big.value)
+    ((_, _, value, headers),) = dead_letters().invalid(big, info.value)
+    assert value == big.value[:900_000]
+    assert headers["scorer.value.bytes"] == b"2000000" and headers["scorer.value.cut"] == b"true"
+    assert b"the message is 2000000 bytes" in headers["scorer.error"]
+    small = dead_letters().invalid(MESSAGE, ValueError("x"))[0][3]
+    assert "scorer.value.cut" not in small

@@ -112,3 +112,47 @@ def test_a_conversational_session_turn_carries_its_message_pair() -> None:
         {"role": "user", "content": "I keep rushing the beat."},
         {"role": "assistant", "content": "What tempo are you practising at?"},
     ]
+
+
+@pytest.mark.parametrize("size", [700_000, 1_200_000, 2_000_000])
+def test_a_large_turn_is_cut_on_the_way_in_with_a_marker_and_counted(size: int) -> None:
+    router = ThreadRouter(fretcoach_rules(), turn_max_bytes=64_000)
+    document = conversation()
+    document["output"]["messages"][-1]["content"] = "A" * (size // 2) + "Z" * (size // 2)
+    event = router.from_trace(as_trace(document), document, "llm-traces", ARRIVAL)
+    assert event is not None and event.turn is not None
+    assert event.turn.size <= 64_000 and len(event.to_bytes()) < 70_000
+    answer = event.turn.messages[1]["content"]
+    assert answer.startswith("AAAA") and answer.endswith("ZZZZ")  # its start and its end
+    assert "bytes cut by the scorer: the turn was over SCORER_TURN_MAX_BYTES" in answer
+    assert event.turn.cut_bytes > size - 64_000
+    assert event.turn.messages[0]["content"] == document["input"]["messages"][-1]["content"]
+
+
+def test_a_large_session_turn_is_cut_feedback_first_when_it_is_the_longest() -> None:
+    router = ThreadRouter(fretcoach_rules(), turn_max_bytes=8_000)
+    event = router.from_session(
+        SessionEvent(
+            session_id="s",
+            type="turn",
+            seq=1,
+            timestamp=datetime(2026, 11, 20, tzinfo=UTC),
+            metrics={"timing_stability": 0.6},
+            feedback="slow down " * 70_000,
+        ),
+        ARRIVAL,
+    )
+    assert event.turn is not None and event.turn.size <= 8_000
+    assert event.turn.metrics == {"timing_stability": 0.6}  # numbers are never cut
+    assert "bytes cut by the scorer" in (event.turn.feedback or "")
+    small = router.from_session(
+        SessionEvent(
+            session_id="s",
+            type="turn",
+            seq=2,
+            timestamp=datetime(2026, 11, 20, tzinfo=UTC),
+            feedback="fine",
+        ),
+        ARRIVAL,
+    )
+    assert small.turn is not None and small.turn.cut_bytes == 0 and small.turn.feedback == "fine"

@@ -169,3 +169,13 @@ def test_conversation_document_is_in_order_whatever_the_arrival(late_first: bool
         {"role": "user", "content": "weakest area?"},
         {"role": "assistant", "content": "Timing."},
     ]
+
+
+def test_cut_bytes_add_up_in_the_thread_and_its_document() -> None:
+    big = chat_turn(0, "q", "x" * 20_000).capped(4_000)
+    state = fold_all([big, chat_turn(1, "q2", "a2")])
+    assert big.cut_bytes > 16_000
+    assert state.truncated_bytes == big.cut_bytes
+    assert thread_document(state)["truncated_bytes"] == big.cut_bytes
+    again = fold_all([big, big])  # a duplicate is not counted twice
+    assert again.truncated_bytes == big.cut_bytes
