@@ -7,8 +7,12 @@
 (t2) Close latency: ``--close-sessions`` sessions go idle at once with a short inactivity
      gap; prints how long after their deadline (last arrival + gap) the closes were decided
      (the worker's own histogram) and when their scores reached the scores topic.
+(t3) Restart with ``--sessions`` open threads, per store (``--stores memory,rocksdb``): fold
+     them, stop the worker (SIGTERM), start it again on the same data directory, and time
+     from the start to the score of a probe session ended just after it; prints RSS too.
 
     python bench/threads.py [--sessions 100000] [--turns 2] [--close-sessions 2000]
+    python bench/threads.py --phases t3 --sessions 20000 --stores memory,rocksdb
 """
 
 from __future__ import annotations
@@ -154,6 +158,54 @@ def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
     )
 
 
+def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> None:
+    p = Phase(bs, tmp)
+    topic = f"bench-sessions-{p.suffix}"
+    asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
+    rules = rules_subset(tmp, SESSION_RULES)
+    env = {
+        "SCORER_SESSIONS_TOPIC": topic,
+        "SCORER_THREAD_INACTIVITY_GAP_S": "36000",
+        "SCORER_STORE": store,
+        "SCORER_DATA_DIR": str(tmp / f"data-{p.suffix}"),  # the same one after the restart
+    }
+    proc, port = p.worker(rules, **env)
+    wait_metric(port, "scorer_threads_open", 0, 60)
+    events = session_events(sessions, turns, f"restart-{p.suffix}")
+    asyncio.run(produce(bs, topic, events))
+    wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
+    time.sleep(3)  # the last changelog writes
+    stop(proc)
+    probe = f"probe-{p.suffix}"
+    probe_events = [
+        (probe.encode(), value) for _, value in session_events(1, 1, probe, datetime.now(UTC))
+    ]
+    probe_events.append(
+        (probe.encode(), orjson.dumps({"session_id": f"{probe}-0", "type": "end", "seq": 9}))
+    )
+    started = time.monotonic()
+    proc, port = p.worker(rules, **env)
+    asyncio.run(produce(bs, topic, probe_events))
+
+    async def first_probe_score() -> float | None:
+        deadline = time.monotonic() + 600
+        async with reader(bs, p.dst) as consumer:
+            while time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    if any(probe.encode() in r.value for r in records):
+                        return time.monotonic()
+        return None
+
+    scored = asyncio.run(first_probe_score())
+    rss = rss_mib(proc.pid)
+    stop(proc)
+    took = f"{scored - started:.1f} s" if scored else "no score in 600 s"
+    print(
+        f"(t3) {store}: {sessions} open sessions; restart to the first new score {took}; "
+        f"RSS after {rss:.0f} MiB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=100_000)
@@ -161,6 +213,7 @@ def main() -> None:
     parser.add_argument("--close-sessions", type=int, default=2000)
     parser.add_argument("--gap", type=float, default=5.0)
     parser.add_argument("--phases", default="t1,t2")
+    parser.add_argument("--stores", default="memory,rocksdb")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-threads-"))
@@ -171,6 +224,9 @@ def main() -> None:
             open_threads_phase(broker.bootstrap, tmp, args.sessions, args.turns)
         if "t2" in phases:
             close_latency_phase(broker.bootstrap, tmp, args.close_sessions, args.gap)
+        if "t3" in phases:
+            for store in args.stores.split(","):
+                restart_phase(broker.bootstrap, tmp, args.sessions, args.turns, store)
     finally:
         broker.stop()
 

@@ -11,6 +11,7 @@ from faust.web import Request, Response, View
 
 from . import __version__
 from .delivery.publisher import Send
+from .errors import ScorerError
 from .kafka.partitioning import cached_murmur2_partitioner
 from .metrics import ScorerMetrics
 from .settings import Settings
@@ -52,10 +53,17 @@ def create_app(
     """Build the Faust app and declare its topics (raw bytes: we validate ourselves); its
     /metrics page serves ``metrics`` (default: the process's own)."""
     metrics = metrics or ScorerMetrics.default()
+    if settings.store == "rocksdb":
+        try:
+            import rocksdict  # noqa: F401 - Faust's RocksDB store reads it
+        except ImportError:
+            raise ScorerError(
+                "SCORER_STORE=rocksdb needs rocksdict: pip install 'llm-trace-scorer[rocksdb]'"
+            ) from None
     app = faust.App(
         settings.app_id,
         broker=broker_urls(bootstrap, settings.broker_kind),
-        store="memory://",
+        store=f"{settings.store}://",
         datadir=str(settings.data_dir),
         web_port=settings.web_port,
         web_host=settings.web_host,
@@ -69,7 +77,8 @@ def create_app(
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         broker_commit_interval=1.0,
         stream_wait_empty=True,
-        table_standby_replicas=0,  # the memory store drops standby data after each recovery
+        # the memory store drops standby data after each recovery; none for either store
+        table_standby_replicas=0,
         web_enabled=True,
     )
 

@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
     web_host: str = "127.0.0.1"
     data_dir: Path = Path(".scorer-data")
+    # where the thread table lives between restarts: "memory" (rebuilt from its changelog
+    # at every start) or "rocksdb" (local files under data_dir, read at a restart; needs the
+    # rocksdb extra: pip install 'llm-trace-scorer[rocksdb]')
+    store: Literal["memory", "rocksdb"] = "memory"
 
     # Threads (conversations and coaching sessions).
     thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes

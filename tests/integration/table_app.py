@@ -17,7 +17,7 @@ from stream.app import broker_urls
 app = faust.App(
     os.environ["TABLE_APP_ID"],
     broker=broker_urls(os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["BROKER_KIND"]),
-    store="memory://",
+    store=os.environ.get("TABLE_STORE", "memory://"),
     web_port=int(os.environ["WEB_PORT"]),
     web_host="127.0.0.1",
     web_bind="127.0.0.1",

@@ -30,7 +30,7 @@ N_KEYS = 300
 
 
 def start_app(
-    broker: EmbeddedBroker, names: Names, kind: str, tmp: Path
+    broker: EmbeddedBroker, names: Names, kind: str, tmp: Path, store: str = "memory://"
 ) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {
@@ -40,7 +40,9 @@ def start_app(
         "BROKER_KIND": kind,
         "WEB_PORT": str(port),
         "SOURCE_TOPIC": names.traces,
-        "DATA_DIR": str(tmp / f"data-{port}"),
+        # a RocksDB store reads its local files at a restart: the same directory both times
+        "DATA_DIR": str(tmp / ("data" if store.startswith("rocksdb") else f"data-{port}")),
+        "TABLE_STORE": store,
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     log = open(tmp / f"table-app-{port}.log", "wb")  # noqa: SIM115
@@ -99,11 +101,15 @@ async def all_input_committed(bootstrap: str, group: str, topic: str) -> bool:
         await consumer.stop()
 
 
-@pytest.mark.parametrize("kind", ["tansu", "kafka"])
+@pytest.mark.parametrize(
+    ("kind", "store"),
+    [("tansu", "memory://"), ("kafka", "memory://"), ("tansu", "rocksdb://")],
+    ids=["tansu-memory", "kafka-memory", "tansu-rocksdb"],
+)
 async def test_table_is_complete_after_kill_9_and_restart(
-    broker: EmbeddedBroker, names: Names, kind: str, tmp_path: Path
+    broker: EmbeddedBroker, names: Names, kind: str, store: str, tmp_path: Path
 ) -> None:
-    first, port = start_app(broker, names, kind, tmp_path)
+    first, port = start_app(broker, names, kind, tmp_path, store)
     try:
         await produce_events(broker.bootstrap, names.traces)
         full = await asyncio.to_thread(wait_for, port, lambda t: len(t["table"]) == N_KEYS)
@@ -117,7 +123,7 @@ async def test_table_is_complete_after_kill_9_and_restart(
         first.send_signal(signal.SIGKILL)
         first.wait(10)
 
-    second, port = start_app(broker, names, kind, tmp_path)
+    second, port = start_app(broker, names, kind, tmp_path, store)
     try:
         recovered = await asyncio.to_thread(wait_for, port, lambda t: t["recovered"], 120.0)
         assert recovered.get("recovered"), "recovery did not complete"

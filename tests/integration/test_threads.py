@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
+import pytest
 from fixtures import hub_trace
 from scripted_judge import MockJudge, Reply
 
@@ -235,16 +236,25 @@ async def test_a_replay_closes_threads_by_event_time(
     assert {s["status"] for s in grouped["morning"]} == {"skipped"}  # no judge configured
 
 
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
 async def test_kill_9_before_the_close_and_during_the_close(
-    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+    broker: EmbeddedBroker,
+    names: Names,
+    judge: MockJudge,
+    workers: list[Worker],
+    tmp_path: Path,
+    store: str,
 ) -> None:
     """Sessions whose turns are in the table but whose gap has not passed when the worker is
     killed close exactly once after the restart, with every turn; a session whose close was
-    being judged when the worker died is scored after the restart, once."""
+    being judged when the worker died is scored after the restart, once. With the RocksDB
+    store the restarted worker reads the same local files (and the changelog's tail)."""
     judge.script(EFFECTIVENESS, '{"score": 0.5, "reason": "partial"}')
     held = "feedback of the held session"
     judge.script(held, Reply(delay_s=120), Reply('{"score": 1.0, "reason": "ok"}'))
-    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "25", **FAST}
+    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "25", "SCORER_STORE": store, **FAST}
+    if store == "rocksdb":
+        env["SCORER_DATA_DIR"] = str(tmp_path / "worker-data")
     worker = start(workers, broker, names, tmp_path, judge, **env)
     sessions = [f"s{n:02d}" for n in range(40)]
     turns = [session_turn(s, seq, 0.5 + seq / 20) for seq in range(4) for s in sessions]
