@@ -98,24 +98,22 @@ def explain(
     import orjson
 
     from .explain import WOULD_JUDGE, explain_trace
-    from .kafka.io import read_traces
+    from .kafka.io import message_value, read_traces
 
     settings = Settings()
     ruleset = settings.ruleset()
     shown = 0
     for item in read_traces(file):
-        raw = item if isinstance(item, bytes) else orjson.dumps(item)
         if trace_id is not None and not (isinstance(item, dict) and item.get("id") == trace_id):
             continue
+        shown += 1
         try:
             target, explained = explain_trace(
-                ruleset, raw, topic or settings.traces_topic, settings.judge_model
+                ruleset, message_value(item), topic or settings.traces_topic, settings.judge_model
             )
         except ValueError as exc:  # what the worker would dead-letter
             console.print(f"[red]invalid trace[/] (the worker dead-letters it): {exc}")
-            shown += 1
             continue
-        shown += 1
         if as_json:
             record = {"trace_id": target, "rules": [e.as_dict() for e in explained]}
             sys.stdout.write(orjson.dumps(record).decode() + "\n")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .models import TokenUsage
 from .ruleset.filters import PackFilter
 from .ruleset.loader import load_rules
 from .ruleset.schema import RuleSet
@@ -157,6 +158,11 @@ class Settings(BaseSettings):
     @property
     def judge_configured(self) -> bool:
         return bool(self.openai_base_url or self.openai_api_key)
+
+    def judge_cost(self, model: str, usage: TokenUsage) -> float | None:
+        """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
+        price = self.judge_prices.get(model)
+        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
 
     def ruleset(self, packs: list[str] | None = None) -> RuleSet:
         """The rule set this deployment runs: the packs' rule files (``packs``, or the

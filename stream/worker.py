@@ -21,7 +21,6 @@ from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
 from .kafka.lag import LagMeter
 from .metrics import ScorerMetrics
-from .models import TokenUsage
 from .observer import Observer
 from .ruleset.schema import RuleSet
 from .settings import Settings
@@ -95,11 +94,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
 def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:
     """The worker's spend budgets, priced from SCORER_JUDGE_PRICES and watched by metrics."""
 
-    def cost(model: str, usage: TokenUsage) -> float | None:
-        price = settings.judge_prices.get(model)
-        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
-
-    ledger = SpendLedger(settings.judge_budgets, cost)
+    ledger = SpendLedger(settings.judge_budgets, settings.judge_cost)
     for index, budget in enumerate(settings.judge_budgets):
         metrics.watch_budget(
             budget.rule or "",

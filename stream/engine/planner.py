@@ -291,7 +291,7 @@ class Scorer:
             return self._finish(rule, plan, Measured("error", why, judge_model=verdict.model), now)
         scores = [
             make_score(rule, plan.target, shape, measured, now)
-            for shape, measured in measured_scores(rule, verdict, results, job.cut)
+            for shape, measured in measured_scores(rule, verdict, results, _job_details(job))
         ]
         primary = next((s for s in scores if s.criterion == spec.primary), scores[0])
         outcome: Outcome = "scored" if primary.status == "ok" else "error"

@@ -3,6 +3,8 @@ each of its results shaped as a score (the primary one carries the judge call's 
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
 from ..ruleset.schema import RubricRule
 from .judge import Verdict
@@ -31,10 +33,10 @@ def measured_scores(
     rule: RubricRule,
     verdict: Verdict,
     results: list[RubricScore],
-    cut: dict[str, int] | None = None,
+    prompt_details: dict[str, Any] | None = None,
 ) -> list[tuple[ScoreShape, Measured]]:
     """Each aggregator result as the shape and content of one score event (the primary one
-    also says what was cut from the prompt to fit its cap, if anything was)."""
+    also carries ``prompt_details``: what the prompt lost to fit its cap, or rendered empty)."""
     primary = rule.aggregator.primary
     shaped = []
     for result in results:
@@ -50,8 +52,8 @@ def measured_scores(
             # one judge call: its usage is counted once, on the primary score
             usage=verdict.usage if result.name == primary else None,
             details=(
-                {**(result.details or {}), "prompt_cut": cut}
-                if cut and result.name == primary
+                {**(result.details or {}), **prompt_details}
+                if prompt_details and result.name == primary
                 else result.details
             ),
         )

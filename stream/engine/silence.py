@@ -27,13 +27,7 @@ class Silence:
     seen: list[tuple[tuple[str | None, str], int]]  # (name, project) -> count, most first
 
     def describe(self) -> str:
-        conditions = {
-            k: v
-            for k, v in self.rule.filter.model_dump().items()
-            if v is not None and k != "metadata"
-        }
-        if self.rule.filter.metadata:
-            conditions["metadata"] = self.rule.filter.metadata
+        conditions = self.rule.filter.model_dump(exclude_none=True)
         seen = ", ".join(f"name {n!r} in project {p!r} ({c})" for (n, p), c in self.seen)
         return (
             f"rule {self.rule.pack}/{self.rule.id} matched none of the last {self.traces} traces; "
@@ -52,9 +46,13 @@ class SilenceWatch:
         self.after = after
         self.report = report
         self.since = dict.fromkeys(self.rules, 0)
-        self.silent: set[str] = set()
         self._recent: deque[tuple[str | None, str]] = deque(maxlen=max(after, 1))
         self._counts: Counter[tuple[str | None, str]] = Counter()
+
+    @property
+    def silent(self) -> set[str]:
+        """The rules reported silent and not heard since."""
+        return {rule_id for rule_id, since in self.since.items() if since >= self.after}
 
     def saw(self, trace: Trace, matched: Iterable[str]) -> None:
         """One trace, and the rules whose filter matched it."""
@@ -71,13 +69,11 @@ class SilenceWatch:
         heard = set(matched)
         for rule_id in self.since:
             if rule_id in heard:
-                if rule_id in self.silent:
-                    self.silent.discard(rule_id)
+                if self.since[rule_id] >= self.after:
                     self.report(Silence(self.rules[rule_id], False, self.since[rule_id], []))
                 self.since[rule_id] = 0
                 continue
             self.since[rule_id] += 1
             if self.since[rule_id] == self.after:
-                self.silent.add(rule_id)
                 seen = self._counts.most_common(SEEN_SHOWN)
                 self.report(Silence(self.rules[rule_id], True, self.after, seen))

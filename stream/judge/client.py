@@ -55,7 +55,7 @@ class JudgeClient:
         observer.watch_judge(
             lambda: 1.0 if self.health.available else 0.0, self.health.unavailable_seconds
         )
-        self.prices = settings.judge_prices
+        self.cost = settings.judge_cost
         self._secret = (
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         )
@@ -84,8 +84,7 @@ class JudgeClient:
         self, model: str, outcome: str, elapsed: float, usage: TokenUsage | None = None
     ) -> None:
         """One attempt: count and latency; tokens and estimated cost when answered."""
-        price = self.prices.get(model) if usage is not None else None
-        cost = price.cost(usage.prompt_tokens, usage.completion_tokens) if price and usage else None
+        cost = self.cost(model, usage) if usage is not None else None
         self.observer.on_judge_call(model, outcome, elapsed, usage, cost)
 
     async def judge(

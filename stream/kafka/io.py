@@ -58,6 +58,11 @@ def read_traces(path: Path) -> list[Any]:
     return items
 
 
+def message_value(item: Any) -> bytes:
+    """An item read by ``read_traces`` as the message it was: raw bytes stay as they were."""
+    return item if isinstance(item, bytes) else orjson.dumps(item)
+
+
 def message_key(item: Any) -> bytes | None:
     """Key = thread id when the trace has one (a thread stays in one partition), a session
     event's session id, else the trace id."""
@@ -75,7 +80,7 @@ async def produce(
     try:
         futures = []
         for item in items:
-            value = item if isinstance(item, bytes) else orjson.dumps(item)
+            value = message_value(item)
             futures.append(await producer.send(topic, value=value, key=message_key(item)))
             if progress:
                 progress()
