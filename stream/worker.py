@@ -25,6 +25,7 @@ from .observer import Observer
 from .ruleset.schema import RuleSet
 from .settings import Settings
 from .threads.router import ThreadRouter
+from .threads.sources import SourceLog
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +47,27 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
     router = ThreadRouter(ruleset, settings.turn_max_bytes)
+    sources = SourceLog()
     register_trace_agent(
         app,
         topics,
         scorer,
         max_in_flight=settings.max_in_flight,
         router=router,
+        sources=sources,
         observer=metrics,
     )
     if router.session_rules:
         register_session_agent(
-            app, topics, router, max_in_flight=settings.max_in_flight, observer=metrics
+            app,
+            topics,
+            router,
+            max_in_flight=settings.max_in_flight,
+            sources=sources,
+            observer=metrics,
         )
     if ruleset.for_scope("thread"):
-        register_thread_agent(app, topics, scorer, settings, metrics)
+        register_thread_agent(app, topics, scorer, settings, metrics, sources)
     metrics.on_rules_loaded(
         __version__,
         ruleset.digest,

@@ -16,6 +16,7 @@ from ..delivery.publisher import Publisher, Send
 from ..observer import Observer
 from ..threads.events import parse_session
 from ..threads.router import ThreadRouter
+from ..threads.sources import SourceLog, source_name
 
 
 def register_session_agent(
@@ -24,12 +25,14 @@ def register_session_agent(
     router: ThreadRouter,
     *,
     max_in_flight: int,
+    sources: SourceLog | None = None,
     observer: Observer | None = None,
 ) -> AgentT[bytes]:
     """Validate coaching-session events and forward them, keyed by session, to thread events.
 
     An invalid event goes to the DLQ with its bytes and error; offsets are acked in order once
-    the forwarded event (or the DLQ copy) is on the broker.
+    the forwarded event (or the DLQ copy) is on the broker. ``sources`` records how far
+    each partition is read.
     """
     observer = observer or Observer()
     publisher = Publisher(app)
@@ -46,14 +49,18 @@ def register_session_agent(
                 tp, entry = await delivery.admit(event)
                 message = event.message
                 sends: list[Send]
+                source = source_name(message.topic, message.partition)
+                moment = None
                 try:
                     session = parse_session(message.value)
-                    source = f"{message.topic}:{message.partition}"
                     thread_event = router.from_session(session, message.timestamp, source)
                     sends = [topics.to_threads(thread_event)]
+                    moment = session.timestamp
                 except (ValueError, ValidationError) as exc:
                     sends = dead_letters.invalid(message, exc, what="session event")
                 await delivery.deliver(tp, entry, sends, [])
+                if sources:
+                    sources.read(source, message.offset, message.timestamp, moment)
         finally:
             delivery.stop()
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 import faust
+from faust.transport.consumer import Consumer
 from faust.types import StreamT
 
 from ..app import Topics
@@ -31,8 +33,9 @@ from ..models import ThreadDecisions
 from ..observer import Observer
 from ..ruleset.schema import RuleSet
 from ..settings import Settings
-from ..threads.events import ThreadEvent, published, tick
+from ..threads.events import ThreadEvent, progress, published, tick
 from ..threads.processor import ThreadProcessor
+from ..threads.sources import SourceLog, source_name
 from ..threads.state import ThreadClose, ThreadLimits
 
 log = logging.getLogger(__name__)
@@ -64,9 +67,11 @@ def register_thread_agent(
     scorer: Scorer,
     settings: Settings,
     observer: Observer | None = None,
+    sources: SourceLog | None = None,
 ) -> ThreadProcessor:
     """The thread table, the agent that folds thread events into it and scores closes, and
-    the timer that ticks every owned partition; returns the processor."""
+    the timer that ticks every owned partition (after telling every partition how far this
+    worker has read its sources); returns the processor."""
     observer = observer or Observer()
     gaps = {
         kind: inactivity_gap(scorer.ruleset, kind, settings) for kind in ("conversation", "session")
@@ -155,12 +160,26 @@ def register_thread_agent(
             for task in list(in_flight.values()):
                 task.cancel()
 
+    source_topics = {*topics.traces.topics, *topics.sessions.topics}
+    all_partitions = range(topics.thread_events.partitions or settings.topic_partitions)
+
+    def read_sources(now: float) -> dict[str, tuple[float, float]]:
+        consumer = cast(Consumer, app.consumer)  # Faust's, with its record of committed offsets
+        committed = consumer._committed_offset
+        assigned = {
+            source_name(tp.topic, tp.partition): (consumer.highwater(tp), committed.get(tp))
+            for tp in app.assignor.assigned_actives()
+            if tp.topic in source_topics
+        }
+        return sources.positions(assigned, now) if sources is not None else {}
+
     @app.timer(settings.thread_tick_s)
     async def send_ticks() -> None:
-        """The wall clock, into every partition this worker owns (behind what is queued)."""
-        payload = tick(time.time())
-        producer = app.producer
-        for partition in sorted(owned()):
-            await producer.send(events_topic, None, payload, partition, None, None)
+        """How far this worker has read its sources, into every partition; then the wall
+        clock, into every partition this worker owns (each behind what is queued)."""
+        now = time.time()
+        if positions := read_sources(now):
+            await publisher.to_partitions(events_topic, progress(now, positions), all_partitions)
+        await publisher.to_partitions(events_topic, tick(now), sorted(owned()))
 
     return processor

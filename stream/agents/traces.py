@@ -21,6 +21,7 @@ from ..engine.planner import Scorer, TracePlan
 from ..models import Trace, TraceDecisions, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
+from ..threads.sources import SourceLog, source_name
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
@@ -41,6 +42,7 @@ def register_trace_agent(
     *,
     max_in_flight: int,
     router: ThreadRouter | None = None,
+    sources: SourceLog | None = None,
     observer: Observer | None = None,
 ) -> AgentT[bytes]:
     """The trace agent: one actor, up to ``max_in_flight`` traces in flight at once.
@@ -49,12 +51,14 @@ def register_trace_agent(
     traces that wait for the judge get a task. Each trace's messages are acknowledged by the
     broker before its offset may be acked, and offsets are acked in order per partition.
     A trace that belongs to a judged conversation also sends its turn to the thread-events
-    topic at once (not after its own judge calls), in the same at-least-once set.
+    topic at once (not after its own judge calls), in the same at-least-once set, and
+    ``sources`` records how far each partition is read (after its turn is handed over).
     """
     observer = observer or Observer()
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
     router = router if router is not None and router.wants_conversations else None
+    sources = sources if router is not None else None
 
     @app.agent(topics.traces, concurrency=1, name="score-traces")
     async def score_traces(stream: StreamT[bytes]) -> None:
@@ -86,27 +90,31 @@ def register_trace_agent(
                 message = event.message
                 observer.on_trace_consumed(message.topic)
                 started = time.perf_counter()
+                source = source_name(message.topic, message.partition)
                 try:
                     trace, document = parse_trace(message.value)
                 except (ValueError, ValidationError) as exc:
                     await deliver(tp, entry, dead_letters.invalid(message, exc), [])
+                    if sources:
+                        sources.read(source, message.offset, message.timestamp, None)
                     continue
                 try:
                     plan = scorer.plan(trace, document, message.topic)
                     turn = router and router.from_trace(
-                        trace,
-                        document,
-                        message.topic,
-                        message.timestamp,
-                        f"{message.topic}:{message.partition}",
+                        trace, document, message.topic, message.timestamp, source
                     )
                 except Exception as exc:
                     await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
+                    if sources:
+                        sources.read(source, message.offset, message.timestamp, None)
                     continue
                 early: Early | None = None
                 if turn:
                     early_sends = [topics.to_threads(turn)]
                     early = (early_sends, await publisher.send(early_sends))
+                if sources:
+                    moment = trace.start_time or trace.end_time
+                    sources.read(source, message.offset, message.timestamp, moment)
                 entry.engine_seconds = time.perf_counter() - started
                 if plan.judge_jobs:
                     delivery.spawn(judged(tp, entry, plan, trace, early))

@@ -59,6 +59,12 @@ class Publisher:
             for topic, key, value, headers in sends
         ]
 
+    async def to_partitions(self, topic: str, value: bytes, partitions: Iterable[int]) -> None:
+        """Hand ``value`` to the producer once for each of ``partitions`` of ``topic`` (no key)."""
+        producer = self.app.producer
+        for partition in partitions:
+            await producer.send(topic, None, value, partition, None, None)
+
     async def send_until_delivered(self, sends: list[Send]) -> None:
         """Send and wait until the broker has every message; retry until it does.
 

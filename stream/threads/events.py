@@ -9,7 +9,10 @@ trace agent and the session agent repartition them onto ``<app id>-thread-events
 - ``end``: a coaching session's end event;
 - ``tick``: the wall clock, sent by each worker to the partitions it owns, so idle threads
   close when their partition receives nothing else;
-- ``published``: the scores of a close are on the scores topic (its pending copy can go).
+- ``published``: the scores of a close are on the scores topic (its pending copy can go);
+- ``progress``: how far each source (topic:partition) a worker reads has been read, in
+  event time and in Kafka time (``sources.py``), sent by that worker to every partition on
+  its timer, so a partition a source rarely feeds learns it too.
 
 ``arrival`` is the Kafka timestamp of the source message, not the time the event was
 forwarded, so redelivery or a slow judge cannot make a thread look active later than it was.
@@ -25,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .state import ThreadKind, Turn
 
-EventType = Literal["turn", "end", "tick", "published"]
+EventType = Literal["turn", "end", "tick", "published", "progress"]
 
 
 class ThreadEvent(BaseModel):
@@ -41,6 +44,9 @@ class ThreadEvent(BaseModel):
     end_key: str | None = None
     rules: list[str] = Field(default_factory=list)
     close_seq: int = 0
+    positions: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="progress: source -> (event time, read up to)"
+    )
 
     @property
     def key(self) -> bytes:
@@ -60,6 +66,10 @@ def table_key(kind: str, thread_id: str) -> bytes:
 
 def tick(now: float) -> bytes:
     return ThreadEvent(type="tick", arrival=now).to_bytes()
+
+
+def progress(now: float, positions: dict[str, tuple[float, float]]) -> bytes:
+    return ThreadEvent(type="progress", arrival=now, positions=positions).to_bytes()
 
 
 def published(kind: ThreadKind, thread_id: str, close_seq: int) -> ThreadEvent:

@@ -5,15 +5,25 @@ worker, a dict in unit tests) holding one ``ThreadState`` per thread, and keeps 
 per partition so that neither a tick nor an event scans every thread:
 
 - ``open``: each open thread's two deadlines, wall clock (last arrival + gap) and event
-  time (activity + gap), with a min-heap of each (stale heap entries are skipped lazily);
-- the partition's event-time watermark. Turns reach a thread-events partition from every
-  source partition (traces are keyed by trace id, and each source is forwarded by whichever
-  worker owns it), so a replay's turns interleave out of time order across sources. As in
-  Flink, the watermark is the minimum over the sources seen of each one's latest event
-  time (never ahead of arrival), so no thread closes by event time while a source that may
-  still hold its next turn is behind. A source that stops holds it back: live, the wall
-  clock closes idle threads anyway;
+  time (activity + gap), with its sources, and min-heaps of them (stale heap entries are
+  skipped lazily);
+- how far each source (topic:partition) has been read (``sources.py``): in event time
+  (``progress``) and in Kafka time (``read``), as the events of the source and the
+  ``progress`` events of the worker reading it say. Turns reach a partition from every
+  source, and a replay's sources run at different speeds, so there is no single clock:
+
+  - a thread's event time is the least progress of the sources its own events came from
+    (as in Flink, over the inputs that may still hold its next event; not over every
+    source, so a slow or sparse source holds back only its own threads). `scorer replay`
+    keys by thread id, so a thread has one source, read in order;
+  - a thread past its wall-clock deadline waits while one of its sources is read only up
+    to a point before it (a backlog after a restart, a trace agent held up by the judge):
+    its next turn may be in there;
+  - an event whose own time (Kafka time, or its source's event time) is the gap or more
+    after its thread's last activity closes the thread first, as live, and then reopens it;
 - the threads with a pending close (scores not known to be published).
+
+So closes depend on the times in the data, not on when the worker got to read it.
 
 The index is rebuilt from the table after every recovery (restart or rebalance), so the
 table stays the only state: a worker that takes over a partition closes its threads exactly
@@ -48,22 +58,38 @@ from .state import (
 class PartitionIndex:
     """What the processor knows of one partition without reading its threads."""
 
-    floor: float = 0.0  # the watermark recovered from the table after a restart
-    sources: dict[str, float] = field(default_factory=dict)
-    open: dict[bytes, tuple[float, float]] = field(default_factory=dict)
+    progress: dict[str, float] = field(default_factory=dict)  # source -> event time
+    read: dict[str, float] = field(default_factory=dict)  # source -> Kafka time read up to
+    # thread key -> (wall-clock deadline, event-time deadline, its sources)
+    open: dict[bytes, tuple[float, float, tuple[str, ...]]] = field(default_factory=dict)
     wall: list[tuple[float, bytes]] = field(default_factory=list)
-    event_time: list[tuple[float, bytes]] = field(default_factory=list)
+    # per source: event-time deadlines of the open threads it is the slowest source of
+    due: dict[str, list[tuple[float, bytes]]] = field(default_factory=dict)
+    # per source: wall-clock deadlines past, of threads waiting for the source to be read
+    # past them (their next turn may be in its backlog)
+    waiting: dict[str, list[tuple[float, bytes]]] = field(default_factory=dict)
     closed: list[tuple[float, bytes]] = field(default_factory=list)
     pending: set[bytes] = field(default_factory=set)
-    resume: bool = False  # score the pending closes at the next tick (after a recovery)
-
-    @property
-    def watermark(self) -> float:
-        return max(self.floor, min(self.sources.values(), default=self.floor))
+    # the closes found pending at a recovery (thread key, close seq): scored again at the
+    # partition's next tick unless published by then; closes made since are not among them
+    resume: set[tuple[bytes, int]] = field(default_factory=set)
 
     def advance(self, source: str, event_time: float) -> None:
-        if event_time > self.sources.get(source, 0.0):
-            self.sources[source] = event_time
+        if event_time > self.progress.get(source, 0.0):
+            self.progress[source] = event_time
+
+    def watermark(self, sources: Iterable[str]) -> float | None:
+        """Event time of a thread fed by ``sources``: the least progress among them."""
+        return min((self.progress.get(s, 0.0) for s in sources), default=None)
+
+    def slowest(self, sources: Iterable[str]) -> str:
+        return min(sources, key=lambda s: self.progress.get(s, 0.0))
+
+    def unread(self, sources: Iterable[str], deadline: float) -> str | None:
+        """The source of ``sources`` read least far, if it is not read up to ``deadline``
+        (a source no worker has reported on counts as read)."""
+        behind = [(self.read[s], s) for s in sources if self.read.get(s, deadline) < deadline]
+        return min(behind)[1] if behind else None
 
 
 class ThreadProcessor:
@@ -98,26 +124,32 @@ class ThreadProcessor:
         next tick: a tick is queued behind every event already in the partition, so the
         ``published`` events of closes the previous owner finished are seen first.
         """
-        self.partitions = {p: PartitionIndex(resume=True) for p in partitions}
-        indexed = 0
+        self.partitions = {p: PartitionIndex() for p in partitions}
+        states = []
         for key, raw in self.table.items():
             state = ThreadState.from_bytes(raw)
             index = self.partitions.get(state.partition)
             if index is None:
                 continue
-            indexed += 1
-            index.floor = max(index.floor, state.activity)
+            states.append((index, key, state))
+            for source, moment in state.sources.items():
+                index.advance(source, moment)  # at least as far as the table shows
+        for index, key, state in states:
             self._index(index, key, state)
-        return indexed
+            index.resume.update((key, p.close_seq) for p in state.pending)
+        return len(states)
 
     def _index(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
         gap = self.gaps[state.kind]
         if state.is_open:
-            deadlines = (state.last_arrival + gap, state.activity + gap)
-            if index.open.get(key) != deadlines:
-                index.open[key] = deadlines
-                heapq.heappush(index.wall, (deadlines[0], key))
-                heapq.heappush(index.event_time, (deadlines[1], key))
+            sources = tuple(sorted(state.sources))
+            entry = (state.last_arrival + gap, state.activity + gap, sources)
+            if index.open.get(key) != entry:
+                index.open[key] = entry
+                heapq.heappush(index.wall, (entry[0], key))
+                if sources:  # a thread from before sources were recorded: wall clock only
+                    slowest = index.slowest(sources)
+                    heapq.heappush(index.due.setdefault(slowest, []), (entry[1], key))
         else:
             index.open.pop(key, None)
             if state.turns and not state.pending:
@@ -143,6 +175,14 @@ class ThreadProcessor:
         self.observer.on_thread_event(event.type)
         if event.type == "tick":
             return self._tick(index, event.arrival)
+        if event.type == "progress":
+            closes = []
+            for source, (event_time, read) in event.positions.items():
+                index.advance(source, min(event_time, event.arrival))
+                index.read[source] = read
+                closes.extend(self._close_by_event_time(index, source))
+                closes.extend(self._release(index, source, event.arrival))
+            return closes
         key = event.key
         raw = self.table.get(key)
         if event.type == "published":
@@ -157,13 +197,33 @@ class ThreadProcessor:
         else:
             state = ThreadState.from_bytes(raw)
         moment = event.turn.event_time if event.turn else event.event_time
-        # the thread's activity mark: its own event time, or the watermark if that is later
+        assert moment is not None
+        # the event's own time is evidence of how far its source has got (never ahead of
+        # its arrival in Kafka: a clock running fast cannot close threads early)
+        clamped = min(moment.timestamp(), event.arrival)
+        index.advance(event.source, clamped)
+        closes = []
+        sources = {*state.sources, event.source}
+        watermark = index.watermark(sources)
+        assert watermark is not None
+        if raw is not None:
+            # the thread went quiet for the gap before this event (in Kafka time, or in its
+            # sources' event time): it closes first, as it would have live, and the event
+            # reopens it. So a backlog read late closes threads where they closed live.
+            gap = self.gaps[state.kind]
+            reason = close_reason(
+                state,
+                wall_now=event.arrival,
+                watermark=watermark if state.sources else None,
+                gap_s=gap,
+            )
+            if reason in ("inactivity", "inactivity_event_time"):
+                at = event.arrival if reason == "inactivity" else watermark
+                closes.append(self._close(state, reason, closed_at=at))
+                self._store(index, key, state)
+        # the thread's activity mark: its own event time, or its watermark if that is later
         # (a producer whose clock lags cannot make its own thread look idle)
-        mark = index.watermark
-        if moment is not None:
-            clamped = min(moment.timestamp(), event.arrival)
-            index.advance(event.source, clamped)
-            mark = max(index.watermark, clamped)
+        mark = max(watermark, clamped)
         changed = False
         if event.turn is not None:
             changed = fold_turn(
@@ -178,7 +238,6 @@ class ThreadProcessor:
                 changed = True
         if event.type == "end" or event.end:
             end_key = event.end_key or (event.turn.key if event.turn else "end")
-            assert moment is not None
             changed = (
                 mark_end(
                     state,
@@ -189,47 +248,87 @@ class ThreadProcessor:
                 )
                 or changed
             )
-        closes = []
+        if changed and clamped > state.sources.get(event.source, 0.0):
+            state.sources[event.source] = clamped
         if changed and state.is_open and state.ended:
             closes.append(self._close(state, "end", closed_at=event.arrival))
         if changed:
             self._store(index, key, state)
-        closes.extend(self._close_by_event_time(index))
+        closes.extend(self._close_by_event_time(index, event.source))
         return closes
 
     def _due(
         self, index: PartitionIndex, heap: list[tuple[float, bytes]], slot: int, bound: float
-    ) -> Iterator[tuple[float, bytes, ThreadState]]:
+    ) -> Iterator[tuple[float, bytes, tuple[str, ...]]]:
         """Open threads whose deadline in ``heap`` (``slot`` of their ``open`` entry) is past
-        ``bound``; stale heap entries (the thread moved on or closed) are dropped."""
+        ``bound``, with their sources; stale heap entries (the thread moved on or closed) are
+        dropped."""
         while heap and heap[0][0] <= bound:
             deadline, key = heapq.heappop(heap)
-            deadlines = index.open.get(key)
-            if deadlines is not None and deadlines[slot] == deadline:
-                yield deadline, key, ThreadState.from_bytes(self.table[key])
+            entry = index.open.get(key)
+            if entry is not None and entry[slot] == deadline:
+                yield deadline, key, entry[2]
 
     def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         closes = []
-        for deadline, key, state in self._due(index, index.wall, 0, now):
-            reason = close_reason(
-                state, wall_now=now, watermark=index.watermark, gap_s=self.gaps[state.kind]
-            )
-            if reason is not None:
-                self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
-                closes.append(self._close(state, reason, closed_at=now))
-                self._store(index, key, state)
+        for deadline, key, sources in self._due(index, index.wall, 0, now):
+            if (behind := index.unread(sources, deadline)) is not None:
+                heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
+                continue
+            closes.extend(self._close_idle(index, key, deadline, now))
         self._compact(index, now)
         if index.resume:
-            index.resume = False
-            for key in sorted(index.pending):
+            resume, index.resume = index.resume, set()
+            for key, close_seq in sorted(resume):
                 state = ThreadState.from_bytes(self.table[key])
-                closes.extend(self._as_close(state, p) for p in state.pending)
+                closes.extend(
+                    self._as_close(state, p) for p in state.pending if p.close_seq == close_seq
+                )
         return closes
 
-    def _close_by_event_time(self, index: PartitionIndex) -> list[ThreadClose]:
-        closes = []
-        watermark = index.watermark
-        for _, key, state in self._due(index, index.event_time, 1, watermark):
+    def _release(self, index: PartitionIndex, source: str, now: float) -> list[ThreadClose]:
+        """Close the threads past their wall-clock deadline that waited for ``source`` to be
+        read past it (and for no other source)."""
+        closes: list[ThreadClose] = []
+        heap = index.waiting.get(source)
+        if not heap:
+            return closes
+        for deadline, key, sources in self._due(index, heap, 0, index.read[source]):
+            if (behind := index.unread(sources, deadline)) is not None:
+                heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
+                continue
+            closes.extend(self._close_idle(index, key, deadline, now))
+        return closes
+
+    def _close_idle(
+        self, index: PartitionIndex, key: bytes, deadline: float, now: float
+    ) -> list[ThreadClose]:
+        state = ThreadState.from_bytes(self.table[key])
+        reason = close_reason(
+            state, wall_now=max(now, deadline), watermark=None, gap_s=self.gaps[state.kind]
+        )
+        if reason is None:
+            return []
+        self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
+        close = self._close(state, reason, closed_at=now)
+        self._store(index, key, state)
+        return [close]
+
+    def _close_by_event_time(self, index: PartitionIndex, source: str) -> list[ThreadClose]:
+        """Close the threads whose slowest source is ``source`` and whose event-time deadline
+        its progress has passed; a thread still waiting for another of its sources moves to
+        that source's heap."""
+        closes: list[ThreadClose] = []
+        heap = index.due.get(source)
+        if not heap:
+            return closes
+        for deadline, key, sources in self._due(index, heap, 1, index.progress.get(source, 0.0)):
+            watermark = index.watermark(sources)
+            assert watermark is not None
+            if watermark < deadline:
+                heapq.heappush(index.due.setdefault(index.slowest(sources), []), (deadline, key))
+                continue
+            state = ThreadState.from_bytes(self.table[key])
             reason = close_reason(
                 state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
             )

@@ -12,9 +12,9 @@ changed, so the agent writes the table (and its changelog) only when something h
   counted, and the thread document (and so the score event) says how many were dropped.
 - A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways:
   in wall-clock time since its last new event arrived in Kafka (live: an idle thread closes
-  even when its partition receives nothing else), and in event time: the partition's
-  watermark has moved ``gap`` past the thread's activity mark (its last event time, or the
-  watermark then if that was later). A replay of history therefore closes threads where
+  even when its partition receives nothing else), and in event time: the thread's
+  watermark (how far the sources of its events have got) has moved ``gap`` past its
+  activity mark (its last event time, or its watermark then if that was later). A replay of history therefore closes threads where
   they would have closed live, although the replay itself runs in minutes; and a producer
   whose clock lags cannot make its own threads close at once.
 - A turn after a close reopens the thread; its turns are kept, so the next close judges the
@@ -178,7 +178,11 @@ class ThreadState(BaseModel):
     last_event_time: datetime | None = None
     last_arrival: float = Field(default=0.0, description="Kafka time of the last new event")
     activity: float = Field(
-        default=0.0, description="Partition watermark (epoch s) at the last new event"
+        default=0.0, description="The thread's event-time watermark (epoch s) at its last new event"
+    )
+    sources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Source topic:partition of its events, with the latest event time from each",
     )
     pending: list[PendingClose] = Field(default_factory=list)
 
@@ -212,7 +216,7 @@ def fold_turn(
     """Fold ``turn`` into ``state`` (in place). False when it was a duplicate that changed nothing.
 
     ``arrival``: when the turn's source message reached Kafka (epoch s); ``watermark``: the
-    partition's event-time watermark after this turn (defaults to ``arrival``).
+    thread's event-time watermark after this turn (defaults to ``arrival``).
     """
     existing = next((i for i, t in enumerate(state.turns) if t.key == turn.key), None)
     if existing is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -46,7 +47,9 @@ def session_turn(session: str, seq: int, timing: float, feedback: str = "steady 
         "session_id": session,
         "type": "turn",
         "seq": seq,
-        "timestamp": (T0 + timedelta(seconds=10 * seq)).isoformat(),
+        # a second apart: within the 4 s gap the tests close by (a longer pause in event
+        # time closes the session, as it would have live)
+        "timestamp": (T0 + timedelta(seconds=seq)).isoformat(),
         "project_name": "fretcoach",
         "metrics": {"pitch_accuracy": 0.9, "scale_conformity": 0.85, "timing_stability": timing},
         "feedback": feedback,
@@ -234,6 +237,122 @@ async def test_a_replay_closes_threads_by_event_time(
     assert {s["thread"]["close_reason"] for s in grouped["morning"]} == {"inactivity_event_time"}
     assert {s["thread"]["turn_count"] for s in grouped["morning"]} == {2}
     assert {s["status"] for s in grouped["morning"]} == {"skipped"}  # no judge configured
+
+
+async def test_a_backlog_read_late_closes_sessions_where_they_closed_live(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    """Sessions produced before the worker starts, read more than the gap later: the wall
+    clock ticks while the backlog is read, but a session is not idle while its source is
+    read only up to a point before its deadline, and a turn that reached Kafka more than the
+    gap after the one before closes the session first, as live."""
+    steady = [session_turn("steady", i, 0.6) for i in range(6)]
+    await produce(
+        broker.bootstrap,
+        names.sessions,
+        as_messages(
+            [*steady, session_end("steady"), *(session_turn("paused", i, 0.6) for i in (0, 1))]
+        ),
+    )
+    await asyncio.sleep(5)  # longer than the gap, in Kafka time
+    await produce(
+        broker.bootstrap,
+        names.sessions,
+        as_messages([*(session_turn("paused", i, 0.6) for i in (2, 3)), session_end("paused")]),
+    )
+    await asyncio.sleep(5)  # the worker starts when all of it is older than the gap
+    start(workers, broker, names, tmp_path, None, SCORER_THREAD_INACTIVITY_GAP_S="4", **FAST)
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: len(by_target(rs).get("paused", [])) >= 4 and "steady" in by_target(rs),
+        timeout=60,
+    )
+    await asyncio.sleep(5)  # past another gap: nothing else closes
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=3)
+    closes = {
+        target: sorted(
+            {
+                (s["thread"]["close_seq"], s["thread"]["close_reason"], s["thread"]["turn_count"])
+                for s in found
+            }
+        )
+        for target, found in by_target(scores).items()
+    }
+    assert closes == {
+        "steady": [(1, "end", 6)],
+        "paused": [(1, "inactivity", 2), (2, "end", 4)],
+    }
+
+
+def live_closes(times: list[datetime], gap_s: float) -> list[int]:
+    """The turn counts of a conversation's closes live: it closes after every pause of the gap
+    or more, and each close judges the whole conversation so far."""
+    counts = [n for n in range(1, len(times)) if (times[n] - times[n - 1]).total_seconds() >= gap_s]
+    return [*counts, len(times)]
+
+
+async def test_a_replayed_day_closes_every_thread_where_live_did(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    """A day of conversations, a quarter of them pausing 30-60 minutes, replayed in seconds
+    (keyed by thread id, as `scorer replay` does): each closes as often, and with the same
+    turns, as it did live with a 15-minute gap, although the four source partitions are
+    read at their own speeds and each feeds every thread partition."""
+    rng = random.Random(14)
+    gap = 900.0
+    start(workers, broker, names, tmp_path, None, SCORER_THREAD_INACTIVITY_GAP_S=str(gap))
+    history: list[dict] = []
+    expected: dict[str, list[int]] = {}
+    for n in range(80):
+        thread = f"day-{n}"
+        moment = T0 - timedelta(hours=18) + timedelta(seconds=rng.uniform(0, 20 * 3600))
+        times = []
+        for turn in range(3):
+            if turn:
+                pause = rng.uniform(30, 60) * 60 if n % 4 == 0 and turn == 2 else 0
+                moment += timedelta(seconds=pause or rng.uniform(60, 600))
+            times.append(moment)
+            history.append(chat(thread, turn, at=moment))
+        expected[thread] = live_closes(times, gap)
+    history.sort(key=lambda d: d["start_time"])
+    # the day after: one conversation on each source partition moves its event time on
+    day_after = T0 + timedelta(hours=6)
+    sentinels = []
+    for partition in range(4):
+        thread = next(
+            f"next-day-{partition}-{k}"
+            for k in range(1000)
+            if key_hash(f"next-day-{partition}-{k}".encode()) % 4 == partition
+        )
+        sentinels.append(chat(thread, 0, at=day_after))
+    assert sorted(Counter(map(len, expected.values()))) == [1, 2]
+    await produce(
+        broker.bootstrap,
+        names.traces,
+        [(message_key(d), orjson.dumps(d)) for d in [*history, *sentinels]],
+    )
+    closes_expected = sum(len(c) for c in expected.values())
+
+    def closes(scores: list[dict]) -> dict[str, list[int]]:
+        seen: dict[str, dict[int, int]] = {}
+        for s in thread_scores(scores):
+            info = s["thread"]
+            seen.setdefault(s["target_id"], {})[info["close_seq"]] = info["turn_count"]
+        return {t: [c[k] for k in sorted(c)] for t, c in seen.items()}
+
+    scores = await read_scores(
+        broker.bootstrap,
+        names.scores,
+        until=lambda rs: sum(map(len, closes(rs).values())) >= closes_expected,
+        timeout=120,
+    )
+    await asyncio.sleep(2)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
+    found = closes(scores)
+    differ = {t: (found.get(t), want) for t, want in expected.items() if found.get(t) != want}
+    assert not differ, f"{len(differ)} of {len(expected)} threads closed otherwise than live"
+    assert set(found) == set(expected)  # the day after is still open
 
 
 @pytest.mark.parametrize("store", ["memory", "rocksdb"])

@@ -96,28 +96,131 @@ def test_a_replay_closes_by_event_time_where_live_would_have() -> None:
     assert p.open_threads() == 1
 
 
-def test_event_time_waits_for_the_slowest_source() -> None:
-    """Turns reach a partition from several source partitions, out of time order between
-    them: a thread does not close by event time while a source that may still hold its next
-    turn is behind (the watermark is the minimum over the sources)."""
+def sourced(event: ThreadEvent, source: str) -> ThreadEvent:
+    event.source = source
+    return event
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def test_event_time_waits_for_the_slowest_of_a_threads_own_sources() -> None:
+    """Turns of one thread from several source partitions, out of time order between them:
+    the thread does not close by event time while a source that fed it is behind."""
     p = processor()
-    first = chat("a", 0, arrival=WALL, at=T0)
-    first.source = "traces:0"
-    p.apply(0, first)
-    ahead = chat("b", 0, arrival=WALL + 1, at=T0 + timedelta(minutes=20))
-    ahead.source = "traces:1"
-    assert p.apply(0, ahead) == []  # traces:0 is still at 18:00: a's next turn may come
-    late = chat("a", 1, arrival=WALL + 2, at=T0 + timedelta(minutes=10))
-    late.source = "traces:0"
-    assert p.apply(0, late) == []  # it did: a is 10 minutes further on
-    catching_up = chat("c", 0, arrival=WALL + 3, at=T0 + timedelta(minutes=26))
-    catching_up.source = "traces:0"
-    # the watermark is min(18:26, 18:20) = 18:20: a (18:10) is not 15 minutes idle yet
-    assert p.apply(0, catching_up) == []
-    on = chat("d", 0, arrival=WALL + 4, at=T0 + timedelta(minutes=40))
-    on.source = "traces:1"
-    # min(18:26, 18:40): a closes; b (last event 18:20, ahead of the watermark then) does not
-    assert closes_of(p.apply(0, on)) == [("a", 1, "inactivity_event_time")]
+    p.apply(0, sourced(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    p.apply(0, sourced(chat("a", 1, arrival=WALL + 1, at=at(5)), "traces:1"))
+    # traces:0 is at 18:30, traces:1 still at 18:05: a's next turn may come from traces:1
+    assert p.apply(0, sourced(chat("b", 0, arrival=WALL + 2, at=at(30)), "traces:0")) == []
+    assert p.apply(0, sourced(chat("c", 0, arrival=WALL + 3, at=at(19)), "traces:1")) == []
+    # min(18:30, 18:21) passes 18:05 + 15 minutes
+    closes = p.apply(0, sourced(chat("d", 0, arrival=WALL + 4, at=at(21)), "traces:1"))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+
+
+def test_a_source_that_runs_ahead_is_not_held_back_by_another() -> None:
+    """A replay keyed by thread id, one source read far ahead of the other: each thread's
+    event time is its own source's, so a pause closes the thread before the turn after it,
+    as live; the other source being hours behind changes nothing."""
+    p = processor()
+    p.apply(0, sourced(chat("slow", 0, arrival=WALL, at=at(0)), "traces:1"))
+    p.apply(0, sourced(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    p.apply(0, sourced(chat("a", 1, arrival=WALL, at=at(5)), "traces:0"))
+    closes = p.apply(0, sourced(chat("b", 0, arrival=WALL + 1, at=at(21)), "traces:0"))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+    assert closes[0].pending.document["turn_count"] == 2
+    # a's own turn after a 40-minute pause reopens it; b, idle for 40 minutes, closes
+    closes = p.apply(0, sourced(chat("a", 2, arrival=WALL + 2, at=at(61)), "traces:0"))
+    assert closes_of(closes) == [("b", 1, "inactivity_event_time")]
+    p.apply(0, sourced(chat("a", 3, arrival=WALL + 2, at=at(62)), "traces:0"))
+    closes = p.apply(0, sourced(chat("e", 0, arrival=WALL + 3, at=at(80)), "traces:0"))
+    assert closes_of(closes) == [("a", 2, "inactivity_event_time")]
+    assert closes[0].pending.document["turn_count"] == 4  # the whole conversation
+    assert p.open_threads() == 2  # slow (its source is at 18:00) and e
+
+
+def test_a_turn_more_than_the_gap_after_its_threads_last_closes_it_first() -> None:
+    """A sparse source: the thread's own next turn is the first news that its source has moved
+    past the gap. The turn is not folded into the old conversation: the thread closes, then
+    the turn reopens it."""
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    closes = p.apply(0, sourced(chat("a", 1, arrival=WALL + 1, at=at(14)), "traces:0"))
+    assert closes == []  # 14 minutes: the same conversation
+    closes = p.apply(0, sourced(chat("a", 2, arrival=WALL + 2, at=at(30)), "traces:0"))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+    assert closes[0].pending.document["turn_count"] == 2
+    assert p.open_threads() == 1
+
+
+def moved(now: float, **positions: tuple[float, float]) -> ThreadEvent:
+    """A progress event: source (``traces_0`` for traces:0) -> (event time, read up to)."""
+    named = {k.replace("_", ":"): v for k, v in positions.items()}
+    return ThreadEvent(type="progress", arrival=now, positions=named)
+
+
+def test_progress_events_move_a_source_that_feeds_the_partition_rarely() -> None:
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    assert p.apply(0, moved(WALL + 1, traces_0=(at(14).timestamp(), WALL + 1))) == []
+    closes = p.apply(0, moved(WALL + 2, traces_0=(at(15).timestamp(), WALL + 2)))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+    assert p.apply(0, moved(WALL + 3, traces_9=(at(99).timestamp(), WALL + 3))) == []
+    assert p.open_threads() == 0
+
+
+def test_an_idle_thread_waits_while_its_source_has_a_backlog() -> None:
+    """Past its gap on the wall clock, but its source is read only up to a point before
+    the deadline: its next turn may be in the backlog. It was: the thread goes on."""
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL), "traces:0"))
+    p.apply(0, moved(WALL + GAP + 5, traces_0=(0.0, WALL + 100)))  # read up to WALL + 100
+    assert p.apply(0, tick(WALL + GAP + 5)) == [] and p.open_threads() == 1
+    p.apply(0, sourced(chat("a", 1, arrival=WALL + 600), "traces:0"))  # out of the backlog
+    assert p.apply(0, moved(WALL + GAP + 8, traces_0=(0.0, WALL + GAP + 1))) == []
+    # read past the new deadline (WALL + 600 + GAP): the thread closes with both turns
+    closes = p.apply(0, moved(WALL + 2 * GAP, traces_0=(0.0, WALL + 600 + GAP)))
+    assert closes == []  # the wall clock has not got there yet: the next tick decides
+    (close,) = p.apply(0, tick(WALL + 600 + GAP))
+    assert (close.pending.reason, close.pending.document["turn_count"]) == ("inactivity", 2)
+
+
+def test_a_thread_that_waited_for_its_source_closes_when_the_source_is_read_past_it() -> None:
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL), "traces:0"))
+    p.apply(0, sourced(chat("b", 0, arrival=WALL), "sessions:1"))
+    p.apply(0, moved(WALL + GAP, traces_0=(0.0, WALL + 10), sessions_1=(0.0, WALL + GAP)))
+    assert closes_of(p.apply(0, tick(WALL + GAP))) == [("b", 1, "inactivity")]
+    closes = p.apply(0, moved(WALL + GAP + 30, traces_0=(0.0, WALL + GAP + 30)))  # caught up
+    assert closes_of(closes) == [("a", 1, "inactivity")]
+
+
+def test_a_turn_read_late_from_a_backlog_closes_its_thread_first() -> None:
+    """Its Kafka time is more than the gap after the thread's last turn: live, the thread
+    closed in between, so it closes before the turn is folded, and the turn reopens it."""
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL), "traces:0"))
+    closes = p.apply(0, sourced(chat("a", 1, arrival=WALL + GAP + 10), "traces:0"))
+    assert closes_of(closes) == [("a", 1, "inactivity")]
+    assert closes[0].pending.document["turn_count"] == 1
+    assert p.open_threads() == 1
+
+
+def test_a_recovery_does_not_move_a_threads_event_time() -> None:
+    """After a restart or rebalance each source's progress is what the table shows of it; a
+    thread is not closed early because another source's threads are further on."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, sourced(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    before.apply(0, sourced(chat("b", 0, arrival=WALL, at=at(40)), "traces:1"))
+    after = processor(table)
+    assert after.rebuild([0]) == 2
+    assert after.apply(0, sourced(chat("c", 0, arrival=WALL, at=at(50)), "traces:1")) == []
+    assert after.apply(0, sourced(chat("a", 1, arrival=WALL, at=at(10)), "traces:0")) == []
+    closes = after.apply(0, sourced(chat("d", 0, arrival=WALL, at=at(26)), "traces:0"))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+    assert closes[0].pending.document["turn_count"] == 2
 
 
 def test_event_time_never_runs_ahead_of_arrival() -> None:
@@ -154,6 +257,21 @@ def test_after_a_restart_the_index_is_rebuilt_from_the_table_and_pending_closes_
     assert after.pending_closes() == 0
     state = ThreadState.from_bytes(table[b"conversation/done"])
     assert (state.pending, state.published, state.closes) == ([], 1, 1)
+
+
+def test_a_close_made_after_a_recovery_is_not_scored_again_at_its_first_tick() -> None:
+    """Only the closes left pending by the previous owner are scored again after a recovery;
+    one this worker made since (its scores on their way) is not handed out twice."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, chat("left", 0, arrival=WALL, end=True))  # pending when the owner died
+    after = processor(table)
+    after.rebuild([0])
+    assert closes_of(after.apply(0, chat("new", 0, arrival=WALL + 1, end=True))) == [
+        ("new", 1, "end")
+    ]
+    assert closes_of(after.apply(0, tick(WALL + 2))) == [("left", 1, "end")]
+    assert after.apply(0, tick(WALL + 3)) == []
 
 
 def test_closed_threads_drop_their_turns_after_the_retention_but_keep_their_count() -> None:

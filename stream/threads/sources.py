@@ -1,0 +1,76 @@
+"""How far this worker has read each source partition it forwards turns from.
+
+Turns reach a thread-events partition from every source partition (the traces and session
+topics), forwarded by whichever worker reads that source. A thread can only be judged idle
+once the sources that feed it have been read past its deadline: otherwise its next turn may
+be sitting unread in a backlog (a restart, a slow judge holding the trace agent back). So
+each worker tells every thread-events partition, on its timer, how far each source it owns
+has been read, in the two clocks threads close by:
+
+- event time: the latest event time read from the source (never ahead of its arrival);
+- arrival: the Kafka time up to which the source has been read: the present when the
+  source is caught up (its last message read is the last one there), else the Kafka time
+  of the last message read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+# a source's position: (event time, read up to), both epoch seconds
+Position = tuple[float, float]
+
+
+@dataclass
+class SourceRead:
+    offset: int
+    arrival: float
+    event_time: float = 0.0
+
+
+def source_name(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class SourceLog:
+    """The last message this worker read of each source, and what that says of its position."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, SourceRead] = {}
+
+    def read(self, source: str, offset: int, arrival: float, moment: datetime | None) -> None:
+        """The message at ``offset`` of ``source`` (Kafka time ``arrival``) is read and what
+        it sends is handed to the producer."""
+        event_time = 0.0
+        if moment is not None:
+            aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+            event_time = min(aware.timestamp(), arrival)
+        before = self.last.get(source)
+        if before is not None:
+            event_time = max(event_time, before.event_time)
+        self.last[source] = SourceRead(offset, arrival, event_time)
+
+    def positions(
+        self, assigned: Mapping[str, tuple[int | None, int | None]], now: float
+    ) -> dict[str, Position]:
+        """The position of each source in ``assigned`` (source -> (high watermark of the
+        last fetch, committed offset), either unknown as None); sources no longer assigned
+        are forgotten (their new owner speaks for them)."""
+        for source in set(self.last) - set(assigned):
+            del self.last[source]
+        positions = {}
+        for source, (highwater, committed) in assigned.items():
+            last = self.last.get(source)
+            event_time = last.event_time if last else 0.0
+            if highwater is not None and last is not None and last.offset + 1 >= highwater:
+                read = now  # caught up
+            elif last is not None:
+                read = last.arrival
+            elif highwater is not None and committed is not None and committed >= highwater:
+                read = now  # nothing to read
+            else:
+                read = 0.0  # not read yet: a backlog of unknown age
+            positions[source] = (event_time, read)
+        return positions

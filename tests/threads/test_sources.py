@@ -1,0 +1,50 @@
+"""What a worker says of the sources it reads: how far, in event time and in Kafka time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from stream.threads.sources import SourceLog
+
+NOW = 1_800_000_000.0
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(NOW + seconds, UTC)
+
+
+def test_a_caught_up_source_is_read_up_to_now_and_one_behind_up_to_its_last_message() -> None:
+    log = SourceLog()
+    log.read("traces:0", 41, NOW - 30, at(-40))
+    log.read("traces:1", 9, NOW - 500, at(-600))
+    positions = log.positions({"traces:0": (42, 40), "traces:1": (300, 9)}, NOW)
+    assert positions == {"traces:0": (NOW - 40, NOW), "traces:1": (NOW - 600, NOW - 500)}
+
+
+def test_event_time_is_never_ahead_of_arrival_nor_goes_back() -> None:
+    log = SourceLog()
+    log.read("s:0", 0, NOW - 10, at(3600))  # a clock an hour fast
+    log.read("s:0", 1, NOW - 5, at(-900))  # an old event after it
+    log.read("s:0", 2, NOW - 4, None)  # no event time (an invalid message)
+    assert log.positions({"s:0": (3, 0)}, NOW) == {"s:0": (NOW - 10, NOW)}
+
+
+def test_a_source_not_read_yet_is_behind_unless_there_is_nothing_to_read() -> None:
+    log = SourceLog()
+    positions = log.positions(
+        {"backlog:0": (50, 10), "empty:0": (7, 7), "unfetched:0": (None, 3), "new:0": (5, None)},
+        NOW,
+    )
+    assert positions == {
+        "backlog:0": (0.0, 0.0),
+        "empty:0": (0.0, NOW),
+        "unfetched:0": (0.0, 0.0),
+        "new:0": (0.0, 0.0),
+    }
+
+
+def test_sources_no_longer_assigned_are_forgotten() -> None:
+    log = SourceLog()
+    log.read("traces:0", 1, NOW, at(0))
+    assert log.positions({}, NOW) == {}
+    assert log.positions({"traces:0": (2, 2)}, NOW) == {"traces:0": (0.0, NOW)}
