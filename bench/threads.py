@@ -10,9 +10,16 @@
 (t3) Restart with ``--sessions`` open threads, per store (``--stores memory,rocksdb``): fold
      them, stop the worker (SIGTERM), start it again on the same data directory, and time
      from the start to the score of a probe session ended just after it; prints RSS too.
+(t4) Soak: a steady ``--soak-rate`` session events per second for ``--soak-s`` seconds,
+     short sessions of ``--turns`` turns with fresh ids, most ending with an end event and
+     ``--soak-idle-share`` of them left to close by inactivity (gap ``--gap``); closed
+     threads keep their turns ``--retention`` seconds. Every ~10 s prints the closes so far
+     and the worker's RSS; at the end the RSS slope (MiB/min, least squares) over the first
+     half (warm-up included) and over the second half, and per close in the second half.
 
     python bench/threads.py [--sessions 100000] [--turns 2] [--close-sessions 2000]
     python bench/threads.py --phases t3 --sessions 20000 --stores memory,rocksdb
+    python bench/threads.py --phases t4 --turns 3 [--soak-s 600] [--soak-rate 50] [--retention 30]
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaProducer
 from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_subset, stop
 
 from stream.kafka.broker import EmbeddedBroker
@@ -75,8 +83,9 @@ def wait_metric(port: int, name: str, target: float, timeout: float, **labels: s
     while time.monotonic() < deadline:
         try:
             value = sample_value(fetch_metrics(port), name, **labels)
-        except OSError:
-            value = 0.0
+        except OSError:  # the web server is not up yet: nothing reached
+            time.sleep(0.5)
+            continue
         seen.append((time.monotonic(), value))
         if value >= target:
             break
@@ -84,7 +93,7 @@ def wait_metric(port: int, name: str, target: float, timeout: float, **labels: s
     return seen
 
 
-def session_worker(bs: str, tmp: Path, gap: float) -> tuple[Phase, str, Any, int]:
+def session_worker(bs: str, tmp: Path, gap: float, **env: str) -> tuple[Phase, str, Any, int]:
     """A worker judging sessions only, ready (joined, recovered); its phase, sessions topic,
     process and web port."""
     p = Phase(bs, tmp)
@@ -92,7 +101,7 @@ def session_worker(bs: str, tmp: Path, gap: float) -> tuple[Phase, str, Any, int
     asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
     rules = rules_subset(tmp, SESSION_RULES)
     proc, port = p.worker(
-        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap)
+        rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap), **env
     )
     wait_metric(port, "scorer_threads_open", 0, 60)  # the web server is up
     time.sleep(8)  # joined and recovered
@@ -206,6 +215,127 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     )
 
 
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (x, y) points (0.0 with fewer than two)."""
+    if len(points) < 2:
+        return 0.0
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+def closes_so_far(port: int) -> float:
+    text = fetch_metrics(port)
+    return sum(
+        sample_value(text, "scorer_thread_closes_total", reason=reason)
+        for reason in ("end", "inactivity", "inactivity_event_time")
+    )
+
+
+def soak_phase(
+    bs: str,
+    tmp: Path,
+    seconds: float,
+    rate: float,
+    turns: int,
+    gap: float,
+    retention: float,
+    idle_share: float,
+    every: float = 10.0,
+) -> None:
+    p, topic, proc, port = session_worker(bs, tmp, gap, SCORER_THREAD_RETENTION_S=f"{retention:g}")
+    prefix = f"soak-{p.suffix}"
+    batch = 10  # sessions interleaved at once: their turns, then their ends
+    idle_every = round(1 / idle_share) if idle_share > 0 else 0
+
+    def session_batch(first: int) -> list[tuple[bytes, bytes]]:
+        now = datetime.now(UTC)
+        out = []
+        for seq in range(turns + 1):
+            for n in range(first, first + batch):
+                session = f"{prefix}-{n}"
+                if seq < turns:
+                    event = {
+                        "session_id": session,
+                        "type": "turn",
+                        "seq": seq,
+                        "timestamp": (now + timedelta(seconds=0.2 * seq)).isoformat(),
+                        "project_name": "fretcoach",
+                        "metrics": {
+                            "pitch_accuracy": 0.9,
+                            "scale_conformity": 0.82,
+                            "timing_stability": 0.55 + seq / 50,
+                        },
+                        "feedback": "Timing Stability is your weakest metric; play with the "
+                        "metronome at 70 bpm and land each note on the click.",
+                    }
+                elif idle_every and n % idle_every == 0:
+                    continue  # left to close by inactivity
+                else:
+                    event = {"session_id": session, "type": "end", "seq": seq}
+                out.append((session.encode(), orjson.dumps(event)))
+        return out
+
+    samples: list[tuple[float, float, float]] = []  # (minutes since start, closes, RSS MiB)
+
+    async def run() -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=10)
+        await producer.start()
+        sent, sessions = 0, 0
+        started = time.monotonic()
+        next_sample = started
+        try:
+            while (now := time.monotonic()) < started + seconds:
+                if now >= next_sample:
+                    closes = await asyncio.to_thread(closes_so_far, port)
+                    rss = rss_mib(proc.pid)
+                    minutes = (now - started) / 60
+                    samples.append((minutes, closes, rss))
+                    print(
+                        f"     {minutes * 60:5.0f} s  sent {sent:7d}  closes {closes:7.0f}  "
+                        f"RSS {rss:6.1f} MiB",
+                        flush=True,
+                    )
+                    next_sample += every
+                for key, value in session_batch(sessions):
+                    await producer.send(topic, key=key, value=value)
+                    sent += 1
+                    # paced against the start, so a slow send is caught up, not lost
+                    delay = started + sent / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                sessions += batch
+            await producer.flush()
+        finally:
+            await producer.stop()
+        return sent
+
+    print(
+        f"(t4) soak {seconds:g} s at {rate:g} session events/s: sessions of {turns} turns, "
+        f"{idle_share:.0%} left to close by inactivity (gap {gap:g} s), retention {retention:g} s"
+    )
+    try:
+        sent = asyncio.run(run())
+        time.sleep(gap + 2)  # the idle sessions close
+        closes, rss = closes_so_far(port), rss_mib(proc.pid)
+    finally:
+        stop(proc)
+    half = seconds / 120
+    first = [(m, r) for m, _, r in samples if m <= half]
+    second = [(m, r) for m, _, r in samples if m >= half]
+    closes_second = [(m, c) for m, c, _ in samples if m >= half]
+    per_minute = slope(closes_second)
+    rss_slope = slope(second)
+    per_close = rss_slope * 1024 * 1024 / per_minute if per_minute else float("nan")
+    print(f"     sent {sent} events; {closes:.0f} closes")
+    print(
+        f"     RSS {samples[0][2]:.1f} -> {rss:.1f} MiB; slope first half "
+        f"{slope(first):.2f} MiB/min, second half {rss_slope:.2f} MiB/min "
+        f"({per_minute:.0f} closes/min: {per_close:,.0f} bytes per close)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=100_000)
@@ -214,6 +344,10 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=5.0)
     parser.add_argument("--phases", default="t1,t2")
     parser.add_argument("--stores", default="memory,rocksdb")
+    parser.add_argument("--soak-s", type=float, default=600.0)
+    parser.add_argument("--soak-rate", type=float, default=50.0)
+    parser.add_argument("--soak-idle-share", type=float, default=0.25)
+    parser.add_argument("--retention", type=float, default=30.0)
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-threads-"))
@@ -227,6 +361,17 @@ def main() -> None:
         if "t3" in phases:
             for store in args.stores.split(","):
                 restart_phase(broker.bootstrap, tmp, args.sessions, args.turns, store)
+        if "t4" in phases:
+            soak_phase(
+                broker.bootstrap,
+                tmp,
+                args.soak_s,
+                args.soak_rate,
+                args.turns,
+                args.gap,
+                args.retention,
+                args.soak_idle_share,
+            )
     finally:
         broker.stop()
 

@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     # one turn's text is cut in the middle past this (a visible marker; the thread counts the
     # bytes cut as truncated_bytes), on the way in, before the turn is forwarded or folded
     turn_max_bytes: int = Field(default=64_000, ge=512)
-    thread_retention_s: float = Field(default=86_400.0, ge=0)  # closed threads keep their turns
+    thread_retention_s: float = Field(default=86_400.0, ge=0)  # then closed threads are forgotten
 
     @model_validator(mode="after")
     def _turn_fits_its_thread(self) -> Settings:

@@ -132,7 +132,7 @@ class Scorer:
         target = Target(
             close.thread_id,
             close.project_name,
-            f"{close.thread_id}#{close.pending.close_seq}",
+            close.target,
             close.info,
         )
         plan = TracePlan(target)

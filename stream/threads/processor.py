@@ -152,7 +152,7 @@ class ThreadProcessor:
                     heapq.heappush(index.due.setdefault(slowest, []), (entry[1], key))
         else:
             index.open.pop(key, None)
-            if state.turns and not state.pending:
+            if not state.pending:
                 heapq.heappush(index.closed, (state.last_arrival + gap + self.retention_s, key))
         if state.pending:
             index.pending.add(key)
@@ -194,6 +194,7 @@ class ThreadProcessor:
         if raw is None:
             state = new_thread(event.thread_id, event.kind, event.project_name)
             state.partition = partition
+            state.opened = round(event.arrival * 1000)
         else:
             state = ThreadState.from_bytes(raw)
         moment = event.turn.event_time if event.turn else event.event_time
@@ -338,8 +339,9 @@ class ThreadProcessor:
         return closes
 
     def _compact(self, index: PartitionIndex, now: float) -> None:
-        """Closed threads idle for the retention period keep their counters, not their turns:
-        a later turn still reopens them under the next close sequence, with only new turns."""
+        """Closed threads idle for the retention period are forgotten (a tombstone in the
+        changelog): nothing of them stays. A later turn starts the thread anew, and its
+        closes get score ids of their own (``ThreadState.opened``)."""
         while index.closed and index.closed[0][0] <= now:
             deadline, key = heapq.heappop(index.closed)
             raw = self.table.get(key)
@@ -347,11 +349,9 @@ class ThreadProcessor:
                 continue
             state = ThreadState.from_bytes(raw)
             expected = state.last_arrival + self.gaps[state.kind] + self.retention_s
-            if state.is_open or state.pending or not state.turns or expected != deadline:
+            if state.is_open or state.pending or expected != deadline:
                 continue
-            state.dropped_turns += len(state.turns)
-            state.turns, state.size = [], 0
-            self._store(index, key, state)
+            del self.table[key]
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -131,6 +131,7 @@ class PendingClose(BaseModel):
     closed_at: float = Field(description="Epoch seconds of the clock that closed it")
     document: dict[str, Any]
     rules: list[str] = Field(default_factory=list)
+    opened: int = Field(default=0, description="The thread's ``opened`` mark")
 
 
 @dataclass
@@ -142,6 +143,12 @@ class ThreadClose:
     project_name: str
     pending: PendingClose
     topic: str | None = None
+
+    @property
+    def target(self) -> str:
+        """What this close's score ids hash: the thread, when it started, and the close."""
+        opened = f"@{self.pending.opened}" if self.pending.opened else ""
+        return f"{self.thread_id}{opened}#{self.pending.close_seq}"
 
     @property
     def info(self) -> ThreadInfo:
@@ -185,6 +192,12 @@ class ThreadState(BaseModel):
         description="Source topic:partition of its events, with the latest event time from each",
     )
     pending: list[PendingClose] = Field(default_factory=list)
+    opened: int = Field(
+        default=0,
+        description="Kafka time (ms) of the event that started the thread: its closes' score "
+        "ids hash it, so a thread forgotten after the retention and started again never "
+        "reuses an id (0: a thread from before it was recorded)",
+    )
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_defaults=True).encode()
@@ -291,6 +304,7 @@ def close_thread(state: ThreadState, reason: CloseReason, *, closed_at: float) -
         closed_at=closed_at,
         document=thread_document(state),
         rules=list(state.rules),
+        opened=state.opened,
     )
     state.pending.append(pending)
     return pending

@@ -274,18 +274,35 @@ def test_a_close_made_after_a_recovery_is_not_scored_again_at_its_first_tick() -
     assert after.apply(0, tick(WALL + 3)) == []
 
 
-def test_closed_threads_drop_their_turns_after_the_retention_but_keep_their_count() -> None:
+def test_closed_threads_are_forgotten_after_the_retention_and_start_anew_with_new_ids() -> None:
     table: dict[bytes, bytes] = {}
     p = processor(table, retention_s=100.0)
-    p.apply(0, chat("a", 0, arrival=WALL, end=True))
+    (first,) = p.apply(0, chat("a", 0, arrival=WALL, end=True))
+    empty = ThreadEvent(
+        type="end", kind="session", thread_id="s", arrival=WALL, event_time=T0, end_key="end-0"
+    )
+    p.apply(0, empty)
     p.apply(0, published("conversation", "a", 1))
     p.apply(0, tick(WALL + GAP + 99))
     assert len(ThreadState.from_bytes(table[b"conversation/a"]).turns) == 1
     p.apply(0, tick(WALL + GAP + 100))
-    state = ThreadState.from_bytes(table[b"conversation/a"])
-    assert (state.turns, state.closes, state.dropped_turns) == ([], 1, 1)
-    p.apply(0, chat("a", 1, arrival=WALL + 5000, end=True))  # much later: close 2, new turns
-    assert ThreadState.from_bytes(table[b"conversation/a"]).closes == 2
+    assert list(table) == [b"session/s"]  # its close is not published yet: kept
+    p.apply(0, published("session", "s", 1))
+    p.apply(0, tick(WALL + GAP + 101))
+    assert table == {}  # nothing of either stays
+    # much later, the same thread id again: a new thread, whose close ids differ
+    (again,) = p.apply(0, chat("a", 1, arrival=WALL + 5000, end=True))
+    assert (again.pending.close_seq, again.pending.document["turn_count"]) == (1, 1)
+    assert first.target == f"a@{round(WALL * 1000)}#1"
+    assert again.target == f"a@{round((WALL + 5000) * 1000)}#1"
+
+
+def test_a_close_of_a_thread_from_before_the_opened_mark_keeps_its_id() -> None:
+    old = ThreadState(thread_id="old", kind="conversation", is_open=False, closes=1, published=1)
+    table = {b"conversation/old": old.to_bytes()}
+    p = processor(table)
+    (close,) = p.apply(0, chat("old", 0, arrival=WALL, end=True))
+    assert close.target == "old#2"
 
 
 def test_a_session_with_only_an_end_closes_empty() -> None:
