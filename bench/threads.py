@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -184,16 +187,42 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     asyncio.run(produce(bs, topic, events))
     wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
     time.sleep(3)  # the last changelog writes
+    stopping = time.monotonic()
     stop(proc)
-    probe = f"probe-{p.suffix}"
-    probe_events = [
-        (probe.encode(), value) for _, value in session_events(1, 1, probe, datetime.now(UTC))
-    ]
-    probe_events.append(
-        (probe.encode(), orjson.dumps({"session_id": f"{probe}-0", "type": "end", "seq": 9}))
+    print(
+        f"     [{store}] first worker stopped in {time.monotonic() - stopping:.1f} s "
+        f"(exit code {proc.returncode}); data {env['SCORER_DATA_DIR']}",
+        flush=True,
     )
+    # the probe goes on the sessions' own timeline: a probe stamped now would move its
+    # source two days on in event time and rightly close every thread of that source
+    probe = f"probe-{p.suffix}"
+    at = T0 + timedelta(seconds=8 * turns)
+    probe_events = [(probe.encode(), value) for _, value in session_events(1, 1, probe, at)]
+    end = {"session_id": f"{probe}-0", "type": "end", "seq": 9, "timestamp": at.isoformat()}
+    probe_events.append((probe.encode(), orjson.dumps(end)))
     started = time.monotonic()
     proc, port = p.worker(rules, **env)
+    spy = None
+    if pyspy := os.environ.get("SCORER_BENCH_PYSPY"):  # a py-spy binary: sample the restart
+        spy = subprocess.Popen(
+            [
+                pyspy,
+                "record",
+                "-p",
+                str(proc.pid),
+                "-r",
+                "25",
+                "-f",
+                "raw",
+                "--nonblocking",
+                "--idle",
+                "-o",
+                str(tmp / f"restart-{store}-{p.suffix}.pyspy.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     asyncio.run(produce(bs, topic, probe_events))
 
     async def first_probe_score() -> float | None:
@@ -206,6 +235,9 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
         return None
 
     scored = asyncio.run(first_probe_score())
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(30)
     rss = rss_mib(proc.pid)
     stop(proc)
     took = f"{scored - started:.1f} s" if scored else "no score in 600 s"
@@ -352,7 +384,7 @@ def main() -> None:
     phases = set(args.phases.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-threads-"))
     broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
-    print(f"embedded broker {broker.bootstrap}; 2 cores")
+    print(f"embedded broker {broker.bootstrap}; 2 cores; logs in {tmp}", flush=True)
     try:
         if "t1" in phases:
             open_threads_phase(broker.bootstrap, tmp, args.sessions, args.turns)

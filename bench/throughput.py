@@ -165,9 +165,16 @@ class Phase:
             "SCORER_BROKER_KIND": "tansu",
             **env,
         }
-        log = open(self.tmp / f"worker-{self.suffix}.log", "wb")  # noqa: SIM115
+        log = open(self.tmp / f"worker-{self.suffix}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"],
+            [
+                sys.executable,
+                "-m",
+                "stream.cli",
+                "worker",
+                "--loglevel",
+                os.environ.get("SCORER_BENCH_LOGLEVEL", "warn"),
+            ],
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -41,6 +41,7 @@ from ..threads.state import ThreadClose, ThreadLimits
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "threads"
+CLOSES_AT_ONCE = 64  # closes being scored and published at once (at most max_in_flight)
 
 
 def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> list[Send]:
@@ -98,6 +99,10 @@ def register_thread_agent(
     dead_letters = DeadLetters(topics.dlq, observer)
     events_topic = topics.thread_events.get_topic_name()
     in_flight: dict[tuple[str, str, int], asyncio.Task[None]] = {}
+    # closes scored and published at once: a burst of closes (many threads idle together, or
+    # pending closes resumed after a recovery) must not hand the producer thousands of sends
+    # at once (every task blocked on a full batch is woken at each drain: quadratic)
+    scoring = asyncio.Semaphore(max(1, min(settings.max_in_flight, CLOSES_AT_ONCE)))
 
     def owned() -> set[int]:
         return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == events_topic}
@@ -115,6 +120,10 @@ def register_thread_agent(
         )
 
     async def publish_close(close: ThreadClose) -> None:
+        async with scoring:
+            await score_and_publish(close)
+
+    async def score_and_publish(close: ThreadClose) -> None:
         try:
             result = await scorer.score_thread(close)
             sends = close_outputs(topics, result, close)

@@ -8,15 +8,24 @@ with the last batch of every changelog partition missing. Fetch responses carry 
 high watermark, so this transport asks for one fetch at the reported end and takes the
 larger of the two. Selected with ``tansu://`` broker URLs, only on the embedded path; a real
 Kafka cluster keeps Faust's own transport.
+
+It also makes a stopping worker leave its group when Tansu numbered the generation 0 (a new
+group's first generation there; Kafka starts at 1). aiokafka sends LeaveGroup only for a
+generation above 0, so the first worker of a group never left: a worker restarted after it
+joined at once, then rejoined when the old member's session timed out (two joins, about
+50 s with the default 30 s session timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.protocol.group import LeaveGroupRequest
 from faust.transport import drivers
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, Transport
 from faust.types import TP
@@ -24,6 +33,8 @@ from yarl import URL
 
 SCHEME = "tansu"
 FETCH_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 async def fetched_highwaters(
@@ -62,12 +73,40 @@ async def fetched_highwaters(
     return result
 
 
+async def leave_generation_zero(coordinator: Any) -> None:
+    """Leave the group as aiokafka would, for the generation 0 it skips (Tansu's first)."""
+    if coordinator.generation != 0 or coordinator._group_instance_id is not None:
+        return
+    if not coordinator.member_id:  # never joined (aiokafka's unknown member id is "")
+        return
+    try:
+        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
+    except KafkaError as exc:
+        log.warning("LeaveGroup (generation 0) failed: %s", exc)
+    else:
+        log.info("LeaveGroup request succeeded (generation 0)")
+    coordinator.reset_generation()
+
+
 class FetchCorrectedConsumerThread(AIOKafkaConsumerThread):
-    """Faust's consumer thread with ``highwaters`` (used by table recovery) corrected."""
+    """Faust's consumer thread with ``highwaters`` (used by table recovery) corrected, and
+    a group left at stop whatever its generation."""
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         reported = await super()._highwaters(partitions)
         return await fetched_highwaters(bootstrap_of(self.transport.url), reported)
+
+    async def on_thread_stop(self) -> None:
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is not None and hasattr(coordinator, "_maybe_leave_group"):
+            leave = coordinator._maybe_leave_group
+
+            async def maybe_leave_group() -> None:  # aiokafka calls it last in close()
+                await leave_generation_zero(coordinator)
+                await leave()
+
+            coordinator._maybe_leave_group = maybe_leave_group
+        await super().on_thread_stop()
 
 
 class FetchCorrectedConsumer(Consumer):

@@ -41,6 +41,7 @@ from ..observer import Observer
 from .events import ThreadEvent
 from .state import (
     CloseReason,
+    IndexEntry,
     PendingClose,
     ThreadClose,
     ThreadLimits,
@@ -125,21 +126,21 @@ class ThreadProcessor:
         ``published`` events of closes the previous owner finished are seen first.
         """
         self.partitions = {p: PartitionIndex() for p in partitions}
-        states = []
+        entries = []
         for key, raw in self.table.items():
-            state = ThreadState.from_bytes(raw)
+            state = IndexEntry.from_bytes(raw)
             index = self.partitions.get(state.partition)
             if index is None:
                 continue
-            states.append((index, key, state))
+            entries.append((index, key, state))
             for source, moment in state.sources.items():
                 index.advance(source, moment)  # at least as far as the table shows
-        for index, key, state in states:
+        for index, key, state in entries:
             self._index(index, key, state)
-            index.resume.update((key, p.close_seq) for p in state.pending)
-        return len(states)
+            index.resume.update((key, close_seq) for close_seq in state.pending)
+        return len(entries)
 
-    def _index(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
+    def _index(self, index: PartitionIndex, key: bytes, state: IndexEntry) -> None:
         gap = self.gaps[state.kind]
         if state.is_open:
             sources = tuple(sorted(state.sources))
@@ -357,7 +358,7 @@ class ThreadProcessor:
 
     def _store(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
         self.table[key] = state.to_bytes()
-        self._index(index, key, state)
+        self._index(index, key, IndexEntry.of(state))
 
     def _close(self, state: ThreadState, reason: CloseReason, *, closed_at: float) -> ThreadClose:
         pending = close_thread(state, reason, closed_at=closed_at)

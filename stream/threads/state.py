@@ -207,6 +207,45 @@ class ThreadState(BaseModel):
         return cls.model_validate_json(raw)
 
 
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """What the processor's index needs of a stored thread, read without validating all of
+    it (its turns): a rebuild after a recovery reads every thread in the table."""
+
+    kind: ThreadKind
+    partition: int
+    is_open: bool
+    last_arrival: float
+    activity: float
+    sources: dict[str, float]
+    pending: tuple[int, ...]  # the close seqs of its pending closes
+
+    @classmethod
+    def of(cls, state: ThreadState) -> IndexEntry:
+        return cls(
+            state.kind,
+            state.partition,
+            state.is_open,
+            state.last_arrival,
+            state.activity,
+            state.sources,
+            tuple(p.close_seq for p in state.pending),
+        )
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> IndexEntry:
+        data = orjson.loads(raw)  # ThreadState.to_bytes leaves defaults out: the same here
+        return cls(
+            data["kind"],
+            data.get("partition", 0),
+            data.get("is_open", True),
+            data.get("last_arrival", 0.0),
+            data.get("activity", 0.0),
+            data.get("sources", {}),
+            tuple(p["close_seq"] for p in data.get("pending", ())),
+        )
+
+
 def new_thread(thread_id: str, kind: ThreadKind, project_name: str) -> ThreadState:
     return ThreadState(thread_id=thread_id, kind=kind, project_name=project_name)
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from stream.threads.state import (
+    IndexEntry,
     ThreadLimits,
     ThreadState,
     Turn,
@@ -179,3 +180,16 @@ def test_cut_bytes_add_up_in_the_thread_and_its_document() -> None:
     assert thread_document(state)["truncated_bytes"] == big.cut_bytes
     again = fold_all([big, big])  # a duplicate is not counted twice
     assert again.truncated_bytes == big.cut_bytes
+
+
+def test_the_index_entry_read_from_bytes_is_the_one_made_from_the_state() -> None:
+    """A rebuild reads the index's fields straight from the JSON (no validation): they must
+    be what the state says, with the defaults that ``to_bytes`` leaves out."""
+    fresh = ThreadState(thread_id="t", kind="session")
+    busy = ThreadState(thread_id="u", kind="conversation", partition=3, is_open=False)
+    busy.last_arrival, busy.activity, busy.sources = 12.5, 11.0, {"traces:1": 11.0}
+    fold_turn(busy, chat_turn(0, "hi", "hello"), arrival=12.5, limits=LIMITS)
+    close_thread(busy, "end", closed_at=13.0)
+    for state in (fresh, busy):
+        assert IndexEntry.from_bytes(state.to_bytes()) == IndexEntry.of(state)
+    assert IndexEntry.of(busy).pending == (1,)
