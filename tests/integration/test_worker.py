@@ -436,3 +436,28 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
         ["pgrep", "-fc", "stream.cli worker"], capture_output=True, text=True
     )
     assert workers_left.stdout.strip() == "0"
+
+
+async def test_a_restarted_worker_joins_its_group_once(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+) -> None:
+    """A worker stopped with SIGTERM leaves its group, also at the embedded broker's first
+    generation (0, which aiokafka does not leave by itself), so the worker started after it
+    joins once instead of joining again when the old member's session times out."""
+
+    async def scored(trace_id: str) -> None:
+        await produce(broker.bootstrap, names.traces, [trace_bytes(live_with_id(trace_id))])
+        await read_scores(
+            broker.bootstrap,
+            names.scores,
+            until=lambda rs: any(s["target_id"] == trace_id for s in rs),
+        )
+
+    first = start(workers, broker, names, tmp_path, None)
+    await scored("t-before")
+    first.stop()
+    assert "LeaveGroup request succeeded" in first.log()
+    second = start(workers, broker, names, tmp_path, None)
+    await scored("t-after")
+    await asyncio.sleep(9)  # past the old member's session timeout (6 s here)
+    assert second.log().count("Joined group") == 1, second.log()
