@@ -4,7 +4,10 @@
 
 Delivery is at-least-once, and a redelivered score carries the same deterministic score_id,
 so an upsert on score_id makes duplicates harmless. Offsets are committed only after the rows
-are committed: a crash re-reads, never skips. Needs only aiokafka (a dependency of the scorer).
+are committed: a crash re-reads, never skips. Needs aiokafka and the scorer's package (for
+the cluster's TLS / SASL settings, read from the same KAFKA_* environment as the worker:
+KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD,
+KAFKA_SSL_CAFILE...).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import sqlite3
 
 from aiokafka import AIOKafkaConsumer
+
+from stream.kafka.security import KafkaSecurity
 
 FIELDS = (
     "score_id", "rule_id", "pack", "criterion", "target_id", "project_name", "status", "value",
@@ -43,6 +48,7 @@ async def consume(bootstrap: str, topic: str, group: str, db: str, idle_s: float
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **KafkaSecurity().client_options(),
     )
     await consumer.start()
     stored = 0

@@ -57,18 +57,25 @@ def replay(
     topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
 ) -> None:
     """Produce traces from a file, for backfills and demos (needs KAFKA_BOOTSTRAP_SERVERS)."""
-    from .kafka.io import produce, read_traces
+    from .kafka.io import check_cluster, produce, read_traces
 
     settings = Settings()
     if not settings.kafka_bootstrap_servers:
         console.print("[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/]")
         raise typer.Exit(2)
+    asyncio.run(check_cluster(settings.kafka_bootstrap_servers, settings.security))
     items = read_traces(file)
     target = topic or settings.traces_topic
     with Progress(console=console) as progress:
         task = progress.add_task(f"replaying into {target}", total=len(items))
         n = asyncio.run(
-            produce(settings.kafka_bootstrap_servers, target, items, lambda: progress.advance(task))
+            produce(
+                settings.kafka_bootstrap_servers,
+                target,
+                items,
+                lambda: progress.advance(task),
+                settings.security,
+            )
         )
     console.print(f"produced {n} traces to {target}")
 

@@ -26,6 +26,7 @@ from .settings import Settings
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
 SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
+EMBEDDED_DROP = ("KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_")
 DEMO_GAP_S = 5.0  # the demo closes idle conversations after seconds, not 15 minutes
 DEMO_PACKS = ["fretcoach"]  # the packs the bundled samples are for (SCORER_PACKS overrides)
 
@@ -109,6 +110,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             broker = EmbeddedBroker().start()
             bootstrap = broker.bootstrap
             console.print(f"[bold]embedded broker[/] (Tansu) on {bootstrap}")
+        security = None if broker else settings.security
         asyncio.run(
             ensure_topics(
                 bootstrap,
@@ -120,10 +122,12 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
                     settings.dlq_topic,
                 ],
                 settings.topic_partitions,
+                security,
             )
         )
         env = dict(
-            os.environ,
+            # the embedded broker is plaintext: the cluster's TLS / SASL settings stay out
+            {k: v for k, v in os.environ.items() if not (broker and k.startswith(EMBEDDED_DROP))},
             KAFKA_BOOTSTRAP_SERVERS=bootstrap,
             SCORER_BROKER_KIND="tansu" if broker else settings.broker_kind,
             SCORER_WEB_PORT=str(web_port),
@@ -141,15 +145,21 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
         )
         if not settings.judge_configured:
             console.print(f"[yellow]{NO_JUDGE_REASON}[/]")
-        n = asyncio.run(produce(bootstrap, settings.traces_topic, items))
-        s = asyncio.run(produce(bootstrap, settings.sessions_topic, sessions)) if sessions else 0
+        n = asyncio.run(produce(bootstrap, settings.traces_topic, items, security=security))
+        s = (
+            asyncio.run(produce(bootstrap, settings.sessions_topic, sessions, security=security))
+            if sessions
+            else 0
+        )
         console.print(
             f"produced {n} sample traces to '{settings.traces_topic}' and {s} coaching-session "
             f"events to '{settings.sessions_topic}'; conversations idle for "
             f"{env['SCORER_THREAD_INACTIVITY_GAP_S']}s close; waiting for {expected} scores"
         )
         started = time.monotonic()
-        scores = asyncio.run(collect_scores(bootstrap, settings.scores_topic, expected, timeout))
+        scores = asyncio.run(
+            collect_scores(bootstrap, settings.scores_topic, expected, timeout, security)
+        )
         console.print(summary_table(scores, ruleset))
         console.print(f"{len(scores)}/{expected} scores in {time.monotonic() - started:.1f}s")
         try:

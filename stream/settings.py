@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
 from .ruleset.loader import load_rules
@@ -77,6 +78,8 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str | None = Field(
         default=None, validation_alias="KAFKA_BOOTSTRAP_SERVERS"
     )
+    # TLS / SASL of the cluster, from the KAFKA_* names (stream/kafka/security.py)
+    kafka: KafkaSecurity = Field(default_factory=KafkaSecurity)
     # "tansu": the embedded broker (Faust transport with its end-offset defect corrected).
     # Set by the CLI when it starts the embedded broker; a real cluster keeps "kafka".
     broker_kind: Literal["kafka", "tansu"] = "kafka"
@@ -150,6 +153,11 @@ class Settings(BaseSettings):
                 f"SCORER_THREAD_MAX_BYTES ({self.thread_max_bytes})"
             )
         return self
+
+    @property
+    def security(self) -> KafkaSecurity:
+        """The cluster's TLS / SASL settings (the embedded broker's are plaintext)."""
+        return self.kafka
 
     @property
     def thread_events_topic_name(self) -> str:

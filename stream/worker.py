@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from functools import partial
@@ -19,7 +20,9 @@ from .engine.silence import Silence, SilenceWatch
 from .engine.spend import SpendLedger
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
+from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
+from .kafka.security import KafkaSecurity
 from .metrics import ScorerMetrics
 from .observer import Observer
 from .ruleset.schema import RuleSet
@@ -91,6 +94,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         bootstrap,
         settings.lag_interval_s,
         observer=metrics,
+        security=settings.security,
     )
     worker = faust.Worker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
@@ -120,9 +124,13 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     if not bootstrap:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
-        settings = settings.model_copy(update={"broker_kind": "tansu"})
+        plaintext = KafkaSecurity.model_construct()  # the embedded broker has no TLS or SASL
+        settings = settings.model_copy(update={"broker_kind": "tansu", "kafka": plaintext})
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         print(f"no KAFKA_BOOTSTRAP_SERVERS: started the embedded broker on {bootstrap}", flush=True)
+    else:  # a wrong password or an untrusted certificate fails here, not in a retry loop
+        asyncio.run(check_cluster(bootstrap, settings.security))
+        log.info("Kafka at %s: %s", bootstrap, settings.kafka.describe())
     try:
         build_worker(settings, bootstrap, loglevel).execute_from_commandline()
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,27 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+)
 
 from ..errors import ScorerError
+from .security import KafkaSecurity
 
 
-async def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+def options(security: KafkaSecurity | None) -> dict[str, Any]:
+    """A client's security options (None: the embedded broker, plaintext)."""
+    return security.client_options() if security is not None else {}
+
+
+async def ensure_topics(
+    bootstrap: str, names: Iterable[str], partitions: int, security: KafkaSecurity | None = None
+) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **options(security))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -73,9 +88,15 @@ def message_key(item: Any) -> bytes | None:
 
 
 async def produce(
-    bootstrap: str, topic: str, items: list[Any], progress: Callable[[], object] | None = None
+    bootstrap: str,
+    topic: str,
+    items: list[Any],
+    progress: Callable[[], object] | None = None,
+    security: KafkaSecurity | None = None,
 ) -> int:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, **options(security)
+    )
     await producer.start()
     try:
         futures = []
@@ -91,10 +112,16 @@ async def produce(
 
 
 @contextlib.asynccontextmanager
-async def reader(bootstrap: str, topic: str) -> AsyncIterator[AIOKafkaConsumer]:
+async def reader(
+    bootstrap: str, topic: str, security: KafkaSecurity | None = None
+) -> AsyncIterator[AIOKafkaConsumer]:
     """A group-less consumer reading ``topic`` from the beginning."""
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        group_id=None,
+        **options(security),
     )
     await consumer.start()
     try:
@@ -104,13 +131,17 @@ async def reader(bootstrap: str, topic: str) -> AsyncIterator[AIOKafkaConsumer]:
 
 
 async def collect_scores(
-    bootstrap: str, topic: str, expected: int, timeout: float
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout: float,
+    security: KafkaSecurity | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Read score events until ``expected`` distinct score ids arrived or ``timeout`` passed."""
     scores: dict[str, dict[str, Any]] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with reader(bootstrap, topic) as consumer:
+    async with reader(bootstrap, topic, security) as consumer:
         while len(scores) < expected and loop.time() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for records in batch.values():
@@ -123,3 +154,54 @@ async def collect_scores(
                         ) from exc
                     scores[event["score_id"]] = event
     return scores
+
+
+async def check_cluster(
+    bootstrap: str, security: KafkaSecurity | None, timeout: float = 10.0
+) -> None:
+    """Connect to the first bootstrap server as the worker will, once: a wrong password, an
+    untrusted certificate or an unreachable broker fails at once with a message that says
+    which (Faust itself would retry for ever). Raises ``ScorerError``."""
+    from aiokafka.conn import create_conn
+
+    host, _, port_text = bootstrap.split(",")[0].strip().rpartition(":")
+    host, port = host.strip("[]") or "localhost", int(port_text or 9092)
+    settings = security or KafkaSecurity()
+    where = f"Kafka at {host}:{port} ({settings.describe()})"
+    context = settings.ssl_context()
+    try:
+        if context is not None:  # the TLS handshake alone first: its error is precise
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
+            )
+            writer.close()
+        conn = await asyncio.wait_for(
+            create_conn(host, port, request_timeout_ms=int(timeout * 1000), **options(security)),
+            timeout,
+        )
+        conn.close()
+    except ssl.SSLCertVerificationError as exc:
+        if "hostname" in str(exc.verify_message).lower():
+            raise ScorerError(
+                f"{where}: the broker's TLS certificate does not name this host "
+                f"({exc.verify_message}); connect by a name the certificate has, or set "
+                "KAFKA_SSL_CHECK_HOSTNAME=false"
+            ) from None
+        raise ScorerError(
+            f"{where}: the broker's TLS certificate is not trusted ({exc.verify_message}); "
+            "set KAFKA_SSL_CAFILE to the CA that signed it"
+        ) from None
+    except ssl.SSLError as exc:
+        raise ScorerError(f"{where}: the TLS handshake failed ({exc.reason or exc})") from None
+    except (SaslAuthenticationFailed, AuthenticationFailedError) as exc:
+        raise ScorerError(
+            f"{where}: SASL authentication failed ({type(exc).__name__}); "
+            "check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM"
+        ) from None
+    except UnsupportedSaslMechanismError:
+        raise ScorerError(
+            f"{where}: the broker does not offer {settings.sasl_mechanism}; "
+            "set KAFKA_SASL_MECHANISM to one it does"
+        ) from None
+    except (OSError, TimeoutError, KafkaError) as exc:
+        raise ScorerError(f"{where}: cannot connect ({type(exc).__name__}: {exc})") from None

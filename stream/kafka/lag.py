@@ -19,6 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.transport.consumer import Consumer
 
 from ..observer import Observer
+from .io import options
+from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,11 @@ class LagMeter(mode.Service):
         bootstrap: str,
         interval: float,
         observer: Observer | None = None,
+        security: KafkaSecurity | None = None,
         **kwargs: Any,
     ) -> None:
         self.app = app
+        self.security = security
         self.observer = observer or Observer()
         self.topics = list(topics)
         self.bootstrap = bootstrap
@@ -45,7 +49,10 @@ class LagMeter(mode.Service):
 
     async def on_start(self) -> None:
         self._offsets = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            **options(self.security),
         )
         await self._offsets.start()
 

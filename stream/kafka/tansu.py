@@ -27,7 +27,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 from faust.transport import drivers
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, Transport
+from faust.transport.drivers.aiokafka import (
+    AIOKafkaConsumerThread,
+    Consumer,
+    Transport,
+    credentials_to_aiokafka_auth,
+)
 from faust.types import TP
 from yarl import URL
 
@@ -38,7 +43,10 @@ log = logging.getLogger(__name__)
 
 
 async def fetched_highwaters(
-    bootstrap: str, reported: Mapping[TP, int], timeout: float = FETCH_TIMEOUT_S
+    bootstrap: str,
+    reported: Mapping[TP, int],
+    timeout: float = FETCH_TIMEOUT_S,
+    auth: Mapping[str, Any] | None = None,
 ) -> dict[TP, int]:
     """The high watermark of each partition from a fetch at its reported end offset.
 
@@ -50,7 +58,11 @@ async def fetched_highwaters(
     if not wanted:
         return result
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, fetch_max_bytes=1024
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_bytes=1024,
+        **(auth or {}),
     )
     await consumer.start()
     try:
@@ -94,7 +106,11 @@ class FetchCorrectedConsumerThread(AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         reported = await super()._highwaters(partitions)
-        return await fetched_highwaters(bootstrap_of(self.transport.url), reported)
+        conf = self.transport.app.conf  # TLS / SASL as the app's own clients (a TLS proxy)
+        auth = credentials_to_aiokafka_auth(conf.broker_credentials, conf.ssl_context)
+        return await fetched_highwaters(
+            bootstrap_of(self.transport.url), reported, FETCH_TIMEOUT_S, auth
+        )
 
     async def on_thread_stop(self) -> None:
         coordinator = getattr(self._consumer, "_coordinator", None)
