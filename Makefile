@@ -17,10 +17,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# promtool (alert-rule checks and unit tests) and prometheus (the scrape test), from Debian.
+# promtool (alert-rule checks and unit tests), prometheus (the scrape test) and stunnel (TLS
+# in front of the embedded broker, whose own TLS does not work), from Debian.
 tools:
-	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || \
-	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && \
+	  command -v stunnel4 >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus stunnel4; }
 
 demo: install
 	$(BIN)/scorer demo

@@ -39,9 +39,14 @@ def _die_with_parent() -> None:  # runs in the child before exec
 class EmbeddedBroker:
     """A Tansu broker on 127.0.0.1, started and stopped by us."""
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, log_path: Path | None = None, advertised: int | None = None
+    ) -> None:
+        """``advertised``: the port clients are told to use (a TLS proxy in front), if not
+        the broker's own."""
         self.port = port or free_port()
         self.log_path = log_path
+        self.advertised = advertised or self.port
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +68,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.advertised}",
                 "--storage-engine",
                 "memory://tansu/",
             ],

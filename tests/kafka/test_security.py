@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 from pathlib import Path
 
 import faust
 import pytest
+from certs import make_certs
 from faust.types.auth import AuthProtocol, SASLMechanism
 from pydantic import ValidationError
 
@@ -24,22 +24,7 @@ SECRET = "s3cr3t-scram-password"
 
 @pytest.fixture
 def tls(tmp_path: Path) -> dict[str, Path]:
-    """A CA and a server certificate for 127.0.0.1 and kafka.internal signed by it (openssl)."""
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    key = ("-newkey", "rsa:2048", "-nodes")
-    run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=test-ca")
-    run("req", *key, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
-    (tmp_path / "ext.cnf").write_text("subjectAltName=DNS:kafka.internal,IP:127.0.0.1\n")
-    run(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf",
-    )  # fmt: skip
-    return {name: tmp_path / f"{name}.pem" for name in ("ca", "server")} | {
-        "key": tmp_path / "server.key"
-    }
+    return make_certs(tmp_path)  # for 127.0.0.1 and kafka.internal
 
 
 @pytest.fixture(autouse=True)
