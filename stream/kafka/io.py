@@ -203,5 +203,13 @@ async def check_cluster(
             f"{where}: the broker does not offer {settings.sasl_mechanism}; "
             "set KAFKA_SASL_MECHANISM to one it does"
         ) from None
+    except KeyError as exc:  # aiokafka's SCRAM reads the server's proof ("v"), not its error
+        if not settings.sasl:
+            raise
+        raise ScorerError(
+            f"{where}: SASL authentication failed (the broker refused the {settings.sasl_mechanism}"
+            f" exchange without a proof, {exc}: an unknown user or a wrong password); check "
+            "KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM"
+        ) from None
     except (OSError, TimeoutError, KafkaError) as exc:
         raise ScorerError(f"{where}: cannot connect ({type(exc).__name__}: {exc})") from None
