@@ -29,6 +29,8 @@ PURE_MODULES = [
     "stream.threads.events",
     "stream.threads.router",
     "stream.threads.processor",
+    "stream.threads.sources",
+    "stream.otlp.spans",
 ]
 
 

@@ -1,0 +1,1 @@
+"""OpenTelemetry input: OTLP export batches decoded, and a trace's spans read as a trace."""
