@@ -291,32 +291,54 @@ def _indexed(attributes: dict[str, Any], pattern: str) -> list[dict[str, Any]]:
     ]
 
 
-def _input(attributes: dict[str, Any]) -> list[dict[str, Any]]:
-    if "gen_ai.input.messages" in attributes:
-        system = _json(attributes.get("gen_ai.system_instructions"))
-        messages = _genai_messages(attributes["gen_ai.input.messages"])
+@dataclass(frozen=True)
+class Side:
+    """Where one side of a model call (its input or its output) is found, in order."""
+
+    genai: str  # the GenAI convention's JSON messages
+    flattened: tuple[str, ...]  # the deprecated and OpenInference ``N`` forms
+    value: str  # OpenInference's plain value
+    role: str  # the role a plain value gets
+
+
+INPUT = Side(
+    "gen_ai.input.messages",
+    (
+        r"gen_ai\.prompt\.(?P<n>\d+)\.(?P<field>role|content)",
+        r"llm\.input_messages\.(?P<n>\d+)\.message\.(?P<field>role|content)",
+    ),
+    "input.value",
+    "user",
+)
+OUTPUT = Side(
+    "gen_ai.output.messages",
+    (
+        r"gen_ai\.completion\.(?P<n>\d+)\.(?P<field>role|content)",
+        r"llm\.output_messages\.(?P<n>\d+)\.message\.(?P<field>role|content)",
+    ),
+    "output.value",
+    "assistant",
+)
+
+
+def _side(attributes: dict[str, Any], side: Side) -> list[dict[str, Any]]:
+    if side.genai in attributes:
+        messages = _genai_messages(attributes[side.genai])
+        system = _json(attributes.get("gen_ai.system_instructions")) if side is INPUT else None
         if system:
             messages.insert(0, {"role": "system", "content": _parts_text(system)})
         return messages
-    if flat := _indexed(attributes, r"gen_ai\.prompt\.(?P<n>\d+)\.(?P<field>role|content)"):
-        return flat
-    pattern = r"llm\.input_messages\.(?P<n>\d+)\.message\.(?P<field>role|content)"
-    if flat := _indexed(attributes, pattern):
-        return flat
-    if (value := attributes.get("input.value")) is not None:
-        return [{"role": "user", "content": value}]
+    for pattern in side.flattened:
+        if flat := _indexed(attributes, pattern):
+            return flat
+    if (value := attributes.get(side.value)) is not None:
+        return [{"role": side.role, "content": value}]
     return []
+
+
+def _input(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    return _side(attributes, INPUT)
 
 
 def _output(attributes: dict[str, Any]) -> list[dict[str, Any]]:
-    if "gen_ai.output.messages" in attributes:
-        return _genai_messages(attributes["gen_ai.output.messages"])
-    pattern = r"gen_ai\.completion\.(?P<n>\d+)\.(?P<field>role|content)"
-    if flat := _indexed(attributes, pattern):
-        return flat
-    pattern = r"llm\.output_messages\.(?P<n>\d+)\.message\.(?P<field>role|content)"
-    if flat := _indexed(attributes, pattern):
-        return flat
-    if (value := attributes.get("output.value")) is not None:
-        return [{"role": "assistant", "content": value}]
-    return []
+    return _side(attributes, OUTPUT)
