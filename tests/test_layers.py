@@ -31,6 +31,7 @@ PURE_MODULES = [
     "stream.threads.processor",
     "stream.threads.sources",
     "stream.otlp.spans",
+    "stream.otlp.assembler",
 ]
 
 
