@@ -7,14 +7,12 @@ from typing import Any
 
 import faust
 from faust.types import TopicT
-from faust.types.auth import CredentialsT
 from faust.web import Request, Response, View
 
 from . import __version__
 from .delivery.publisher import Send
 from .errors import ScorerError
 from .kafka.partitioning import cached_murmur2_partitioner
-from .kafka.security import KafkaSecurity, StaticToken
 from .metrics import ScorerMetrics
 from .settings import Settings
 from .threads.events import ThreadEvent
@@ -47,28 +45,6 @@ class Topics:
     def to_threads(self, event: ThreadEvent) -> Send:
         """``event`` on the thread-events topic, keyed by its thread."""
         return (self.thread_events, event.key, event.to_bytes(), None)
-
-
-def faust_credentials(security: KafkaSecurity | None) -> CredentialsT | None:
-    """Faust's form of the cluster's TLS / SASL settings (None: plaintext)."""
-    if security is None or security.security_protocol == "PLAINTEXT":
-        return None
-    context = security.ssl_context()
-    if not security.sasl:
-        assert context is not None
-        return faust.SSLCredentials(context)
-    if security.sasl_mechanism == "OAUTHBEARER":
-        assert security.sasl_oauth_token is not None
-        return faust.OAuthCredentials(
-            oauth_cb=StaticToken(security.sasl_oauth_token), ssl_context=context
-        )
-    assert security.sasl_password is not None
-    return faust.SASLCredentials(
-        username=security.sasl_username,
-        password=security.sasl_password.get_secret_value(),
-        ssl_context=context,
-        mechanism=security.sasl_mechanism,
-    )
 
 
 def create_app(
@@ -104,7 +80,7 @@ def create_app(
         # the memory store drops standby data after each recovery; none for either store
         table_standby_replicas=0,
         web_enabled=True,
-        broker_credentials=faust_credentials(settings.security),
+        broker_credentials=settings.kafka.faust_credentials(),
     )
 
     def raw_topic(name: str, **options: Any) -> TopicT:

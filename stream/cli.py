@@ -63,7 +63,7 @@ def replay(
     if not settings.kafka_bootstrap_servers:
         console.print("[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/]")
         raise typer.Exit(2)
-    asyncio.run(check_cluster(settings.kafka_bootstrap_servers, settings.security))
+    asyncio.run(check_cluster(settings.kafka_bootstrap_servers, settings.kafka))
     items = read_traces(file)
     target = topic or settings.traces_topic
     with Progress(console=console) as progress:
@@ -74,7 +74,7 @@ def replay(
                 target,
                 items,
                 lambda: progress.advance(task),
-                settings.security,
+                settings.kafka,
             )
         )
     console.print(f"produced {n} traces to {target}")

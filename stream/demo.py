@@ -110,7 +110,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             broker = EmbeddedBroker().start()
             bootstrap = broker.bootstrap
             console.print(f"[bold]embedded broker[/] (Tansu) on {bootstrap}")
-        security = None if broker else settings.security
+        security = None if broker else settings.kafka
         asyncio.run(
             ensure_topics(
                 bootstrap,

@@ -155,11 +155,6 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def security(self) -> KafkaSecurity:
-        """The cluster's TLS / SASL settings (the embedded broker's are plaintext)."""
-        return self.kafka
-
-    @property
     def thread_events_topic_name(self) -> str:
         return self.thread_events_topic or f"{self.app_id}-thread-events"
 

@@ -94,7 +94,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         bootstrap,
         settings.lag_interval_s,
         observer=metrics,
-        security=settings.security,
+        security=settings.kafka,
     )
     worker = faust.Worker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
@@ -129,7 +129,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         print(f"no KAFKA_BOOTSTRAP_SERVERS: started the embedded broker on {bootstrap}", flush=True)
     else:  # a wrong password or an untrusted certificate fails here, not in a retry loop
-        asyncio.run(check_cluster(bootstrap, settings.security))
+        asyncio.run(check_cluster(bootstrap, settings.kafka))
         log.info("Kafka at %s: %s", bootstrap, settings.kafka.describe())
     try:
         build_worker(settings, bootstrap, loglevel).execute_from_commandline()

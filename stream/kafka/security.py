@@ -3,8 +3,8 @@
 Read from the environment under the conventional names (``KAFKA_SECURITY_PROTOCOL``,
 ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``, ``KAFKA_SASL_PASSWORD``,
 ``KAFKA_SSL_CAFILE``, ``KAFKA_SSL_CERTFILE``, ``KAFKA_SSL_KEYFILE``...), never from a file in
-the repository. One object gives the options of a plain aiokafka client (``client_options``)
-and Faust's credentials (in ``app.py``), so the worker, the output producer, the lag meter,
+the repository. One object gives Faust's credentials (``faust_credentials``) and, translated by
+Faust's own code, the options of a plain aiokafka client (``client_options``), so the worker, the output producer, the lag meter,
 `scorer replay`, `scorer demo` against a cluster and the example consumer all connect the
 same way. The password is a ``SecretStr``: it is not in ``repr``, logs or ``describe()``.
 """
@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from faust.types.auth import CredentialsT
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
@@ -98,21 +101,35 @@ class KafkaSecurity(BaseSettings):
             context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile), password)
         return context
 
+    def faust_credentials(self) -> CredentialsT | None:
+        """Faust's form of these settings (None: plaintext)."""
+        import faust
+
+        if self.security_protocol == "PLAINTEXT":
+            return None
+        context = self.ssl_context()
+        if not self.sasl:
+            assert context is not None
+            return faust.SSLCredentials(context)
+        if self.sasl_mechanism == "OAUTHBEARER":
+            assert self.sasl_oauth_token is not None
+            return faust.OAuthCredentials(
+                oauth_cb=StaticToken(self.sasl_oauth_token), ssl_context=context
+            )
+        assert self.sasl_password is not None
+        return faust.SASLCredentials(
+            username=self.sasl_username,
+            password=self.sasl_password.get_secret_value(),
+            ssl_context=context,
+            mechanism=self.sasl_mechanism,
+        )
+
     def client_options(self) -> dict[str, Any]:
-        """Keyword arguments for aiokafka's producer, consumer and admin client."""
-        options: dict[str, Any] = {"security_protocol": self.security_protocol}
-        if self.tls:
-            options["ssl_context"] = self.ssl_context()
-        if self.sasl:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            if self.sasl_mechanism == "OAUTHBEARER":
-                assert self.sasl_oauth_token is not None
-                options["sasl_oauth_token_provider"] = StaticToken(self.sasl_oauth_token)
-            else:
-                assert self.sasl_password is not None
-                options["sasl_plain_username"] = self.sasl_username
-                options["sasl_plain_password"] = self.sasl_password.get_secret_value()
-        return options
+        """Keyword arguments for aiokafka's producer, consumer and admin client: Faust's own
+        translation of ``faust_credentials``, so every client connects as the worker does."""
+        from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+        return dict(credentials_to_aiokafka_auth(self.faust_credentials()))
 
     def describe(self) -> str:
         """For logs: the protocol, mechanism and user, never a secret."""

@@ -272,12 +272,7 @@ class ThreadProcessor:
                 yield deadline, key, entry[2]
 
     def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
-        closes = []
-        for deadline, key, sources in self._due(index, index.wall, 0, now):
-            if (behind := index.unread(sources, deadline)) is not None:
-                heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
-                continue
-            closes.extend(self._close_idle(index, key, deadline, now))
+        closes = self._close_idle(index, index.wall, now, now)
         self._compact(index, now)
         if index.resume:
             resume, index.resume = index.resume, set()
@@ -291,30 +286,28 @@ class ThreadProcessor:
     def _release(self, index: PartitionIndex, source: str, now: float) -> list[ThreadClose]:
         """Close the threads past their wall-clock deadline that waited for ``source`` to be
         read past it (and for no other source)."""
-        closes: list[ThreadClose] = []
         heap = index.waiting.get(source)
-        if not heap:
-            return closes
-        for deadline, key, sources in self._due(index, heap, 0, index.read[source]):
+        return self._close_idle(index, heap, index.read[source], now) if heap else []
+
+    def _close_idle(
+        self, index: PartitionIndex, heap: list[tuple[float, bytes]], bound: float, now: float
+    ) -> list[ThreadClose]:
+        """The threads in ``heap`` whose wall-clock deadline is past ``bound``: each closes,
+        or waits for the source of its that is not read past the deadline yet."""
+        closes = []
+        for deadline, key, sources in self._due(index, heap, 0, bound):
             if (behind := index.unread(sources, deadline)) is not None:
                 heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
                 continue
-            closes.extend(self._close_idle(index, key, deadline, now))
+            state = ThreadState.from_bytes(self.table[key])
+            reason = close_reason(
+                state, wall_now=max(now, deadline), watermark=None, gap_s=self.gaps[state.kind]
+            )
+            if reason is not None:
+                self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
+                closes.append(self._close(state, reason, closed_at=now))
+                self._store(index, key, state)
         return closes
-
-    def _close_idle(
-        self, index: PartitionIndex, key: bytes, deadline: float, now: float
-    ) -> list[ThreadClose]:
-        state = ThreadState.from_bytes(self.table[key])
-        reason = close_reason(
-            state, wall_now=max(now, deadline), watermark=None, gap_s=self.gaps[state.kind]
-        )
-        if reason is None:
-            return []
-        self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
-        close = self._close(state, reason, closed_at=now)
-        self._store(index, key, state)
-        return [close]
 
     def _close_by_event_time(self, index: PartitionIndex, source: str) -> list[ThreadClose]:
         """Close the threads whose slowest source is ``source`` and whose event-time deadline

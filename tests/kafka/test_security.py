@@ -13,7 +13,6 @@ from certs import make_certs
 from faust.types.auth import AuthProtocol, SASLMechanism
 from pydantic import ValidationError
 
-from stream.app import faust_credentials
 from stream.errors import ScorerError
 from stream.kafka.broker import free_port
 from stream.kafka.io import check_cluster
@@ -38,7 +37,7 @@ def no_kafka_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plaintext_by_default() -> None:
     security = KafkaSecurity()
     assert security.client_options() == {"security_protocol": "PLAINTEXT"}
-    assert faust_credentials(security) is None
+    assert security.faust_credentials() is None
 
 
 def test_sasl_over_tls_from_the_environment(
@@ -59,7 +58,7 @@ def test_sasl_over_tls_from_the_environment(
         "sasl_plain_username": "scorer",
         "sasl_plain_password": SECRET,
     }
-    credentials = faust_credentials(security)
+    credentials = security.faust_credentials()
     assert isinstance(credentials, faust.SASLCredentials)
     assert credentials.protocol is AuthProtocol.SASL_SSL
     assert credentials.mechanism is SASLMechanism.SCRAM_SHA_512
@@ -80,7 +79,7 @@ def test_tls_alone_and_a_client_certificate(tls: dict[str, Path]) -> None:
     options = security.client_options()
     assert set(options) == {"security_protocol", "ssl_context"}
     assert not options["ssl_context"].check_hostname
-    assert isinstance(faust_credentials(security), faust.SSLCredentials)
+    assert isinstance(security.faust_credentials(), faust.SSLCredentials)
 
 
 def test_oauthbearer_takes_a_token_from_the_environment() -> None:
@@ -89,7 +88,7 @@ def test_oauthbearer_takes_a_token_from_the_environment() -> None:
     )
     provider = security.client_options()["sasl_oauth_token_provider"]
     assert asyncio.run(provider.token()) == "t0k"
-    assert isinstance(faust_credentials(security), faust.OAuthCredentials)
+    assert isinstance(security.faust_credentials(), faust.OAuthCredentials)
 
 
 @pytest.mark.parametrize(

@@ -129,30 +129,22 @@ def test_a_large_turn_is_cut_on_the_way_in_with_a_marker_and_counted(size: int) 
     assert event.turn.messages[0]["content"] == document["input"]["messages"][-1]["content"]
 
 
+def session_turn(seq: int, **fields: object) -> SessionEvent:
+    return SessionEvent(
+        session_id="s",
+        type="turn",
+        seq=seq,
+        timestamp=datetime(2026, 11, 20, tzinfo=UTC),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
 def test_a_large_session_turn_is_cut_feedback_first_when_it_is_the_longest() -> None:
     router = ThreadRouter(fretcoach_rules(), turn_max_bytes=8_000)
-    event = router.from_session(
-        SessionEvent(
-            session_id="s",
-            type="turn",
-            seq=1,
-            timestamp=datetime(2026, 11, 20, tzinfo=UTC),
-            metrics={"timing_stability": 0.6},
-            feedback="slow down " * 70_000,
-        ),
-        ARRIVAL,
-    )
+    turn = session_turn(1, metrics={"timing_stability": 0.6}, feedback="slow down " * 70_000)
+    event = router.from_session(turn, ARRIVAL)
     assert event.turn is not None and event.turn.size <= 8_000
     assert event.turn.metrics == {"timing_stability": 0.6}  # numbers are never cut
     assert "bytes cut by the scorer" in (event.turn.feedback or "")
-    small = router.from_session(
-        SessionEvent(
-            session_id="s",
-            type="turn",
-            seq=2,
-            timestamp=datetime(2026, 11, 20, tzinfo=UTC),
-            feedback="fine",
-        ),
-        ARRIVAL,
-    )
+    small = router.from_session(session_turn(2, feedback="fine"), ARRIVAL)
     assert small.turn is not None and small.turn.cut_bytes == 0 and small.turn.feedback == "fine"
