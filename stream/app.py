@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -37,6 +37,18 @@ class Topics:
     dlq: TopicT
     sessions: TopicT
     thread_events: TopicT
+    # OpenTelemetry input (None when off): the spans topic, the internal topic a trace's
+    # spans are assembled in, and the internal topic assembled traces go to (the trace
+    # agent reads it with ``traces``)
+    otlp: TopicT | None = None
+    otlp_assembly: TopicT | None = None
+    otlp_traces: TopicT | None = None
+    # internal topic -> the input topic its traces came from (what rule filters see)
+    seen_as: dict[str, str] = field(default_factory=dict)
+
+    def input_topic(self, topic: str) -> str:
+        """The input topic a trace read from ``topic`` came in on."""
+        return self.seen_as.get(topic, topic)
 
     def outputs(self) -> list[TopicT]:
         """Topics the worker writes to (declared up front)."""
@@ -83,9 +95,9 @@ def create_app(
         broker_credentials=settings.kafka.faust_credentials(),
     )
 
-    def raw_topic(name: str, **options: Any) -> TopicT:
+    def raw_topic(*names: str, **options: Any) -> TopicT:
         return app.topic(
-            name,
+            *names,
             key_type=bytes,
             value_type=bytes,
             key_serializer="raw",
@@ -93,8 +105,20 @@ def create_app(
             **options,
         )
 
+    otlp: dict[str, Any] = {}
+    traces = raw_topic(settings.traces_topic)
+    if settings.otlp_topic:
+        internal = {"partitions": settings.topic_partitions, "internal": True}
+        otlp = {
+            "otlp": raw_topic(settings.otlp_topic),
+            # a trace's spans meet in one partition, co-partitioned with the table
+            "otlp_assembly": raw_topic(settings.otlp_assembly_topic, **internal),
+            "otlp_traces": raw_topic(settings.otlp_traces_topic, **internal),
+            "seen_as": {settings.otlp_traces_topic: settings.otlp_topic},
+        }
+        traces = raw_topic(settings.traces_topic, settings.otlp_traces_topic)
     topics = Topics(
-        traces=raw_topic(settings.traces_topic),
+        traces=traces,
         scores=raw_topic(settings.scores_topic),
         decisions=raw_topic(settings.decisions_topic),
         dlq=raw_topic(settings.dlq_topic),
@@ -103,6 +127,7 @@ def create_app(
         thread_events=raw_topic(
             settings.thread_events_topic_name, partitions=settings.topic_partitions, internal=True
         ),
+        **otlp,
     )
 
     @app.page("/metrics")

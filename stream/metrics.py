@@ -172,6 +172,21 @@ class ScorerMetrics(Observer):
             "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
             [0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
         )
+        self.otlp_spans = counter(
+            "otlp_spans",
+            "OpenTelemetry spans read, by outcome (kept, duplicate, late, dropped)",
+            ("outcome",),
+        )
+        self.otlp_traces = counter(
+            "otlp_traces_assembled",
+            "Traces assembled from OpenTelemetry spans, by root span (ended, missing)",
+            ("root",),
+        )
+        self.otlp_gathering = gauge(
+            "otlp_traces_gathering",
+            "Traces being gathered from spans in this worker's partitions (with the markers "
+            "of those assembled lately)",
+        )
         self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))
         # Label children resolved once: ``labels()`` on every trace shows on the hot path.
         self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
@@ -317,6 +332,17 @@ class ScorerMetrics(Observer):
     ) -> None:
         self.threads_open.set_function(open_threads)
         self.thread_pending_closes.set_function(pending)
+
+    # -- OpenTelemetry input ---------------------------------------------------------
+
+    def on_otlp_spans(self, outcome: str, count: int) -> None:
+        self._child(self.otlp_spans, outcome).inc(count)
+
+    def on_otlp_trace(self, root: str) -> None:
+        self._child(self.otlp_traces, root).inc()
+
+    def watch_otlp(self, gathering: Callable[[], float]) -> None:
+        self.otlp_gathering.set_function(gathering)
 
 
 @cache

@@ -90,3 +90,13 @@ class Observer:
         self, open_threads: Callable[[], float], pending: Callable[[], float]
     ) -> None:
         """Readers of the open threads and of the closes not yet published."""
+
+    def on_otlp_spans(self, outcome: str, count: int) -> None:
+        """``count`` OpenTelemetry spans were read: kept, duplicate (already held), late
+        (their trace was already assembled) or dropped (past the trace's bounds)."""
+
+    def on_otlp_trace(self, root: str) -> None:
+        """A trace was assembled from spans, its root span ``ended`` or ``missing``."""
+
+    def watch_otlp(self, gathering: Callable[[], float]) -> None:
+        """A reader of the traces being gathered from spans."""

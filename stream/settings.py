@@ -145,6 +145,18 @@ class Settings(BaseSettings):
     turn_max_bytes: int = Field(default=64_000, ge=512)
     thread_retention_s: float = Field(default=86_400.0, ge=0)  # then closed threads are forgotten
 
+    # OpenTelemetry spans, as the Collector's Kafka exporter writes them ("" turns it off)
+    otlp_topic: str = "otlp_spans"
+    # the exporter's encoding; "auto" tells them apart (OTLP/JSON is an object)
+    otlp_encoding: Literal["auto", "otlp_proto", "otlp_json"] = "auto"
+    otlp_grace_s: float = Field(default=5.0, ge=0)  # after the root span, for late children
+    otlp_max_wait_s: float = Field(default=600.0, gt=0)  # a trace whose root never comes
+    otlp_max_spans: int = Field(default=1000, ge=1)
+    # a trace's spans as stored (the table entry): well under Kafka's 1 MB message size
+    otlp_max_bytes: int = Field(default=256_000, ge=1024, le=300_000)
+    # an assembled trace is remembered this long, so a redelivered span of it is dropped
+    otlp_retention_s: float = Field(default=600.0, ge=0)
+
     @model_validator(mode="after")
     def _turn_fits_its_thread(self) -> Settings:
         if self.turn_max_bytes > self.thread_max_bytes:
@@ -157,6 +169,16 @@ class Settings(BaseSettings):
     @property
     def thread_events_topic_name(self) -> str:
         return self.thread_events_topic or f"{self.app_id}-thread-events"
+
+    @property
+    def otlp_assembly_topic(self) -> str:
+        """Internal: the spans of each trace, keyed by trace id, where its table is."""
+        return f"{self.app_id}-otlp-assembly"
+
+    @property
+    def otlp_traces_topic(self) -> str:
+        """Internal: traces assembled from spans, read by the trace agent."""
+        return f"{self.app_id}-otlp-traces"
 
     @property
     def judge_configured(self) -> bool:

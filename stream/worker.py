@@ -10,6 +10,7 @@ from functools import partial
 import faust
 
 from . import __version__
+from .agents.otlp import register_otlp_agents
 from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
@@ -71,6 +72,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         )
     if ruleset.for_scope("thread"):
         register_thread_agent(app, topics, scorer, settings, metrics, sources)
+    if topics.otlp is not None:
+        register_otlp_agents(app, topics, settings, metrics)
     metrics.on_rules_loaded(
         __version__,
         ruleset.digest,
@@ -90,7 +93,16 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     )
     lag_meter = LagMeter(
         app,
-        [settings.traces_topic, settings.sessions_topic, settings.thread_events_topic_name],
+        [
+            settings.traces_topic,
+            settings.sessions_topic,
+            settings.thread_events_topic_name,
+            *(
+                [settings.otlp_topic, settings.otlp_assembly_topic, settings.otlp_traces_topic]
+                if settings.otlp_topic
+                else []
+            ),
+        ],
         bootstrap,
         settings.lag_interval_s,
         observer=metrics,

@@ -77,6 +77,7 @@ def test_topics_have_the_configured_names(tmp_path: Path) -> None:
         decisions_topic="d-out",
         dlq_topic="dead",
         topic_partitions=6,
+        otlp_topic="",  # off: the trace agent reads the traces topic alone
     )
 
     assert topics.traces.get_topic_name() == "t-in"
@@ -88,6 +89,25 @@ def test_topics_have_the_configured_names(tmp_path: Path) -> None:
     assert topics.thread_events.partitions == 6
     assert topics.thread_events.internal is True
     assert topics.traces.internal is False
+
+
+def test_otlp_topics_feed_the_trace_agent_which_sees_them_as_the_spans_topic(
+    tmp_path: Path,
+) -> None:
+    _, topics, _ = build(tmp_path, app_id="eu", traces_topic="t-in", topic_partitions=6)
+
+    assert topics.otlp is not None and topics.otlp.get_topic_name() == "otlp_spans"
+    assert topics.otlp.internal is False
+    assert topics.otlp_assembly is not None and topics.otlp_traces is not None
+    for internal, name in [
+        (topics.otlp_assembly, "eu-otlp-assembly"),
+        (topics.otlp_traces, "eu-otlp-traces"),
+    ]:
+        assert internal.get_topic_name() == name
+        assert (internal.partitions, internal.internal) == (6, True)
+    assert list(topics.traces.topics) == ["t-in", "eu-otlp-traces"]
+    assert topics.input_topic("eu-otlp-traces") == "otlp_spans"
+    assert topics.input_topic("t-in") == "t-in"
 
 
 def test_thread_events_topic_can_be_named(tmp_path: Path) -> None:

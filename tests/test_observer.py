@@ -43,7 +43,7 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
     observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
     callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
-    assert len(callbacks) == 18
+    assert len(callbacks) == 21
     assert callbacks <= set(vars(ScorerMetrics))
 
 
@@ -117,3 +117,14 @@ def test_input_thread_and_delivery_callbacks(metrics: ScorerMetrics) -> None:
     assert value(metrics, "publish_latency_seconds_sum") == 0.02
     assert value(metrics, "traces_in_flight") == 5
     assert (value(metrics, "threads_open"), value(metrics, "thread_pending_closes")) == (2, 1)
+
+
+def test_spans_and_assembled_traces_are_counted(metrics: ScorerMetrics) -> None:
+    metrics.on_otlp_spans("kept", 3)
+    metrics.on_otlp_spans("late", 1)
+    metrics.on_otlp_trace("missing")
+    metrics.watch_otlp(lambda: 7)
+    assert value(metrics, "otlp_spans_total", outcome="kept") == 3
+    assert value(metrics, "otlp_spans_total", outcome="late") == 1
+    assert value(metrics, "otlp_traces_assembled_total", root="missing") == 1
+    assert value(metrics, "otlp_traces_gathering") == 7

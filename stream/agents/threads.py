@@ -35,7 +35,7 @@ from ..ruleset.schema import RuleSet
 from ..settings import Settings
 from ..threads.events import ThreadEvent, progress, published, tick
 from ..threads.processor import ThreadProcessor
-from ..threads.sources import SourceLog, source_name
+from ..threads.sources import Position, SourceLog, source_name
 from ..threads.state import ThreadClose, ThreadLimits
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,20 @@ def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> li
         decisions=result.decisions,
     )
     return scored(topics.scores, topics.decisions, close.thread_id, result.scores, record)
+
+
+def read_positions(
+    app: faust.App, sources: SourceLog, topics: set[str], now: float
+) -> dict[str, Position]:
+    """How far this worker has read each partition of ``topics`` it owns (``SourceLog``)."""
+    consumer = cast(Consumer, app.consumer)  # Faust's, with its record of committed offsets
+    committed = consumer._committed_offset
+    assigned = {
+        source_name(tp.topic, tp.partition): (consumer.highwater(tp), committed.get(tp))
+        for tp in app.assignor.assigned_actives()
+        if tp.topic in topics
+    }
+    return sources.positions(assigned, now)
 
 
 def inactivity_gap(ruleset: RuleSet, kind: str, settings: Settings) -> float:
@@ -172,22 +186,12 @@ def register_thread_agent(
     source_topics = {*topics.traces.topics, *topics.sessions.topics}
     all_partitions = range(topics.thread_events.partitions or settings.topic_partitions)
 
-    def read_sources(now: float) -> dict[str, tuple[float, float]]:
-        consumer = cast(Consumer, app.consumer)  # Faust's, with its record of committed offsets
-        committed = consumer._committed_offset
-        assigned = {
-            source_name(tp.topic, tp.partition): (consumer.highwater(tp), committed.get(tp))
-            for tp in app.assignor.assigned_actives()
-            if tp.topic in source_topics
-        }
-        return sources.positions(assigned, now) if sources is not None else {}
-
     @app.timer(settings.thread_tick_s)
     async def send_ticks() -> None:
         """How far this worker has read its sources, into every partition; then the wall
         clock, into every partition this worker owns (each behind what is queued)."""
         now = time.time()
-        if positions := read_sources(now):
+        if sources is not None and (positions := read_positions(app, sources, source_topics, now)):
             await publisher.to_partitions(events_topic, progress(now, positions), all_partitions)
         await publisher.to_partitions(events_topic, tick(now), sorted(owned()))
 

@@ -88,7 +88,8 @@ def register_trace_agent(
             async for event in manual.events():
                 tp, entry = await delivery.admit(event)
                 message = event.message
-                observer.on_trace_consumed(message.topic)
+                topic = topics.input_topic(message.topic)  # assembled from spans: their topic
+                observer.on_trace_consumed(topic)
                 started = time.perf_counter()
                 source = source_name(message.topic, message.partition)
                 try:
@@ -99,9 +100,9 @@ def register_trace_agent(
                         sources.read(source, message.offset, message.timestamp, None)
                     continue
                 try:
-                    plan = scorer.plan(trace, document, message.topic)
+                    plan = scorer.plan(trace, document, topic)
                     turn = router and router.from_trace(
-                        trace, document, message.topic, message.timestamp, source
+                        trace, document, topic, message.timestamp, source
                     )
                 except Exception as exc:
                     await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])

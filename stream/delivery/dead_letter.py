@@ -8,6 +8,7 @@ score them once fixed; headers say where they came from and what went wrong.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from faust.types import Message, TopicT
@@ -68,6 +69,15 @@ class DeadLetters:
         return self._send(
             close.thread_id.encode(), value, source_topic, "engine_error", error, where
         )
+
+    def assembly_failure(
+        self, trace_id: str, spans: list[dict[str, Any]], exc: Exception, source_topic: str
+    ) -> list[Send]:
+        """A bug met a trace assembled from spans: keep its spans, with the error."""
+        log.exception("reading the spans of trace %s as a trace failed", trace_id)
+        error = f"reading spans as a trace failed: {type(exc).__name__}: {exc}"
+        value = orjson.dumps({"trace_id": trace_id, "spans": spans})
+        return self._send(trace_id.encode(), value, source_topic, "engine_error", error, {})
 
     def _message(self, message: Message, reason: str, error: str) -> list[Send]:
         where = {

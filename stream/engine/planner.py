@@ -160,7 +160,10 @@ class Scorer:
         try:
             values = resolve_variables(rule, document, emptied)
         except MissingVariable as exc:
-            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", str(exc))))
+            why = str(exc)
+            if isinstance(document, dict) and isinstance(document.get("content_missing"), str):
+                why = f"{why}: {document['content_missing']}"  # e.g. message capture was off
+            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
             return
         if isinstance(rule, CheckRule):
             plan.outcomes.append(self._run_check(rule, plan, values))

@@ -1,45 +1,63 @@
 """Spans of one trace gathered until the trace is whole, apart from Faust.
 
 The Collector exports spans in batches as they end, so a trace's spans arrive over several
-records (children first, the root last, a late child after it). ``TraceAssembler`` folds
-them into a table (any ``MutableMapping[bytes, bytes]``: the Faust table in the worker, a
-dict in unit tests) keyed by trace id, and says when a trace is whole:
+records (children first, the root last, a late child after it), on any partition of the
+spans topic (its Kafka exporter keys records by trace id only when told to). The assembly
+agent forwards them, keyed by trace id, to its own partitions; ``TraceAssembler`` folds them
+into a table (any ``MutableMapping[bytes, bytes]``: the Faust table in the worker, a dict in
+unit tests) and says when a trace is whole:
 
 - its root span (no parent among its spans) has ended and no new span has arrived for
   ``grace_s`` (late children still get in);
 - or, with no root, ``max_wait_s`` after its first span arrived (a root lost or never
   exported: the trace is assembled from what came, and says ``root_missing``).
 
+Times are the Kafka times of the export records, and the clock they are compared with is
+the wall clock held back by how far the spans topic has been read: every worker reports,
+for each spans partition it reads, the Kafka time it has read up to (the present when it
+is caught up), and the clock is the least of those. So a restart's backlog, or a replay
+of the spans topic, assembles each trace from all of its spans, as live did: a late child
+still unread in some partition's backlog holds its trace back. Sources no worker has
+reported on count as read.
+
 Spans are deduplicated by span id (a redelivered batch changes nothing) and bounded per
-trace (``max_spans``, the oldest kept, the rest counted in ``dropped_spans``). Times are
-Kafka arrival times, so redelivery cannot make a trace look younger; ``tick`` is the wall
-clock. A whole trace is handed out once and its entry deleted: the caller publishes it.
+trace, in count (``max_spans``) and bytes (``max_bytes``: a span that does not fit loses
+its long attribute values, then is dropped; the trace counts what it lost). A whole trace
+is handed out by ``due`` and, once the caller has published it, ``done`` leaves a small
+marker for ``retention_s`` so that a redelivered span of it is recognised as late, counted
+and dropped, rather than starting a second, partial copy of the trace.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import MutableMapping
+from collections import Counter
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from .spans import Span
 
+CUT_ABOVE = 1024  # attribute values longer than this go first when a span does not fit
+
 
 @dataclass
 class Gathered:
-    """One trace being gathered: its spans (as ``Span.as_dict`` plus the trace id and the
-    resource), and when they came."""
+    """One trace being gathered (or assembled, kept as a marker): its spans (as
+    ``Span.as_dict`` plus the resource), where and when they came, what was lost."""
 
     trace_id: str
+    partition: int = 0
     spans: list[dict[str, Any]] = field(default_factory=list)
     first_arrival: float = 0.0
     last_arrival: float = 0.0
     root_ended: bool = False
+    size: int = 0  # bytes of the spans as stored
     dropped_spans: int = 0
+    cut_spans: int = 0
+    assembled: bool = False
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(self.__dict__)
@@ -57,6 +75,16 @@ class Whole:
     spans: list[Span]
     root_missing: bool
     dropped_spans: int
+    cut_spans: int
+
+    def summary(self) -> dict[str, Any]:
+        """What the trace document says of its assembly."""
+        return {
+            "span_count": len(self.spans),
+            "root_missing": self.root_missing,
+            "dropped_spans": self.dropped_spans,
+            "cut_spans": self.cut_spans,
+        }
 
 
 class TraceAssembler:
@@ -67,96 +95,170 @@ class TraceAssembler:
         grace_s: float = 5.0,
         max_wait_s: float = 600.0,
         max_spans: int = 1000,
+        max_bytes: int = 256_000,
+        retention_s: float = 600.0,
     ) -> None:
         self.table = table
         self.grace_s = grace_s
         self.max_wait_s = max_wait_s
         self.max_spans = max_spans
-        # (when to look at the trace again, trace key); stale entries are skipped
-        self._due: list[tuple[float, bytes]] = []
+        self.max_bytes = max_bytes
+        self.retention_s = retention_s
+        # per partition: (when to look at the trace again, trace key); stale ones skipped
+        self._due: dict[int, list[tuple[float, bytes]]] = {}
+        self._handed_out: set[bytes] = set()  # whole, not yet published
+        # spans source (topic:partition) -> (Kafka time read up to, when that was reported)
+        self.read: dict[str, tuple[float, float]] = {}
 
-    def rebuild(self) -> int:
-        """Index the table (after a recovery); returns the traces being gathered."""
-        self._due = []
+    def rebuild(self, partitions: Iterable[int]) -> int:
+        """Index the traces of ``partitions`` (after a recovery); returns how many."""
+        self._due = {p: [] for p in partitions}
+        self._handed_out = set()
+        count = 0
         for key, raw in self.table.items():
-            self._schedule(key, Gathered.from_bytes(raw))
-        return len(self.table)
-
-    def add(self, spans: list[Span], arrival: float) -> None:
-        """Fold ``spans`` (from one export record, Kafka time ``arrival``) into their traces."""
-        by_trace: dict[str, list[Span]] = {}
-        for span in spans:
-            by_trace.setdefault(span.trace_id, []).append(span)
-        for trace_id, new in by_trace.items():
-            key = trace_id.encode()
-            raw = self.table.get(key)
-            gathered = (
-                Gathered.from_bytes(raw) if raw else Gathered(trace_id, first_arrival=arrival)
-            )
-            known = {s["span_id"] for s in gathered.spans}
-            added = [s for s in new if s.span_id not in known]
-            if not added:
-                continue  # a redelivered batch: nothing new, not activity
-            for span in added:
-                if len(gathered.spans) >= self.max_spans:
-                    gathered.dropped_spans += 1
-                    continue
-                gathered.spans.append({**span.as_dict(), "resource": span.resource})
-            gathered.last_arrival = max(gathered.last_arrival, arrival)
-            gathered.root_ended = self._root_ended(gathered)
-            self.table[key] = gathered.to_bytes()
-            self._schedule(key, gathered)
-
-    def tick(self, now: float) -> list[Whole]:
-        """The traces whole at ``now`` (each handed out once; their entries deleted)."""
-        wholes = []
-        while self._due and self._due[0][0] <= now:
-            _, key = heapq.heappop(self._due)
-            raw = self.table.get(key)
-            if raw is None:
-                continue
             gathered = Gathered.from_bytes(raw)
-            if self._ready_at(gathered) > now:
+            if gathered.partition in self._due:
+                self._schedule(key, gathered)
+                count += 1
+        return count
+
+    def progress(self, positions: dict[str, float], reported: float) -> None:
+        """A worker has read each spans source in ``positions`` up to that Kafka time."""
+        for source, read in positions.items():
+            if reported >= self.read.get(source, (0.0, 0.0))[1]:
+                self.read[source] = (read, reported)
+
+    def clock(self, now: float) -> float:
+        """``now``, held back by the least read spans source."""
+        return min([now, *(read for read, _ in self.read.values())])
+
+    def add(
+        self, partition: int, trace_id: str, spans: list[dict[str, Any]], arrival: float
+    ) -> Counter[str]:
+        """Fold ``spans`` of ``trace_id`` (``Span.stored``, from an export record of Kafka
+        time ``arrival``) into its trace; returns how many were kept, duplicate, late (the
+        trace is already assembled) or dropped."""
+        key = trace_id.encode()
+        raw = self.table.get(key)
+        gathered = (
+            Gathered.from_bytes(raw)
+            if raw
+            else Gathered(trace_id, partition, first_arrival=arrival)
+        )
+        outcomes: Counter[str] = Counter()
+        if gathered.assembled:
+            outcomes["late"] = len(spans)
+            return outcomes
+        known = {s["span_id"] for s in gathered.spans}
+        for span in spans:
+            if span["span_id"] in known:
+                outcomes["duplicate"] += 1  # a redelivered batch: not activity
+                continue
+            known.add(span["span_id"])
+            outcomes["kept" if self._keep(gathered, span) else "dropped"] += 1
+        if outcomes["duplicate"] == len(spans):
+            return outcomes
+        gathered.last_arrival = max(gathered.last_arrival, arrival)
+        gathered.root_ended = self._root_ended(gathered)
+        self.table[key] = gathered.to_bytes()
+        self._schedule(key, gathered)
+        return outcomes
+
+    def due(self, partition: int, now: float) -> list[Whole]:
+        """The traces of ``partition`` whole at wall-clock ``now`` (each handed out once by
+        this assembler; ``done`` when published). Markers past their retention go."""
+        heap = self._due.get(partition)
+        if not heap:
+            return []
+        clock = self.clock(now)
+        wholes = []
+        while heap and heap[0][0] <= clock:
+            _, key = heapq.heappop(heap)
+            raw = self.table.get(key)
+            if raw is None or key in self._handed_out:
+                continue  # gone, or queued more than once (each span record queues it)
+            gathered = Gathered.from_bytes(raw)
+            if self._ready_at(gathered) > clock:
                 continue  # it moved on: a later entry is queued
-            del self.table[key]
+            if gathered.assembled:
+                del self.table[key]
+                continue
+            self._handed_out.add(key)
             wholes.append(
                 Whole(
                     gathered.trace_id,
-                    [_span(gathered.trace_id, s) for s in gathered.spans],
+                    [Span.from_stored(gathered.trace_id, s) for s in gathered.spans],
                     root_missing=not gathered.root_ended,
                     dropped_spans=gathered.dropped_spans,
+                    cut_spans=gathered.cut_spans,
                 )
             )
         return wholes
 
+    def done(self, trace_id: str) -> None:
+        """``trace_id`` is published: keep only a marker of it, for ``retention_s``."""
+        key = trace_id.encode()
+        self._handed_out.discard(key)
+        raw = self.table.get(key)
+        if raw is None:
+            return
+        gathered = Gathered.from_bytes(raw)
+        marker = Gathered(
+            trace_id,
+            gathered.partition,
+            first_arrival=gathered.first_arrival,
+            last_arrival=gathered.last_arrival,
+            root_ended=gathered.root_ended,
+            assembled=True,
+        )
+        if self.retention_s <= 0:
+            del self.table[key]
+            return
+        self.table[key] = marker.to_bytes()
+        self._schedule(key, marker)
+
     def gathering(self) -> int:
+        """Traces held (being gathered, or markers of assembled ones)."""
         return len(self.table)
 
+    def _keep(self, gathered: Gathered, stored: dict[str, Any]) -> bool:
+        if len(gathered.spans) >= self.max_spans:
+            gathered.dropped_spans += 1
+            return False
+        size = len(orjson.dumps(stored))
+        if gathered.size + size > self.max_bytes:
+            stored, size = cut(stored)
+            if gathered.size + size > self.max_bytes:
+                gathered.dropped_spans += 1
+                return False
+            gathered.cut_spans += 1
+        gathered.spans.append(stored)
+        gathered.size += size
+        return True
+
     def _ready_at(self, gathered: Gathered) -> float:
+        if gathered.assembled:
+            return gathered.last_arrival + self.grace_s + self.retention_s
         if gathered.root_ended:
             return gathered.last_arrival + self.grace_s
         return gathered.first_arrival + self.max_wait_s
 
     def _schedule(self, key: bytes, gathered: Gathered) -> None:
-        heapq.heappush(self._due, (self._ready_at(gathered), key))
+        heap = self._due.setdefault(gathered.partition, [])
+        heapq.heappush(heap, (self._ready_at(gathered), key))
 
     @staticmethod
     def _root_ended(gathered: Gathered) -> bool:
         return any(s["parent_span_id"] is None and s["end_time"] for s in gathered.spans)
 
 
-def _span(trace_id: str, stored: dict[str, Any]) -> Span:
-    def moment(text: str | None) -> datetime | None:
-        return datetime.fromisoformat(text) if text else None
-
-    return Span(
-        trace_id=trace_id,
-        span_id=stored["span_id"],
-        parent_span_id=stored.get("parent_span_id"),
-        name=stored.get("name", ""),
-        start=moment(stored.get("start_time")),
-        end=moment(stored.get("end_time")),
-        attributes=stored.get("attributes") or {},
-        resource=stored.get("resource") or {},
-        status=stored.get("status"),
-    )
+def cut(stored: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """``stored`` without its long attribute values (each replaced by a marker)."""
+    attributes = {
+        name: value
+        if len(orjson.dumps(value)) <= CUT_ABOVE
+        else f"[cut: {len(orjson.dumps(value))} bytes]"
+        for name, value in (stored.get("attributes") or {}).items()
+    }
+    cut = {**stored, "attributes": attributes}
+    return cut, len(orjson.dumps(cut))

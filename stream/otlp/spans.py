@@ -34,7 +34,9 @@ Encoding = Literal["otlp_proto", "otlp_json"]
 
 NO_CONTENT = (
     "the trace's spans carry no message content: message capture is off in the "
-    "instrumentation (e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)"
+    "instrumentation (opentelemetry-instrumentation-openai-v2: "
+    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental and "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY)"
 )
 
 
@@ -61,6 +63,27 @@ class Span:
             "status": self.status,
         }
 
+    def stored(self) -> dict[str, Any]:
+        """The span as it travels and is kept while its trace is gathered."""
+        return {**self.as_dict(), "resource": self.resource}
+
+    @classmethod
+    def from_stored(cls, trace_id: str, stored: dict[str, Any]) -> Span:
+        def moment(text: str | None) -> datetime | None:
+            return datetime.fromisoformat(text) if text else None
+
+        return cls(
+            trace_id=trace_id,
+            span_id=stored["span_id"],
+            parent_span_id=stored.get("parent_span_id"),
+            name=stored.get("name", ""),
+            start=moment(stored.get("start_time")),
+            end=moment(stored.get("end_time")),
+            attributes=stored.get("attributes") or {},
+            resource=stored.get("resource") or {},
+            status=stored.get("status"),
+        )
+
 
 def _time(nanos: int | str | None) -> datetime | None:
     value = int(nanos or 0)
@@ -70,8 +93,17 @@ def _time(nanos: int | str | None) -> datetime | None:
 # -- decoding --------------------------------------------------------------------------
 
 
-def decode(raw: bytes, encoding: Encoding = "otlp_proto") -> list[Span]:
+def detect(raw: bytes) -> Encoding:
+    """The encoding of an export record: OTLP/JSON is an object, protobuf starts with a tag."""
+    return "otlp_json" if raw.lstrip()[:1] == b"{" else "otlp_proto"
+
+
+def decode(raw: bytes | None, encoding: Encoding | Literal["auto"] = "otlp_proto") -> list[Span]:
     """The spans of one export batch (``ValueError`` when it is not one)."""
+    if not raw:
+        raise ValueError("empty message (no value)")
+    if encoding == "auto":
+        encoding = detect(raw)
     if encoding == "otlp_json":
         return _decode_json(raw)
     from google.protobuf.message import DecodeError

@@ -68,8 +68,8 @@ class SourceLog:
                 read = now  # caught up
             elif last is not None:
                 read = last.arrival
-            elif highwater is not None and committed is not None and committed >= highwater:
-                read = now  # nothing to read
+            elif highwater is not None and (committed or 0) >= highwater:
+                read = now  # nothing to read (an empty partition has nothing committed)
             else:
                 read = 0.0  # not read yet: a backlog of unknown age
             positions[source] = (event_time, read)

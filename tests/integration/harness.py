@@ -51,6 +51,10 @@ class Names:
         return f"sessions-{self.suffix}"
 
     @property
+    def otlp(self) -> str:
+        return f"otlp-{self.suffix}"
+
+    @property
     def group(self) -> str:
         return f"scorer-{self.suffix}"
 
@@ -61,6 +65,7 @@ class Names:
             "SCORER_DECISIONS_TOPIC": self.decisions,
             "SCORER_DLQ_TOPIC": self.dlq,
             "SCORER_SESSIONS_TOPIC": self.sessions,
+            "SCORER_OTLP_TOPIC": self.otlp,
             "SCORER_APP_ID": self.group,
         }
 

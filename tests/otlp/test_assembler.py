@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from stream.otlp.assembler import TraceAssembler
+from stream.otlp.assembler import TraceAssembler, Whole
 from stream.otlp.spans import Span, trace_document
 
 T0 = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)
@@ -27,56 +28,159 @@ def span(span_id: str, parent: str | None = None, trace: str = TRACE, ended: boo
     )
 
 
+def add(
+    assembler: TraceAssembler, arrival: float, *spans: Span, partition: int = 0
+) -> Counter[str]:
+    """Fold ``spans`` as the assembly agent does: per trace, as stored."""
+    outcomes: Counter[str] = Counter()
+    for trace in dict.fromkeys(s.trace_id for s in spans):
+        of_trace = [s.stored() for s in spans if s.trace_id == trace]
+        outcomes += assembler.add(partition, trace, of_trace, arrival)
+    return outcomes
+
+
+def ready(assembler: TraceAssembler, now: float, partition: int = 0) -> list[Whole]:
+    """The traces whole at ``now``, published as the agent does."""
+    wholes = assembler.due(partition, now)
+    for whole in wholes:
+        assembler.done(whole.trace_id)
+    return wholes
+
+
 def test_a_trace_is_whole_a_grace_period_after_its_root_and_takes_late_children() -> None:
     table: dict[bytes, bytes] = {}
-    assembler = TraceAssembler(table, grace_s=5.0)
-    assembler.add([span("c1", "r")], arrival=NOW)  # children end first
-    assert assembler.tick(NOW + 60) == []  # no root yet: not whole
-    assembler.add([span("r")], arrival=NOW + 61)
-    assembler.add([span("c2", "r")], arrival=NOW + 63)  # a late child, within the grace
-    assert assembler.tick(NOW + 67) == []  # 4 s after the last span
-    (whole,) = assembler.tick(NOW + 68)
+    assembler = TraceAssembler(table, grace_s=5.0, retention_s=0)
+    add(assembler, NOW, span("c1", "r"))  # children end first
+    assert ready(assembler, NOW + 60) == []  # no root yet: not whole
+    add(assembler, NOW + 61, span("r"))
+    add(assembler, NOW + 63, span("c2", "r"))  # a late child, within the grace
+    assert ready(assembler, NOW + 67) == []  # 4 s after the last span
+    (whole,) = ready(assembler, NOW + 68)
     assert sorted(s.span_id for s in whole.spans) == ["c1", "c2", "r"]
-    assert not whole.root_missing and whole.dropped_spans == 0
+    assert whole.summary() == {
+        "span_count": 3,
+        "root_missing": False,
+        "dropped_spans": 0,
+        "cut_spans": 0,
+    }
     document = trace_document(whole.spans)
     assert (document["id"], document["project_name"], document["thread_id"]) == (
         TRACE,
         "coach",
         "conv-1",
     )
-    assert table == {} and assembler.tick(NOW + 1000) == []  # handed out once
+    assert table == {} and ready(assembler, NOW + 1000) == []  # handed out once
+
+
+def test_a_whole_trace_stays_in_the_table_until_it_is_published() -> None:
+    table: dict[bytes, bytes] = {}
+    assembler = TraceAssembler(table, grace_s=5.0)
+    add(assembler, NOW, span("r"))
+    (whole,) = assembler.due(0, NOW + 5)
+    assert TRACE.encode() in table  # not published yet: a new owner would assemble it again
+    after = TraceAssembler(table, grace_s=5.0)
+    after.rebuild([0])
+    (again,) = after.due(0, NOW + 5)
+    assert again.spans == whole.spans
+
+
+def test_a_span_of_a_published_trace_is_late_and_dropped_until_the_retention_ends() -> None:
+    table: dict[bytes, bytes] = {}
+    assembler = TraceAssembler(table, grace_s=5.0, retention_s=600.0)
+    add(assembler, NOW, span("r"), span("c1", "r"))
+    assert len(ready(assembler, NOW + 5)) == 1
+    redelivered = add(assembler, NOW + 30, span("c1", "r"), span("c2", "r"))
+    assert redelivered == Counter(late=2)
+    assert ready(assembler, NOW + 100) == [] and assembler.gathering() == 1  # the marker
+    ready(assembler, NOW + 605)  # retention over: forgotten
+    assert table == {}
 
 
 def test_a_redelivered_batch_is_not_activity_and_adds_nothing() -> None:
     assembler = TraceAssembler({}, grace_s=5.0)
-    assembler.add([span("r"), span("c1", "r")], arrival=NOW)
-    assembler.add([span("r"), span("c1", "r")], arrival=NOW + 4)  # the same record again
-    (whole,) = assembler.tick(NOW + 5)
+    add(assembler, NOW, span("r"), span("c1", "r"))
+    again = add(assembler, NOW + 4, span("r"), span("c1", "r"))  # the same record again
+    assert again == Counter(duplicate=2)
+    (whole,) = ready(assembler, NOW + 5)
     assert len(whole.spans) == 2
 
 
 def test_a_trace_whose_root_never_comes_is_assembled_after_the_longest_wait() -> None:
     assembler = TraceAssembler({}, grace_s=5.0, max_wait_s=600.0)
-    assembler.add([span("c1", "lost")], arrival=NOW)
-    assert assembler.tick(NOW + 599) == []
-    (whole,) = assembler.tick(NOW + 600)
+    add(assembler, NOW, span("c1", "lost"))
+    assert ready(assembler, NOW + 599) == []
+    (whole,) = ready(assembler, NOW + 600)
     assert whole.root_missing and [s.span_id for s in whole.spans] == ["c1"]
 
 
 def test_spans_are_bounded_per_trace_and_the_rest_counted() -> None:
     assembler = TraceAssembler({}, grace_s=1.0, max_spans=3)
-    assembler.add([span("r")] + [span(f"c{n}", "r") for n in range(5)], arrival=NOW)
-    (whole,) = assembler.tick(NOW + 1)
+    outcomes = add(assembler, NOW, span("r"), *(span(f"c{n}", "r") for n in range(5)))
+    assert outcomes == Counter(kept=3, dropped=3)
+    (whole,) = ready(assembler, NOW + 1)
     assert (len(whole.spans), whole.dropped_spans) == (3, 3)
+
+
+def test_a_span_past_the_byte_bound_loses_its_long_values_first() -> None:
+    assembler = TraceAssembler({}, grace_s=1.0, max_bytes=4_000)
+    big = span("c1", "r")
+    big.attributes = {"gen_ai.input.messages": "x" * 5_000, "gen_ai.request.model": "gpt-4o"}
+    add(assembler, NOW, span("r"), big)
+    (whole,) = ready(assembler, NOW + 1)
+    (cut,) = [s for s in whole.spans if s.span_id == "c1"]
+    assert cut.attributes == {
+        "gen_ai.input.messages": "[cut: 5002 bytes]",
+        "gen_ai.request.model": "gpt-4o",
+    }
+    assert whole.cut_spans == 1 and whole.dropped_spans == 0
 
 
 def test_traces_in_one_batch_are_gathered_apart_and_survive_a_restart() -> None:
     table: dict[bytes, bytes] = {}
     before = TraceAssembler(table, grace_s=5.0)
     other = "0af7651916cd43dd8448eb211c80319c"
-    before.add([span("r"), span("x", trace=other, ended=False)], arrival=NOW)
+    add(before, NOW, span("r"), span("x", trace=other, ended=False))
     after = TraceAssembler(table, grace_s=5.0)  # a new worker on the recovered table
-    assert after.rebuild() == 2
-    (whole,) = after.tick(NOW + 5)
+    assert after.rebuild([0]) == 2
+    (whole,) = ready(after, NOW + 5)
     assert whole.trace_id == TRACE
-    assert after.gathering() == 1  # the other trace's root has not ended
+    assert after.gathering() == 2  # the other trace's root has not ended; a marker of this
+    assert TraceAssembler(table).rebuild([1]) == 0  # another partition's owner
+
+
+def test_a_backlog_holds_a_trace_until_every_spans_partition_is_read_past_it() -> None:
+    assembler = TraceAssembler({}, grace_s=5.0)
+    add(assembler, NOW, span("r"), span("c1", "r"))
+    # partition 1 of the spans topic is read only up to NOW + 3 (a backlog after a restart):
+    # a late child of the trace may be there
+    assembler.progress({"otlp_spans:0": NOW + 100, "otlp_spans:1": NOW + 3}, reported=NOW + 100)
+    assert ready(assembler, NOW + 100) == []
+    add(assembler, NOW + 4, span("c2", "r"))  # it was
+    assembler.progress({"otlp_spans:1": NOW + 8}, reported=NOW + 101)
+    assert ready(assembler, NOW + 101) == []  # read up to 8 s: 4 + 5 s of grace not passed
+    assembler.progress({"otlp_spans:1": NOW + 102}, reported=NOW + 102)  # caught up
+    (whole,) = ready(assembler, NOW + 102)
+    assert sorted(s.span_id for s in whole.spans) == ["c1", "c2", "r"]
+
+
+def test_an_older_report_does_not_move_a_source_back() -> None:
+    assembler = TraceAssembler({})
+    assembler.progress({"otlp_spans:0": NOW + 50}, reported=NOW + 50)
+    assembler.progress({"otlp_spans:0": NOW + 10}, reported=NOW + 10)  # a stale worker's
+    assert assembler.clock(NOW + 60) == NOW + 50
+
+
+def test_traces_are_handed_out_by_the_partition_that_holds_them() -> None:
+    assembler = TraceAssembler({}, grace_s=1.0)
+    add(assembler, NOW, span("r"), partition=2)
+    assert ready(assembler, NOW + 10, partition=0) == []
+    assert len(ready(assembler, NOW + 10, partition=2)) == 1
+
+
+def test_a_trace_queued_by_several_records_is_handed_out_once() -> None:
+    assembler = TraceAssembler({}, grace_s=1.0)
+    add(assembler, NOW, span("r"))  # the root's record read first (another partition)
+    add(assembler, NOW, span("c1", "r"))  # then its child's, of the same Kafka time
+    (whole,) = assembler.due(0, NOW + 1)
+    assert len(whole.spans) == 2
+    assert assembler.due(0, NOW + 2) == []  # handed out, not yet published: not again

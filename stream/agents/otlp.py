@@ -1,0 +1,176 @@
+"""The OpenTelemetry agents: spans in, whole traces out to the trace agent.
+
+1. ``read-spans`` consumes the spans topic (the Collector's Kafka exporter: one export batch
+   per record, ``otlp_proto`` or ``otlp_json``), decodes each record and forwards the spans
+   of each trace, keyed by trace id, to the internal assembly topic; a record that is not an
+   export batch goes to the DLQ. Offsets are acked in order once the forwards are on the
+   broker.
+2. ``assemble-traces`` consumes the assembly topic and is the only writer of the
+   ``otlp_traces`` table, co-partitioned with it: spans are gathered per trace
+   (``TraceAssembler``), and at each tick the traces now whole are read as the trace model
+   (``spans.trace_document``) and produced, keyed by trace id, to the internal traces topic
+   that the trace agent reads alongside the traces topic. A trace leaves the table (for a
+   small marker) only once it is on the broker: a worker that dies in between assembles it
+   again after recovery (the same score ids).
+3. A timer on every worker tells every assembly partition how far this worker has read
+   each spans partition it owns, and ticks the partitions it owns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import cast
+
+import faust
+import orjson
+from faust.streams import Stream
+from faust.types import StreamT, TopicT
+
+from ..app import Topics
+from ..delivery.dead_letter import DeadLetters
+from ..delivery.ordered import OrderedDelivery
+from ..delivery.publisher import Publisher, Send
+from ..observer import Observer
+from ..otlp.assembler import TraceAssembler, Whole
+from ..otlp.events import AssemblyEvent, progress, spans_events, tick
+from ..otlp.spans import Span, decode, trace_document
+from ..settings import Settings
+from ..threads.sources import SourceLog, source_name
+from .threads import read_positions
+
+log = logging.getLogger(__name__)
+
+TABLE_NAME = "otlp_traces"
+
+
+def forwards(assembly: TopicT, spans: Iterable[Span], arrival: float) -> list[Send]:
+    """The spans of one export record as assembly events, keyed by trace id."""
+    by_trace: dict[str, list[Span]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id, []).append(span)
+    return [
+        (assembly, trace_id.encode(), value, None)
+        for trace_id, of_trace in by_trace.items()
+        for value in spans_events(trace_id, [s.stored() for s in of_trace], arrival)
+    ]
+
+
+def register_otlp_agents(
+    app: faust.App, topics: Topics, settings: Settings, observer: Observer | None = None
+) -> TraceAssembler:
+    """The spans table, the agents that fill it and assemble traces, and their timer."""
+    assert topics.otlp and topics.otlp_assembly and topics.otlp_traces, "OTLP input is off"
+    spans_topic, assembly, assembled = topics.otlp, topics.otlp_assembly, topics.otlp_traces
+    observer = observer or Observer()
+    table = app.Table(
+        TABLE_NAME,
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=bytes,  # bytes in, bytes out: the raw codec, we serialise ourselves
+        value_type=bytes,
+    )
+    assembler = TraceAssembler(
+        table,
+        grace_s=settings.otlp_grace_s,
+        max_wait_s=settings.otlp_max_wait_s,
+        max_spans=settings.otlp_max_spans,
+        max_bytes=settings.otlp_max_bytes,
+        retention_s=settings.otlp_retention_s,
+    )
+    observer.watch_otlp(assembler.gathering)
+    publisher = Publisher(app)
+    dead_letters = DeadLetters(topics.dlq, observer)
+    sources = SourceLog()
+    assembly_name = assembly.get_topic_name()
+    spans_name = spans_topic.get_topic_name()
+
+    def owned() -> set[int]:
+        return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == assembly_name}
+
+    @table.on_recover
+    async def rebuild_index() -> None:
+        partitions = owned()
+        count = assembler.rebuild(partitions)
+        log.info("traces being gathered from spans: %d in partitions %s", count, sorted(partitions))
+
+    @app.agent(spans_topic, concurrency=1, name="read-spans")
+    async def read_spans(stream: StreamT[bytes]) -> None:
+        await publisher.declare([assembly, assembled, topics.dlq])
+        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
+        delivery = OrderedDelivery(publisher, manual.ack, settings.max_in_flight, observer)
+        delivery.start()
+        try:
+            async for event in manual.events():
+                tp, entry = await delivery.admit(event)
+                message = event.message
+                sends: list[Send]
+                try:
+                    spans = decode(message.value, settings.otlp_encoding)
+                    sends = forwards(assembly, spans, message.timestamp)
+                except ValueError as exc:
+                    sends = dead_letters.invalid(message, exc, what="OTLP export batch")
+                await delivery.deliver(tp, entry, sends, [])
+                sources.read(
+                    source_name(message.topic, message.partition),
+                    message.offset,
+                    message.timestamp,
+                    None,
+                )
+        finally:
+            delivery.stop()
+
+    def as_trace(whole: Whole) -> list[Send]:
+        try:
+            document = trace_document(whole.spans)
+            document["otlp"] = whole.summary()
+            value = orjson.dumps(document)
+        except Exception as exc:  # a bug: keep the spans, with the error
+            stored = [span.stored() for span in whole.spans]
+            return dead_letters.assembly_failure(whole.trace_id, stored, exc, spans_name)
+        return [(assembled, whole.trace_id.encode(), value, None)]
+
+    async def publish(wholes: list[Whole]) -> None:
+        await publisher.send_until_delivered([send for w in wholes for send in as_trace(w)])
+        for whole in wholes:
+            assembler.done(whole.trace_id)
+            observer.on_otlp_trace("missing" if whole.root_missing else "ended")
+
+    @app.agent(assembly, concurrency=1, name="assemble-traces")
+    async def assemble_traces(stream: StreamT[bytes]) -> None:
+        await publisher.declare([assembled, topics.dlq])
+        async for event in stream.events():
+            partition = event.message.partition
+            try:
+                item = AssemblyEvent.from_bytes(event.value)
+                if item.type == "spans":
+                    outcomes = assembler.add(partition, item.trace_id, item.spans, item.arrival)
+                    for outcome, count in outcomes.items():
+                        observer.on_otlp_spans(outcome, count)
+                elif item.type == "progress":
+                    assembler.progress(item.positions, item.arrival)
+                elif wholes := assembler.due(partition, item.arrival):
+                    await publish(wholes)
+            except Exception:  # internal events: a failure here is a bug, never input
+                log.exception(
+                    "assembly event %s[%s]@%s failed",
+                    event.message.topic,
+                    partition,
+                    event.message.offset,
+                )
+
+    all_partitions = range(assembly.partitions or settings.topic_partitions)
+
+    @app.timer(settings.thread_tick_s)
+    async def send_assembly_ticks() -> None:
+        """How far this worker has read its spans partitions, into every assembly partition;
+        then the wall clock, into every assembly partition this worker owns."""
+        now = time.time()
+        positions = read_positions(app, sources, {spans_name}, now)
+        if positions:
+            read = {source: position[1] for source, position in positions.items()}
+            await publisher.to_partitions(assembly_name, progress(now, read), all_partitions)
+        await publisher.to_partitions(assembly_name, tick(now), sorted(owned()))
+
+    return assembler
