@@ -363,6 +363,21 @@ def pipeline() -> tuple[dict[str, Any], list[Panel]]:
             stack=True,
         ),
         graph(
+            "OpenTelemetry: traces assembled and spans read (per minute)",
+            Query(
+                "sum by (root) (rate(scorer_otlp_traces_assembled_total[$__rate_interval])) * 60",
+                "traces, root {{root}}",
+            ),
+            Query(
+                "sum by (outcome) (rate(scorer_otlp_spans_total[$__rate_interval])) * 60",
+                "spans {{outcome}}",
+            ),
+            Query("sum(scorer_otlp_traces_gathering)", "traces being gathered"),
+            description="Spans from the Collector, gathered per trace until its root span "
+            "has ended (root ended) or the longest wait has passed (root missing). Late spans "
+            "came after their trace was scored; dropped ones were past a trace's bounds.",
+        ),
+        graph(
             "Engine time and publish latency (p99)",
             quantile(0.99, "scorer_scoring_overhead_seconds", ""),
             quantile(0.99, "scorer_publish_latency_seconds", ""),

@@ -47,6 +47,18 @@ def test_the_stack_has_kafka_in_kraft_mode_workers_prometheus_grafana_and_judges
     assert "OPENAI_BASE_URL" in scorer["environment"]
 
 
+def test_the_collector_writes_spans_where_the_workers_read_them() -> None:
+    collector = SERVICES["otel-collector"]
+    assert "contrib" in collector["image"]  # the kafka exporter is in the contrib distribution
+    config = yaml.safe_load(mounts("otel-collector")["/etc/otelcol/config.yaml"].read_text())
+    exporter = config["exporters"]["kafka"]
+    assert exporter["brokers"] == [SERVICES["scorer"]["environment"]["KAFKA_BOOTSTRAP_SERVERS"]]
+    assert exporter["topic"] == Settings().otlp_topic
+    assert exporter["encoding"] in {"otlp_proto", "otlp_json"}
+    assert config["service"]["pipelines"]["traces"]["exporters"] == ["kafka"]
+    assert "otlp" in config["receivers"]
+
+
 def test_secrets_come_from_the_environment_only() -> None:
     for name, service in SERVICES.items():
         for key, value in (service.get("environment") or {}).items():

@@ -7,7 +7,7 @@ agent forwards them, keyed by trace id, to its own partitions; ``TraceAssembler`
 into a table (any ``MutableMapping[bytes, bytes]``: the Faust table in the worker, a dict in
 unit tests) and says when a trace is whole:
 
-- its root span (no parent among its spans) has ended and no new span has arrived for
+- its root span (no parent, or a parent in another process) has ended and no new span has arrived for
   ``grace_s`` (late children still get in);
 - or, with no root, ``max_wait_s`` after its first span arrived (a root lost or never
   exported: the trace is assembled from what came, and says ``root_missing``).
@@ -249,7 +249,10 @@ class TraceAssembler:
 
     @staticmethod
     def _root_ended(gathered: Gathered) -> bool:
-        return any(s["parent_span_id"] is None and s["end_time"] for s in gathered.spans)
+        return any(
+            (s["parent_span_id"] is None or s.get("remote_parent")) and s["end_time"]
+            for s in gathered.spans
+        )
 
 
 def cut(stored: dict[str, Any]) -> tuple[dict[str, Any], int]:

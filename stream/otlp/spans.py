@@ -51,8 +51,16 @@ class Span:
     attributes: dict[str, Any] = field(default_factory=dict)
     resource: dict[str, Any] = field(default_factory=dict)
     status: str | None = None
+    # the parent is in another process (context propagated to this service): a local root
+    remote_parent: bool = False
+
+    @property
+    def is_root(self) -> bool:
+        """No parent, or a parent in another process (this service's part of the trace)."""
+        return self.parent_span_id is None or self.remote_parent
 
     def as_dict(self) -> dict[str, Any]:
+        extra = {"remote_parent": True} if self.remote_parent else {}
         return {
             "span_id": self.span_id,
             "parent_span_id": self.parent_span_id,
@@ -61,6 +69,7 @@ class Span:
             "end_time": self.end.isoformat() if self.end else None,
             "attributes": self.attributes,
             "status": self.status,
+            **extra,
         }
 
     def stored(self) -> dict[str, Any]:
@@ -82,6 +91,7 @@ class Span:
             attributes=stored.get("attributes") or {},
             resource=stored.get("resource") or {},
             status=stored.get("status"),
+            remote_parent=bool(stored.get("remote_parent")),
         )
 
 
@@ -131,6 +141,7 @@ def decode(raw: bytes | None, encoding: Encoding | Literal["auto"] = "otlp_proto
                         attributes={kv.key: _proto_value(kv.value) for kv in span.attributes},
                         resource=resource,
                         status=_STATUS.get(span.status.code),
+                        remote_parent=bool(span.flags & REMOTE_PARENT),
                     )
                 )
     if not spans and raw and not request.resource_spans:
@@ -139,6 +150,7 @@ def decode(raw: bytes | None, encoding: Encoding | Literal["auto"] = "otlp_proto
 
 
 _STATUS = {0: None, 1: "ok", 2: "error"}
+REMOTE_PARENT = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK: the parent span is remote
 
 
 def _proto_value(value: Any) -> Any:
@@ -178,6 +190,7 @@ def _decode_json(raw: bytes) -> list[Span]:
                         attributes=_json_attributes(span.get("attributes")),
                         resource=resource,
                         status=_STATUS.get(_JSON_STATUS.get(status, status)),  # type: ignore[arg-type]
+                        remote_parent=bool(int(span.get("flags") or 0) & REMOTE_PARENT),
                     )
                 )
     return spans
@@ -211,7 +224,7 @@ def _json_value(value: Any) -> Any:
 def root_of(spans: list[Span]) -> Span | None:
     """The span without a parent among them (the earliest, if several)."""
     ids = {s.span_id for s in spans}
-    roots = [s for s in spans if not s.parent_span_id or s.parent_span_id not in ids]
+    roots = [s for s in spans if s.is_root or s.parent_span_id not in ids]
     started = [s for s in roots if s.start] or roots
     return min(started, key=lambda s: s.start or datetime.max.replace(tzinfo=UTC), default=None)
 

@@ -6,6 +6,7 @@ must parse and every series it reads must exist)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import subprocess
@@ -153,6 +154,47 @@ def renamed(items: list[Any], suffix: str) -> list[Any]:
     return out
 
 
+def otlp_batch(round_: str) -> dict[str, Any]:
+    """One OTLP/JSON export batch: a coaching chat's root span and its model call."""
+    trace = hashlib.md5(round_.encode(), usedforsecurity=False).hexdigest()  # an id
+    now = time.time_ns()
+    messages = [{"role": "user", "parts": [{"type": "text", "content": "Why do I rush?"}]}]
+    answer = [{"role": "assistant", "parts": [{"type": "text", "content": "Use a click."}]}]
+
+    def span(span_id: str, name: str, parent: str = "", **attributes: str) -> dict[str, Any]:
+        return {
+            "traceId": trace,
+            "spanId": span_id,
+            "parentSpanId": parent,
+            "name": name,
+            "startTimeUnixNano": str(now - 1_000_000_000),
+            "endTimeUnixNano": str(now),
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+        }
+
+    llm = {
+        "gen_ai.input.messages": json.dumps(messages),
+        "gen_ai.output.messages": json.dumps(answer),
+    }
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "fretcoach"}}]
+                },
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            span("00000000000000a1", "hub-coach-chat"),
+                            span("00000000000000a2", "chat", "00000000000000a1", **llm),
+                        ]
+                    }
+                ],
+            }
+        ]
+    }
+
+
 def problems(prometheus: Prometheus) -> list[str]:
     """Every expression that does not parse or returns nothing, with where it is used."""
     found = []
@@ -206,6 +248,7 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         await produce(broker.bootstrap, names.traces, renamed(traces, round_))
         await produce(broker.bootstrap, names.sessions, renamed(sessions, round_))
         await produce(broker.bootstrap, names.traces, [b'{"id": "not json'])
+        await produce(broker.bootstrap, names.otlp, [otlp_batch(round_)])  # OpenTelemetry in
         await asyncio.sleep(12)  # scored, threads closed after the 2 s gap, scraped
 
     deadline = time.monotonic() + 90

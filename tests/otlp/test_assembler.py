@@ -184,3 +184,12 @@ def test_a_trace_queued_by_several_records_is_handed_out_once() -> None:
     (whole,) = assembler.due(0, NOW + 1)
     assert len(whole.spans) == 2
     assert assembler.due(0, NOW + 2) == []  # handed out, not yet published: not again
+
+
+def test_a_root_whose_parent_is_remote_ends_the_trace() -> None:
+    assembler = TraceAssembler({}, grace_s=1.0)
+    local_root = span("r", parent="upstream-span")
+    local_root.remote_parent = True  # context propagated from a service not exporting here
+    add(assembler, NOW, local_root, span("c1", "r"))
+    (whole,) = ready(assembler, NOW + 1)
+    assert not whole.root_missing

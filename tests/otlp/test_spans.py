@@ -170,3 +170,41 @@ def test_spans_without_message_content_say_that_capture_is_off() -> None:
 def test_what_is_not_an_export_batch_is_refused(raw: bytes, encoding: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         decode(raw, encoding)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_a_span_whose_parent_is_in_another_service_is_this_services_root(encoding: str) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    upstream = SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,  # propagated in a traceparent header from the web front end
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+
+    def build(tracer: Any) -> None:
+        parent = trace.set_span_in_context(NonRecordingSpan(upstream))
+        with (
+            tracer.start_as_current_span("hub-coach-chat", context=parent),
+            tracer.start_as_current_span("chat gpt-4o-mini"),
+        ):
+            pass
+
+    raw = record(build)
+    spans = decode(raw if encoding == "otlp_proto" else as_otlp_json(raw), "auto")
+    (root,) = [s for s in spans if s.is_root]
+    assert (root.name, root.parent_span_id, root.remote_parent) == (
+        "hub-coach-chat",
+        "00f067aa0ba902b7",
+        True,
+    )
+    assert trace_document(spans)["name"] == "hub-coach-chat"
+
+
+def test_auto_tells_the_encodings_apart() -> None:
+    raw = record(genai_agent)
+    assert decode(raw, "auto") == decode(as_otlp_json(raw), "auto") == decode(raw)
+    with pytest.raises(ValueError, match="empty message"):
+        decode(b"", "auto")
