@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
-from faust.types import TopicT
+from faust.types import TableT, TopicT
 from faust.web import Request, Response, View
 
 from . import __version__
@@ -57,6 +57,12 @@ class Topics:
     def to_threads(self, event: ThreadEvent) -> Send:
         """``event`` on the thread-events topic, keyed by its thread."""
         return (self.thread_events, event.key, event.to_bytes(), None)
+
+
+def raw_table(app: faust.App, name: str, partitions: int) -> TableT[bytes, bytes]:
+    """A changelog-backed table of bytes (the raw codec: its users serialise themselves),
+    co-partitioned with the internal topic of ``partitions`` that feeds it."""
+    return app.Table(name, default=None, partitions=partitions, key_type=bytes, value_type=bytes)
 
 
 def create_app(

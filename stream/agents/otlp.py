@@ -1,6 +1,6 @@
 """The OpenTelemetry agents: spans in, whole traces out to the trace agent.
 
-1. ``read-spans`` consumes the spans topic (the Collector's Kafka exporter: one export batch
+1. ``read-spans`` (a forwarder, ``forward.py``) consumes the spans topic (the Collector's Kafka exporter: one export batch
    per record, ``otlp_proto`` or ``otlp_json``), decodes each record and forwards the spans
    of each trace, keyed by trace id, to the internal assembly topic; a record that is not an
    export batch goes to the DLQ. Offsets are acked in order once the forwards are on the
@@ -9,7 +9,8 @@
    ``otlp_traces`` table, co-partitioned with it: spans are gathered per trace
    (``TraceAssembler``), and at each tick the traces now whole are read as the trace model
    (``spans.trace_document``) and produced, keyed by trace id, to the internal traces topic
-   that the trace agent reads alongside the traces topic. A trace leaves the table (for a
+   that the trace agent reads alongside the traces topic, with the Kafka time of its last
+   span record (so the threads it joins close by the data's times). A trace leaves the table (for a
    small marker) only once it is on the broker: a worker that dies in between assembles it
    again after recovery (the same score ids).
 3. A timer on every worker tells every assembly partition how far this worker has read
@@ -18,26 +19,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import cast
+from datetime import datetime
 
 import faust
 import orjson
-from faust.streams import Stream
-from faust.types import StreamT, TopicT
+from faust.types import Message, StreamT, TopicT
 
-from ..app import Topics
+from ..app import Topics, raw_table
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.ordered import OrderedDelivery
 from ..delivery.publisher import Publisher, Send
 from ..observer import Observer
 from ..otlp.assembler import TraceAssembler, Whole
 from ..otlp.events import AssemblyEvent, progress, spans_events, tick
 from ..otlp.spans import Span, decode, trace_document
 from ..settings import Settings
-from ..threads.sources import SourceLog, source_name
+from ..threads.sources import SourceLog
+from .forward import register_forwarder
 from .threads import read_positions
 
 log = logging.getLogger(__name__)
@@ -64,13 +65,7 @@ def register_otlp_agents(
     assert topics.otlp and topics.otlp_assembly and topics.otlp_traces, "OTLP input is off"
     spans_topic, assembly, assembled = topics.otlp, topics.otlp_assembly, topics.otlp_traces
     observer = observer or Observer()
-    table = app.Table(
-        TABLE_NAME,
-        default=None,
-        partitions=settings.topic_partitions,
-        key_type=bytes,  # bytes in, bytes out: the raw codec, we serialise ourselves
-        value_type=bytes,
-    )
+    table = raw_table(app, TABLE_NAME, settings.topic_partitions)
     assembler = TraceAssembler(
         table,
         grace_s=settings.otlp_grace_s,
@@ -95,31 +90,23 @@ def register_otlp_agents(
         count = assembler.rebuild(partitions)
         log.info("traces being gathered from spans: %d in partitions %s", count, sorted(partitions))
 
-    @app.agent(spans_topic, concurrency=1, name="read-spans")
-    async def read_spans(stream: StreamT[bytes]) -> None:
-        await publisher.declare([assembly, assembled, topics.dlq])
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(publisher, manual.ack, settings.max_in_flight, observer)
-        delivery.start()
+    def convert(message: Message) -> tuple[list[Send], datetime | None]:
         try:
-            async for event in manual.events():
-                tp, entry = await delivery.admit(event)
-                message = event.message
-                sends: list[Send]
-                try:
-                    spans = decode(message.value, settings.otlp_encoding)
-                    sends = forwards(assembly, spans, message.timestamp)
-                except ValueError as exc:
-                    sends = dead_letters.invalid(message, exc, what="OTLP export batch")
-                await delivery.deliver(tp, entry, sends, [])
-                sources.read(
-                    source_name(message.topic, message.partition),
-                    message.offset,
-                    message.timestamp,
-                    None,
-                )
-        finally:
-            delivery.stop()
+            spans = decode(message.value, settings.otlp_encoding)
+        except ValueError as exc:
+            return dead_letters.invalid(message, exc, what="OTLP export batch"), None
+        return forwards(assembly, spans, message.timestamp), None
+
+    register_forwarder(
+        app,
+        spans_topic,
+        "read-spans",
+        convert,
+        declare=[assembly, assembled, topics.dlq],
+        max_in_flight=settings.max_in_flight,
+        sources=sources,
+        observer=observer,
+    )
 
     def as_trace(whole: Whole) -> list[Send]:
         try:
@@ -132,7 +119,11 @@ def register_otlp_agents(
         return [(assembled, whole.trace_id.encode(), value, None)]
 
     async def publish(wholes: list[Whole]) -> None:
-        await publisher.send_until_delivered([send for w in wholes for send in as_trace(w)])
+        # each at the Kafka time of its last span record, not now: a thread the trace joins
+        # closes by the data's times, on a backlog as live
+        await asyncio.gather(
+            *(publisher.send_until_delivered(as_trace(w), timestamp=w.arrival) for w in wholes)
+        )
         for whole in wholes:
             assembler.done(whole.trace_id)
             observer.on_otlp_trace("missing" if whole.root_missing else "ended")

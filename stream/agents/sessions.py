@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import cast
+from datetime import datetime
 
 import faust
-from faust.streams import Stream
-from faust.types import AgentT, StreamT
+from faust.types import AgentT, Message
 from pydantic import ValidationError
 
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.ordered import OrderedDelivery
-from ..delivery.publisher import Publisher, Send
+from ..delivery.publisher import Send
 from ..observer import Observer
 from ..threads.events import parse_session
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
+from .forward import register_forwarder
 
 
 def register_session_agent(
@@ -34,34 +33,24 @@ def register_session_agent(
     the forwarded event (or the DLQ copy) is on the broker. ``sources`` records how far
     each partition is read.
     """
-    observer = observer or Observer()
-    publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
 
-    @app.agent(topics.sessions, concurrency=1, name="forward-sessions")
-    async def forward_sessions(stream: StreamT[bytes]) -> None:
-        await publisher.declare(topics.outputs())
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(publisher, manual.ack, max_in_flight, observer)
-        delivery.start()
+    def convert(message: Message) -> tuple[list[Send], datetime | None]:
+        source = source_name(message.topic, message.partition)
         try:
-            async for event in manual.events():
-                tp, entry = await delivery.admit(event)
-                message = event.message
-                sends: list[Send]
-                source = source_name(message.topic, message.partition)
-                moment = None
-                try:
-                    session = parse_session(message.value)
-                    thread_event = router.from_session(session, message.timestamp, source)
-                    sends = [topics.to_threads(thread_event)]
-                    moment = session.timestamp
-                except (ValueError, ValidationError) as exc:
-                    sends = dead_letters.invalid(message, exc, what="session event")
-                await delivery.deliver(tp, entry, sends, [])
-                if sources:
-                    sources.read(source, message.offset, message.timestamp, moment)
-        finally:
-            delivery.stop()
+            session = parse_session(message.value)
+            thread_event = router.from_session(session, message.timestamp, source)
+        except (ValueError, ValidationError) as exc:
+            return dead_letters.invalid(message, exc, what="session event"), None
+        return [topics.to_threads(thread_event)], session.timestamp
 
-    return forward_sessions
+    return register_forwarder(
+        app,
+        topics.sessions,
+        "forward-sessions",
+        convert,
+        declare=topics.outputs(),
+        max_in_flight=max_in_flight,
+        sources=sources,
+        observer=observer,
+    )

@@ -24,7 +24,7 @@ import faust
 from faust.transport.consumer import Consumer
 from faust.types import StreamT
 
-from ..app import Topics
+from ..app import Topics, raw_table
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send, scored
 from ..engine.outcomes import TraceResult
@@ -91,13 +91,7 @@ def register_thread_agent(
     gaps = {
         kind: inactivity_gap(scorer.ruleset, kind, settings) for kind in ("conversation", "session")
     }
-    table = app.Table(
-        TABLE_NAME,
-        default=None,
-        partitions=settings.topic_partitions,
-        key_type=bytes,  # bytes in, bytes out: the raw codec, we serialise ourselves
-        value_type=bytes,
-    )
+    table = raw_table(app, TABLE_NAME, settings.topic_partitions)
     processor = ThreadProcessor(
         table,
         gaps=gaps,

@@ -76,6 +76,7 @@ class Whole:
     root_missing: bool
     dropped_spans: int
     cut_spans: int
+    arrival: float = 0.0  # the Kafka time of its last span record
 
     def summary(self) -> dict[str, Any]:
         """What the trace document says of its assembly."""
@@ -191,6 +192,7 @@ class TraceAssembler:
                     root_missing=not gathered.root_ended,
                     dropped_spans=gathered.dropped_spans,
                     cut_spans=gathered.cut_spans,
+                    arrival=gathered.last_arrival,
                 )
             )
         return wholes

@@ -7,7 +7,9 @@ rules."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,7 +168,8 @@ async def test_spans_from_an_instrumented_app_are_assembled_and_scored(
         SCORER_OTLP_GRACE_S="1",
     ).start()
     workers.append(worker)
-    await produce(broker.bootstrap, names.otlp, records)  # unkeyed, as the exporter's default
+    # unkeyed, as the exporter's default
+    sent = await produce(broker.bootstrap, names.otlp, records)
 
     ids = [trace_id(first), trace_id(second), trace_id(silent)]
     expected = 3 * len(HUB_RULES)
@@ -195,6 +198,22 @@ async def test_spans_from_an_instrumented_app_are_assembled_and_scored(
         assert "input.messages[-1].content" in score["status_reason"]
         assert NO_CONTENT in score["status_reason"]
 
+    # the assembled traces, each with the Kafka time of its last span record
+    assembled = await read(
+        broker.bootstrap, f"{names.group}-otlp-traces", until=lambda rs: len(rs) >= 3
+    )
+    documents = {orjson.loads(r.value)["id"]: (orjson.loads(r.value), r) for r in assembled}
+    first_trace, record = documents[ids[0]]
+    assert first_trace["otlp"] == {
+        "span_count": 2,
+        "root_missing": False,
+        "dropped_spans": 0,
+        "cut_spans": 0,
+    }
+    assert first_trace["thread_id"] == "conv-otlp-1"
+    assert record.timestamp == max(sent[0].timestamp, sent[4].timestamp)
+    assert documents[ids[1]][1].timestamp == sent[1].timestamp
+
     (dead,) = await read(broker.bootstrap, names.dlq, until=lambda rs: len(rs) >= 1)
     headers = dict(dead.headers)
     assert headers["scorer.error.reason"] == b"invalid_event"
@@ -204,3 +223,40 @@ async def test_spans_from_an_instrumented_app_are_assembled_and_scored(
     page = worker.metrics()
     assert 'scorer_otlp_traces_assembled_total{root="ended"} 3.0' in page
     assert 'scorer_otlp_spans_total{outcome="kept"} 6.0' in page
+
+
+async def test_a_trace_half_gathered_survives_a_kill_and_is_scored_whole_after_the_restart(
+    broker: EmbeddedBroker,
+    names: Names,
+    workers: list[Worker],
+    tmp_path: Path,
+    judge: MockJudge,
+    app_model: MockJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with instrumented(app_model, monkeypatch, capture=True) as app:
+        app.chat("conv-otlp-9", "Why do I rush the upbeat?")
+        spans = app.finished()
+    llm, root = (next(s for s in spans if s.parent), next(s for s in spans if not s.parent))
+    env = {"OPENAI_BASE_URL": judge.base_url, "OPENAI_API_KEY": "sk-test"}
+    first = Worker(broker.bootstrap, names, tmp_path, **env).start()
+    workers.append(first)
+    await produce(broker.bootstrap, names.otlp, [(None, as_proto([llm]))])
+    deadline = time.monotonic() + 60
+    while "scorer_otlp_traces_gathering 1.0" not in first.scrape():
+        assert time.monotonic() < deadline, first.log()[-3000:]
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)  # the table's changelog write is flushed (Faust commits each second)
+    first.kill()  # kill -9: nothing is flushed at exit
+
+    second = Worker(broker.bootstrap, names, tmp_path, **env).start()
+    workers.append(second)
+    await produce(broker.bootstrap, names.otlp, [(None, as_proto([root]))])
+    scores = await read_scores(
+        broker.bootstrap, names.scores, until=lambda rs: len(rs) >= len(HUB_RULES), timeout=120
+    )
+    assert {s["rule_id"] for s in scores} == HUB_RULES
+    assert {s["status"] for s in scores} == {"ok"}, second.log()[-3000:]
+    prompts = [p for p in judge.prompts() if "Why do I rush the upbeat?" in p]
+    # the model's answer was on the span gathered before the kill
+    assert prompts and all("Practise with a click on 2 and 4" in p for p in prompts)
