@@ -187,6 +187,11 @@ class ScorerMetrics(Observer):
             "Traces being gathered from spans in this worker's partitions (with the markers "
             "of those assembled lately)",
         )
+        self.otlp_clock_lag = gauge(
+            "otlp_clock_lag_seconds",
+            "How far the span assembly clock is behind the wall clock: the Kafka time the "
+            "least read spans partition is read up to (a backlog holds traces back)",
+        )
         self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))
         # Label children resolved once: ``labels()`` on every trace shows on the hot path.
         self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
@@ -341,8 +346,9 @@ class ScorerMetrics(Observer):
     def on_otlp_trace(self, root: str) -> None:
         self._child(self.otlp_traces, root).inc()
 
-    def watch_otlp(self, gathering: Callable[[], float]) -> None:
+    def watch_otlp(self, gathering: Callable[[], float], clock_lag: Callable[[], float]) -> None:
         self.otlp_gathering.set_function(gathering)
+        self.otlp_clock_lag.set_function(clock_lag)
 
 
 @cache

@@ -98,5 +98,6 @@ class Observer:
     def on_otlp_trace(self, root: str) -> None:
         """A trace was assembled from spans, its root span ``ended`` or ``missing``."""
 
-    def watch_otlp(self, gathering: Callable[[], float]) -> None:
-        """A reader of the traces being gathered from spans."""
+    def watch_otlp(self, gathering: Callable[[], float], clock_lag: Callable[[], float]) -> None:
+        """Readers of the traces being gathered from spans, and of how far the assembly
+        clock is behind the wall clock (the least read spans partition)."""

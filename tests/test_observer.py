@@ -123,8 +123,9 @@ def test_spans_and_assembled_traces_are_counted(metrics: ScorerMetrics) -> None:
     metrics.on_otlp_spans("kept", 3)
     metrics.on_otlp_spans("late", 1)
     metrics.on_otlp_trace("missing")
-    metrics.watch_otlp(lambda: 7)
+    metrics.watch_otlp(lambda: 7, lambda: 2.5)
     assert value(metrics, "otlp_spans_total", outcome="kept") == 3
     assert value(metrics, "otlp_spans_total", outcome="late") == 1
     assert value(metrics, "otlp_traces_assembled_total", root="missing") == 1
     assert value(metrics, "otlp_traces_gathering") == 7
+    assert value(metrics, "otlp_clock_lag_seconds") == 2.5

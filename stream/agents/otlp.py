@@ -44,6 +44,7 @@ from .threads import read_positions
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "otlp_traces"
+BACKLOG_SAID_AFTER_S = 60.0  # a spans partition read this far behind is said in the log
 
 
 def forwards(assembly: TopicT, spans: Iterable[Span], arrival: float) -> list[Send]:
@@ -74,7 +75,7 @@ def register_otlp_agents(
         max_bytes=settings.otlp_max_bytes,
         retention_s=settings.otlp_retention_s,
     )
-    observer.watch_otlp(assembler.gathering)
+    observer.watch_otlp(assembler.gathering, lambda: assembler.clock_lag(time.time()))
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
     sources = SourceLog()
@@ -163,5 +164,20 @@ def register_otlp_agents(
             read = {source: position[1] for source, position in positions.items()}
             await publisher.to_partitions(assembly_name, progress(now, read), all_partitions)
         await publisher.to_partitions(assembly_name, tick(now), sorted(owned()))
+        report_backlog(now)
+
+    said = [0.0]
+
+    def report_backlog(now: float) -> None:
+        """Say (once a minute at most) when a spans partition's backlog holds traces back."""
+        slowest = assembler.slowest()
+        if slowest and now - slowest[1] > BACKLOG_SAID_AFTER_S and now - said[0] > 60:
+            said[0] = now
+            source, read = slowest
+            log.info(
+                "traces from spans wait for %s: read up to %.0f s ago (a backlog)",
+                source,
+                now - read,
+            )
 
     return assembler

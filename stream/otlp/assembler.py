@@ -133,6 +133,17 @@ class TraceAssembler:
         """``now``, held back by the least read spans source."""
         return min([now, *(read for read, _ in self.read.values())])
 
+    def clock_lag(self, now: float) -> float:
+        """Seconds the clock is behind ``now`` (0 when every source is caught up)."""
+        return now - self.clock(now)
+
+    def slowest(self) -> tuple[str, float] | None:
+        """The least read spans source and the Kafka time it is read up to."""
+        if not self.read:
+            return None
+        source = min(self.read, key=lambda s: self.read[s][0])
+        return source, self.read[source][0]
+
     def add(
         self, partition: int, trace_id: str, spans: list[dict[str, Any]], arrival: float
     ) -> Counter[str]:

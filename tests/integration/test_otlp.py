@@ -255,7 +255,9 @@ async def test_a_trace_half_gathered_survives_a_kill_and_is_scored_whole_after_t
     scores = await read_scores(
         broker.bootstrap, names.scores, until=lambda rs: len(rs) >= len(HUB_RULES), timeout=120
     )
-    assert {s["rule_id"] for s in scores} == HUB_RULES
+    otlp = [line for line in second.scrape().splitlines() if "otlp" in line and "#" not in line]
+    said = [line for line in second.log().splitlines() if "HTTP Request" not in line][-15:]
+    assert {s["rule_id"] for s in scores} == HUB_RULES, (otlp, said)
     assert {s["status"] for s in scores} == {"ok"}, second.log()[-3000:]
     prompts = [p for p in judge.prompts() if "Why do I rush the upbeat?" in p]
     # the model's answer was on the span gathered before the kill
