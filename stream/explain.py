@@ -60,6 +60,11 @@ def explain_trace(
         why = "would be judged" + (f"; cut to fit: {job.cut}" if job.cut else "")
         if job.emptied:
             why += f"; missing, rendered empty: {job.emptied}"
+        if job.items:
+            why += (
+                f"; {len(job.items)} calls, one per item ({job.total_items} items), "
+                "the first one's prompt shown"
+            )
         explained.append(
             Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
         )

@@ -78,3 +78,14 @@ def test_the_command_prints_decisions_and_prompts_without_a_broker_or_judge(
 
     missing = CliRunner().invoke(app, ["explain", str(path), "--trace-id", "nope"])
     assert missing.exit_code == 1 and "no trace found with id 'nope'" in missing.output
+
+
+def test_explain_says_a_fanned_out_rule_makes_a_call_per_item() -> None:
+    ruleset = load_rules(RULES_DIR, ["mlflow"])
+    document = hub_trace()
+    document["metadata"] = {"retrieval_context": ["Loop the bar.", "Use a click.", "Rest."]}
+    _, explained = explain_trace(ruleset, orjson.dumps(document), None, "gpt-4o-mini")
+    (relevance,) = [e for e in explained if e.rule_id == "retrieval_relevance"]
+    assert relevance.outcome == WOULD_JUDGE
+    assert "3 calls, one per item (3 items)" in relevance.detail
+    assert relevance.prompt and "<document>Loop the bar.</document>" in relevance.prompt

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import JudgeError, MissingVariable
-from ..models import Outcome, Trace, utcnow
+from ..models import Outcome, TokenUsage, Trace, utcnow
 from ..observer import Observer
 from ..ruleset.checks import NotApplicable
 from ..ruleset.paths import truthy
@@ -38,7 +38,9 @@ from .outcomes import (
 )
 from .prompt import (
     DEFAULT_MAX_PROMPT_TOKENS,
+    FittedPrompt,
     PromptTooLarge,
+    fan_out_values,
     fit_prompt,
     resolve_variables,
 )
@@ -60,6 +62,9 @@ class JudgeJob:
     quoted: list[str] = field(default_factory=list)  # the trace's text, as rendered
     cut: dict[str, int] = field(default_factory=dict)  # variable -> characters cut to fit
     emptied: list[str] = field(default_factory=list)  # missing variables rendered empty
+    # a fan_out rule: one prompt per item of its list variable, and how many items it held
+    items: list[FittedPrompt] = field(default_factory=list)
+    total_items: int = 0
 
 
 @dataclass
@@ -165,6 +170,11 @@ class Scorer:
                 why = f"{why}: {document['content_missing']}"  # e.g. message capture was off
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
             return
+        if isinstance(rule, LLMJudgeRule) and rule.fan_out and values[rule.fan_out.variable] == []:
+            name = rule.fan_out.variable
+            why = f"variable '{name}': path '{rule.variable_specs[name].path}' holds no items"
+            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
+            return
         if isinstance(rule, CheckRule):
             plan.outcomes.append(self._run_check(rule, plan, values))
         elif self.judge is None:
@@ -175,12 +185,15 @@ class Scorer:
                 plan.outcomes.append(self._finish(rule, plan, Measured("skipped", spent)))
                 return
             cap = rule.judge.max_prompt_tokens or self.max_prompt_tokens
+            calls, total_items = fan_out_values(rule, values)
             try:
-                fitted = fit_prompt(rule, values, document, cap)
+                items = [fit_prompt(rule, call, document, cap) for call in calls]
             except PromptTooLarge as exc:
                 why = f"prompt too large: {exc} (SCORER_JUDGE_MAX_PROMPT_TOKENS, judge.oversize)"
                 plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
                 return
+            fitted = items[0]
+            fanned = items if isinstance(rule, LLMJudgeRule) and rule.fan_out else []
             forced = {}
             if isinstance(rule, RubricRule):
                 forced = {
@@ -188,11 +201,11 @@ class Scorer:
                     for c in rule.criteria
                     if c.na_when is not None and truthy(document, c.na_when)
                 }
-            plan.judge_jobs.append(
-                JudgeJob(
-                    rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut, emptied
-                )
+            job = JudgeJob(
+                rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut, emptied
             )
+            job.items, job.total_items = fanned, total_items
+            plan.judge_jobs.append(job)
 
     async def finish(self, plan: TracePlan) -> TraceResult:
         """Make the plan's judge calls concurrently and add their outcomes."""
@@ -224,6 +237,9 @@ class Scorer:
         assert self.judge is not None
         rule = job.rule
         assert isinstance(rule, LLMJudgeRule | RubricRule)
+        if job.items:
+            assert isinstance(rule, LLMJudgeRule)
+            return await self._run_fan_out(rule, job, plan)
         try:
             verdict = await self.judge.judge(rule, job.prompt, job.system, job.quoted)
         except JudgeError as exc:
@@ -249,6 +265,69 @@ class Scorer:
             latency_ms=verdict.latency_ms,
             usage=verdict.usage,
             details=_job_details(job),
+        )
+        return self._finish(rule, plan, answered, utcnow())
+
+    async def _run_fan_out(self, rule: LLMJudgeRule, job: JudgeJob, plan: TracePlan) -> RuleOutcome:
+        """One judge call per item, concurrently; one score: the mean of the items' raw
+        values (a yes/no choice: the share judged yes), each item's verdict in ``details``."""
+        assert self.judge is not None
+        model = rule.judge.model or self.default_model
+        answers = await asyncio.gather(
+            *(self.judge.judge(rule, item.prompt, item.system, item.quoted) for item in job.items),
+            return_exceptions=True,
+        )
+        usage, latency, judged = TokenUsage(), 0.0, []
+        per_item: list[dict[str, Any]] = []
+        for index, answer in enumerate(answers):
+            if isinstance(answer, JudgeError):
+                if answer.usage is not None:
+                    usage = usage + answer.usage
+                per_item.append({"index": index, "error": f"judge {answer.kind}: {answer}"})
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            parsed = answer.answer
+            assert isinstance(parsed, ParsedAnswer), "a one-verdict rule is answered once"
+            usage, latency = usage + answer.usage, max(latency, answer.latency_ms)
+            judged.append(parsed.raw_value)
+            per_item.append(
+                {
+                    "index": index,
+                    "raw_value": parsed.raw_value,
+                    "label": parsed.label,
+                    "reason": parsed.reason,
+                }
+            )
+        if self.ledger is not None:
+            self.ledger.record(rule.id, model, usage)  # every call counts, answered or not
+        details = {
+            **(_job_details(job) or {}),
+            "items": per_item,
+            "items_total": job.total_items,
+            "items_judged": len(judged),
+        }
+        errors = [item["error"] for item in per_item if "error" in item]
+        if not judged:
+            failed = Measured("error", errors[0], judge_model=model, usage=usage, details=details)
+            return self._finish(rule, plan, failed, utcnow())
+        best = rule.output.scale.max
+        summary = (
+            f"{sum(1 for raw in judged if raw == best)} of {len(judged)} items judged "
+            f"{_top_choice(rule)}"
+        )
+        if errors:
+            summary += f"; {len(errors)} could not be judged ({errors[0]})"
+        if job.total_items > len(job.items):
+            summary += f"; the first {len(job.items)} of {job.total_items} items were judged"
+        answered = Measured(
+            "ok",
+            raw_value=sum(judged) / len(judged),
+            reason=summary,
+            judge_model=model,
+            latency_ms=latency,
+            usage=usage,
+            details=details,
         )
         return self._finish(rule, plan, answered, utcnow())
 
@@ -310,6 +389,14 @@ def _shape(rule: AnyRule) -> ScoreShape:
             rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
         )
     return ScoreShape.of_rule(rule)
+
+
+def _top_choice(rule: LLMJudgeRule) -> str:
+    """The choice worth most (``yes``), or the top of a numeric scale."""
+    choices = rule.output.choices
+    if choices:
+        return max(choices, key=lambda c: choices[c])
+    return f"{rule.output.scale.max:g}"
 
 
 def _job_details(job: JudgeJob) -> dict[str, Any] | None:

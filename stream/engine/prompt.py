@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import MissingVariable
 from ..ruleset.paths import lookup, lookup_nonempty, truthy
-from ..ruleset.schema import AnyRule, PromptedRule
+from ..ruleset.schema import AnyRule, LLMJudgeRule, PromptedRule
 from ..text.template import render
 from ..text.values import format_value
 
@@ -31,6 +31,19 @@ def resolve_variables(
             if emptied is not None:
                 emptied.append(name)
     return values
+
+
+def fan_out_values(rule: PromptedRule, values: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """With a ``fan_out`` rule: the values of each judge call (the list variable replaced by
+    one item, the first ``max_items`` items) and how many items the list holds; else the
+    values themselves, once."""
+    spec = rule.fan_out if isinstance(rule, LLMJudgeRule) else None
+    if spec is None:
+        return [values], 1
+    items = values[spec.variable]
+    if not isinstance(items, list):
+        items = [items]  # one document given as itself
+    return [{**values, spec.variable: item} for item in items[: spec.max_items]], len(items)
 
 
 def _texts(rule: PromptedRule, values: dict[str, Any]) -> dict[str, str]:

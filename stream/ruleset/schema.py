@@ -35,6 +35,7 @@ from .registry import Registry
 from .specs import (
     AggregateRef,
     Criterion,
+    FanOut,
     JudgeSpec,
     OutputSpec,
     PromptSuffix,
@@ -141,9 +142,20 @@ class PromptedRule(RuleBase):
 
 
 class LLMJudgeRule(PromptedRule):
-    """A rule scored by an LLM judge from a prompt template: one verdict, one score."""
+    """A rule scored by an LLM judge from a prompt template: one verdict, one score (or, with
+    ``fan_out``, one verdict per item of a list variable, aggregated into one score)."""
 
     kind: Literal["llm_judge"]
+    fan_out: FanOut | None = None
+
+    @model_validator(mode="after")
+    def _fan_out_variable_mapped(self) -> LLMJudgeRule:
+        if self.fan_out is not None and self.fan_out.variable not in self.variables:
+            raise ValueError(
+                f"fan_out.variable {self.fan_out.variable!r} is not one of the rule's "
+                f"variables ({sorted(self.variables)})"
+            )
+        return self
 
     @property
     def engine(self) -> str:

@@ -114,6 +114,17 @@ class VariableSpec(Strict):
         return self
 
 
+class FanOut(Strict):
+    """One judge call per item of a list variable (MLflow's per-document retrieval relevance),
+    and one score: the mean of the items' raw values (for a yes/no choice, the share judged
+    yes), with each item's verdict in the score's ``details``."""
+
+    variable: str = Field(description="The list variable; each call sees one item as it")
+    max_items: int = Field(
+        default=10, ge=1, le=100, description="The most items judged per trace (the first ones)"
+    )
+
+
 class PromptSuffix(Strict):
     """Text appended to the prompt only when ``when`` (a path into the trace) is truthy."""
 

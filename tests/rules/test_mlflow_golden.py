@@ -18,10 +18,15 @@ from mlflow_v1_examples import EXAMPLES
 from scripted_judge import MockJudge
 from seed_mlflow import judge_prompts, metric_prompt, metrics
 
-from stream.engine.prompt import render_prompt, render_system, resolve_variables
+from stream.engine.prompt import (
+    fan_out_values,
+    render_prompt,
+    render_system,
+    resolve_variables,
+)
 from stream.judge.answers import InvalidAnswer, parse_answer, response_schema
 from stream.ruleset.loader import load_rule_file, load_rules
-from stream.ruleset.schema import LLMJudgeRule
+from stream.ruleset.schema import LLMJudgeRule, RuleSet
 
 SEED = judge_prompts()
 METRICS = metrics()
@@ -59,7 +64,9 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 
 def rendered(rule: LLMJudgeRule, document: dict[str, Any]) -> str:
-    return render_prompt(rule, resolve_variables(rule, document), document)
+    """The prompt (a fan_out rule's first call's: its first item)."""
+    calls, _ = fan_out_values(rule, resolve_variables(rule, document))
+    return render_prompt(rule, calls[0], document)
 
 
 DOCS_JSON = orjson.dumps(DOCS, option=orjson.OPT_INDENT_2).decode()
@@ -309,3 +316,89 @@ def test_a_trace_without_retrieval_context_skips_the_retrieval_rules() -> None:
     for rule_id in ("groundedness", "retrieval_relevance", "faithfulness", "relevance"):
         assert scores[rule_id].status == "skipped"
         assert "metadata.retrieval_context" in (scores[rule_id].status_reason or "")
+
+
+def test_retrieval_relevance_judges_each_document_with_the_seeds_prompt() -> None:
+    rule = load("retrieval_relevance")
+    document = trace()
+    calls, total = fan_out_values(rule, resolve_variables(rule, document))
+    assert total == len(DOCS)
+    assert [render_prompt(rule, call, document) for call in calls] == [
+        fill(SEED["RETRIEVAL_RELEVANCE_PROMPT"], {"input": QUESTION, "doc": doc}) for doc in DOCS
+    ]
+
+
+def test_retrieval_relevance_scores_the_share_of_relevant_documents() -> None:
+    """One judge call per document through a real HTTP judge; the score is the share judged
+    yes (MLflow's precision), each document's verdict in details, every call's tokens on it."""
+    ruleset = RuleSet([load("retrieval_relevance")])
+    docs = [*DOCS, "Guitar strings come in many gauges.", "Scales build finger independence."]
+    document = copy.deepcopy(trace())
+    document["metadata"]["retrieval_context"] = docs
+    with MockJudge() as judge:
+        judge.script("", '{"rationale": "Let\'s think step by step. Relevant.", "result": "yes"}')
+        judge.script("gauges", '{"rationale": "Let\'s think step by step. Not.", "result": "no"}')
+        result = asyncio.run(
+            scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
+        )
+        calls = len(judge.requests)
+        prompt_tokens = sum(len(r["body"]["messages"][-1]["content"]) // 4 for r in judge.requests)
+    (score,) = result.scores
+    assert calls == 4
+    assert (score.status, score.raw_value, score.value, score.label) == ("ok", 0.75, 0.75, None)
+    assert score.reason == "3 of 4 items judged yes"
+    assert score.details is not None
+    assert [(i["index"], i["label"]) for i in score.details["items"]] == [
+        (0, "yes"),
+        (1, "yes"),
+        (2, "no"),
+        (3, "yes"),
+    ]
+    assert (score.details["items_total"], score.details["items_judged"]) == (4, 4)
+    assert score.usage is not None and score.usage.prompt_tokens == prompt_tokens  # every call
+
+
+def test_retrieval_relevance_is_bounded_per_trace_and_says_so() -> None:
+    ruleset = RuleSet([load("retrieval_relevance")])
+    document = copy.deepcopy(trace())
+    document["metadata"]["retrieval_context"] = [f"Doc {n} about scales." for n in range(25)]
+    with MockJudge() as judge:
+        judge.script("", '{"rationale": "Let\'s think step by step.", "result": "yes"}')
+        result = asyncio.run(
+            scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
+        )
+        calls = len(judge.requests)
+    (score,) = result.scores
+    assert calls == load("retrieval_relevance").fan_out.max_items == 10  # type: ignore[union-attr]
+    assert score.raw_value == 1.0 and score.details is not None
+    assert (score.details["items_total"], score.details["items_judged"]) == (25, 10)
+    assert "the first 10 of 25 items were judged" in (score.reason or "")
+
+
+def test_retrieval_relevance_without_documents_is_skipped_with_the_path() -> None:
+    ruleset = RuleSet([load("retrieval_relevance")])
+    document = copy.deepcopy(trace())
+    document["metadata"]["retrieval_context"] = []
+    result = asyncio.run(scorer(None, ruleset).score_trace(as_trace(document), document))
+    (score,) = result.scores
+    assert score.status == "skipped"
+    assert "metadata.retrieval_context" in (score.status_reason or "")
+
+
+def test_a_document_the_judge_cannot_answer_for_is_listed_and_the_rest_decide() -> None:
+    ruleset = RuleSet([load("retrieval_relevance")])
+    document = copy.deepcopy(trace())
+    document["metadata"]["retrieval_context"] = [*DOCS, "Guitar strings come in many gauges."]
+    with MockJudge() as judge:
+        judge.script("", '{"rationale": "Let\'s think step by step.", "result": "yes"}')
+        judge.script("gauges", "no idea, sorry")  # unusable, every attempt
+        result = asyncio.run(
+            scorer(
+                judge.base_url, ruleset, judge_max_attempts=2, judge_backoff_base_s=0.01
+            ).score_trace(as_trace(document), document)
+        )
+    (score,) = result.scores
+    assert (score.status, score.raw_value) == ("ok", 1.0)
+    assert score.details is not None and score.details["items_judged"] == 2
+    assert "error" in score.details["items"][2]
+    assert "1 could not be judged" in (score.reason or "")

@@ -114,6 +114,17 @@ def test_unknown_check_and_wrong_variables_are_rejected(rules_copy: Path) -> Non
     assert any("takes variables ['output'], mapped: ['answer']" in p for p in found)
 
 
+def test_a_fan_out_names_one_of_the_rules_variables(rules_copy: Path) -> None:
+    edit(rules_copy, "hub_answer_correctness", fan_out={"variable": "documents"})
+    edit(rules_copy, "hub_response_clarity", fan_out={"variable": "input", "max_items": 0})
+    found = problems(rules_copy)
+    assert any(
+        "hub_answer_correctness.yaml" in p and "fan_out.variable 'documents' is not one of" in p
+        for p in found
+    ), found
+    assert any("hub_response_clarity.yaml" in p and "max_items" in p for p in found), found
+
+
 def test_duplicate_ids_fail(rules_copy: Path) -> None:
     other = rules_copy / "other"
     other.mkdir()
