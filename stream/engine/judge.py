@@ -30,7 +30,18 @@ class ParsedAnswer:
     reason: str | None
 
 
-RubricAnswers = dict[str, CriterionAnswer | None]
+class RubricAnswers(dict[str, CriterionAnswer | None]):
+    """A rubric's answers per criterion (None: an answer outside the allowed values; absent:
+    left out), and the lists of remarks the rubric asks for beside them (``notes``, e.g. the
+    critique's key strengths and weaknesses)."""
+
+    def __init__(
+        self,
+        answers: dict[str, CriterionAnswer | None] | None = None,
+        notes: dict[str, list[str]] | None = None,
+    ) -> None:
+        super().__init__(answers or {})
+        self.notes: dict[str, list[str]] = notes or {}
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,11 @@ def measured_scores(
     prompt_details: dict[str, Any] | None = None,
 ) -> list[tuple[ScoreShape, Measured]]:
     """Each aggregator result as the shape and content of one score event (the primary one
-    also carries ``prompt_details``: what the prompt lost to fit its cap, or rendered empty)."""
+    also carries the rubric's notes, such as key strengths and weaknesses, and
+    ``prompt_details``: what the prompt lost to fit its cap, or rendered empty)."""
     primary = rule.aggregator.primary
+    notes = getattr(verdict.answer, "notes", None) or {}
+    prompt_details = {**notes, **(prompt_details or {})} or None
     shaped = []
     for result in results:
         ok = result.error is None and result.raw_value is not None

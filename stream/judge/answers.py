@@ -303,7 +303,11 @@ def parse_score_lines(
 
 def rubric_schema(rule: RubricRule) -> dict[str, Any]:
     """Structured output for a rubric: one verdict object per criterion, every one required."""
-    properties = {c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
+    properties: dict[str, Any] = {
+        c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria
+    }
+    for note in rule.notes:
+        properties[note] = {"type": "array", "items": {"type": "string"}}
     return {
         "type": "object",
         "properties": properties,
@@ -314,7 +318,7 @@ def rubric_schema(rule: RubricRule) -> dict[str, Any]:
 
 def parse_rubric(
     rule: RubricRule, content: str, quoted: Quoted = NOTHING_QUOTED
-) -> dict[str, CriterionAnswer | None]:
+) -> RubricAnswers:
     """Per-criterion answers from the last JSON object that answers any criterion.
 
     An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
@@ -326,7 +330,7 @@ def parse_rubric(
     for obj in reversed(_unquoted(_json_objects(content), quoted)):
         if not any(isinstance(obj.get(cid), dict) for cid in ids):
             continue
-        answers: dict[str, CriterionAnswer | None] = {}
+        answers = RubricAnswers(notes=_notes(rule, obj))
         for cid in ids:
             item = obj.get(cid)
             if not isinstance(item, dict):
@@ -339,6 +343,18 @@ def parse_rubric(
                 answers[cid] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
         return answers
     raise quoted.none_of_its_own(f"no JSON object answering the criteria {ids}")
+
+
+def _notes(rule: RubricRule, obj: dict[str, Any]) -> dict[str, list[str]]:
+    """The remarks the rubric asks for, as the judge gave them (a list of strings, or one)."""
+    notes = {}
+    for name in rule.notes:
+        value = obj.get(name)
+        if isinstance(value, str) and value.strip():
+            value = [value]
+        if isinstance(value, list) and (items := [str(v) for v in value if str(v).strip()]):
+            notes[name] = items
+    return notes
 
 
 AnswerParser = Callable[[str, Quoted], ParsedAnswer | RubricAnswers]

@@ -170,6 +170,21 @@ class RubricRule(PromptedRule):
     kind: Literal["rubric"]
     criteria: list[Criterion] = Field(min_length=1)
     aggregate: AggregateRef
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Lists of remarks asked of the judge beside the criteria (e.g. "
+        "key_strengths, key_weaknesses: seed 001's report), carried in the primary score's "
+        "details",
+    )
+
+    @model_validator(mode="after")
+    def _notes_apart_from_criteria(self) -> RubricRule:
+        if clash := sorted(set(self.notes) & {c.id for c in self.criteria}):
+            raise ValueError(f"notes {clash} have the names of criteria")
+        if len(set(self.notes)) != len(self.notes):
+            raise ValueError("notes are named twice")
+        return self
+
     _aggregator: AggregatorSpec | None = PrivateAttr(default=None)
 
     @property

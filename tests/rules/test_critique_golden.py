@@ -170,9 +170,13 @@ def test_scored_through_a_judge_server_one_call_seven_scores() -> None:
         c: {"reason": f"{c} fine", "rating": 3} for c in (r.id for r in rubric_rule().criteria)
     }
     answer["code_quality"] = {"reason": "single-letter names", "rating": 2}
+    report = {
+        "key_strengths": ["Correct algorithm", "Handles empty input"],
+        "key_weaknesses": ["Single-letter variable names"],
+    }
     ruleset = load_rules(RULES_DIR, ["critique"])
     with MockJudge() as judge:
-        judge.script("", orjson.dumps(answer).decode())
+        judge.script("", orjson.dumps({**answer, **report}).decode())
         document = trace()
         result = asyncio.run(
             scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
@@ -180,7 +184,9 @@ def test_scored_through_a_judge_server_one_call_seven_scores() -> None:
         requests = [r["body"] for r in judge.requests]
     assert len(requests) == 1
     schema = requests[0]["response_format"]["json_schema"]["schema"]
-    assert schema["required"] == [c.id for c in rubric_rule().criteria]
+    # the six ratings, then the seed's report: key strengths and weaknesses
+    assert schema["required"] == [c.id for c in rubric_rule().criteria] + [*report]
+    assert schema["properties"]["key_strengths"] == {"type": "array", "items": {"type": "string"}}
     assert schema["properties"]["safety"]["required"] == ["reason", "rating"]
     scores = {s.criterion: s for s in result.scores if s.rule_id == "response_critique"}
     assert set(scores) == {"overall", *answer}
@@ -190,6 +196,9 @@ def test_scored_through_a_judge_server_one_call_seven_scores() -> None:
         0.75,
     )
     assert scores["overall"].usage is not None and scores["code_quality"].usage is None
+    assert scores["overall"].details is not None
+    assert {k: scores["overall"].details[k] for k in report} == report
+    assert not (scores["code_quality"].details or {}).get("key_strengths")
     assert (scores["code_quality"].label, scores["code_quality"].value) == ("Minor Issues", 0.5)
     assert len({s.score_id for s in scores.values()}) == 7
     decisions = [d for d in result.decisions if d.rule_id == "response_critique"]
@@ -230,3 +239,39 @@ def test_pleasantry_counting(response: str, raw: float, label: str, reason: str)
     assert isinstance(rule, CheckRule)
     result = rule.check_spec.func({"response": response}, rule.validated_params)
     assert (result.raw_value, result.label, result.reason) == (raw, label, reason)
+
+
+def test_a_judge_that_gives_no_strengths_or_weaknesses_is_still_scored() -> None:
+    answer = {c.id: {"reason": "fine", "rating": 3} for c in rubric_rule().criteria}
+    answer["key_weaknesses"] = "Verbose."  # one string, not a list: read as one remark
+    ruleset = load_rules(RULES_DIR, ["critique"])
+    with MockJudge(reject_response_format=True) as judge:  # text answers: nothing enforced
+        judge.script("", orjson.dumps(answer).decode())
+        document = trace()
+        result = asyncio.run(
+            scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
+        )
+    overall = next(s for s in result.scores if s.criterion == "overall")
+    assert (overall.status, overall.label) == ("ok", "Excellent")
+    assert overall.details is not None
+    assert overall.details.get("key_weaknesses") == ["Verbose."]
+    assert "key_strengths" not in overall.details
+
+
+def test_a_note_named_like_a_criterion_fails_at_load(tmp_path: Any) -> None:
+    import shutil
+
+    import yaml
+
+    from stream.ruleset.loader import check_rules
+
+    target = tmp_path / "rules"
+    shutil.copytree(RULES_DIR / "critique", target / "critique")
+    path = target / "critique" / "response_critique.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["notes"] = ["key_strengths", "safety"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    _, errors = check_rules(target)
+    assert any(
+        "notes ['safety'] have the names of criteria" in p for e in errors for p in e.problems
+    )
