@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.judge import Verdict
+from .engine.judge import ToolBox, Verdict
 from .engine.planner import Scorer
 from .models import parse_trace
 from .ruleset.schema import PromptedRule, RuleSet
@@ -82,5 +82,6 @@ class _NoCall:
         prompt: str,
         system: str | None = None,
         quoted: Sequence[str] = (),
+        tools: ToolBox | None = None,
     ) -> Verdict:  # pragma: no cover - plans only
         raise AssertionError("scorer explain never calls the judge")

@@ -28,6 +28,8 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    # tool calls instead of an answer: [(tool name, arguments)], as a tool-calling model asks
+    tool_calls: list[tuple[str, dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -186,13 +188,7 @@ class MockJudge:
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.get("model", "mock"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": reply.content},
-                    }
-                ],
+                "choices": [self._choice(reply)],
                 "usage": {
                     "prompt_tokens": len(prompt) // 4,
                     "completion_tokens": len(reply.content) // 4,
@@ -206,6 +202,21 @@ class MockJudge:
             self._concurrent -= 1
 
     # --- lifecycle ---------------------------------------------------------------------
+    def _choice(self, reply: Reply) -> dict[str, Any]:
+        if reply.tool_calls is None:
+            message = {"role": "assistant", "content": reply.content}
+            return {"index": 0, "finish_reason": "stop", "message": message}
+        calls = [
+            {
+                "id": f"call-{next(self._ids)}",
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+            }
+            for name, arguments in reply.tool_calls
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        return {"index": 0, "finish_reason": "tool_calls", "message": message}
+
     def start(self) -> MockJudge:
         self._thread = threading.Thread(target=self._serve, name="mock-judge", daemon=True)
         self._thread.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..models import TokenUsage
 from ..ruleset.aggregators import CriterionAnswer
@@ -55,6 +55,14 @@ class Verdict:
     attempts: int
 
 
+class ToolBox(Protocol):
+    """Tools a judge may call (``trace_tools.TraceTools``)."""
+
+    definitions: list[dict[str, Any]]
+
+    def call(self, name: str, arguments: str | None) -> str: ...
+
+
 class Judge(Protocol):
     """Judges one rendered prompt for one rule; raises ``JudgeError`` when it cannot."""
 
@@ -64,8 +72,10 @@ class Judge(Protocol):
         prompt: str,
         system: str | None = None,
         quoted: Sequence[str] = (),
+        tools: ToolBox | None = None,
     ) -> Verdict:
         """The verdict on ``prompt`` (with an optional system prompt), validated for ``rule``;
         ``quoted``: the trace's text as rendered into the prompt (a verdict copied from it is
-        not the judge's own)."""
+        not the judge's own); ``tools``: what the judge may call to read the trace (a loop
+        bounded by the rule's ``judge.max_tool_calls`` and ``max_tool_tokens``)."""
         ...

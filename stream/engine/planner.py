@@ -47,6 +47,7 @@ from .prompt import (
 from .rubric import measured_scores, rubric_input
 from .silence import SilenceWatch
 from .spend import SpendLedger
+from .trace_tools import TraceTools
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class JudgeJob:
     # a fan_out rule: one prompt per item of its list variable, and how many items it held
     items: list[FittedPrompt] = field(default_factory=list)
     total_items: int = 0
+    tools: TraceTools | None = None  # judge.tools: trace: the judge reads the trace by tools
 
 
 @dataclass
@@ -205,6 +207,8 @@ class Scorer:
                 rule, fitted.prompt, fitted.system, forced, fitted.quoted, fitted.cut, emptied
             )
             job.items, job.total_items = fanned, total_items
+            if rule.judge.tools == "trace" and isinstance(document, dict):
+                job.tools = TraceTools(document)
             plan.judge_jobs.append(job)
 
     async def finish(self, plan: TracePlan) -> TraceResult:
@@ -241,7 +245,7 @@ class Scorer:
             assert isinstance(rule, LLMJudgeRule)
             return await self._run_fan_out(rule, job, plan)
         try:
-            verdict = await self.judge.judge(rule, job.prompt, job.system, job.quoted)
+            verdict = await self.judge.judge(rule, job.prompt, job.system, job.quoted, job.tools)
         except JudgeError as exc:
             model = rule.judge.model or self.default_model
             if self.ledger is not None and exc.usage is not None:

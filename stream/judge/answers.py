@@ -316,9 +316,7 @@ def rubric_schema(rule: RubricRule) -> dict[str, Any]:
     }
 
 
-def parse_rubric(
-    rule: RubricRule, content: str, quoted: Quoted = NOTHING_QUOTED
-) -> RubricAnswers:
+def parse_rubric(rule: RubricRule, content: str, quoted: Quoted = NOTHING_QUOTED) -> RubricAnswers:
     """Per-criterion answers from the last JSON object that answers any criterion.
 
     An answer that does not fit the output spec is kept as None (the seeds' ERROR); a

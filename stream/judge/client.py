@@ -10,13 +10,13 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
 from openai import AsyncOpenAI
 
-from ..engine.judge import Verdict
+from ..engine.judge import ToolBox, Verdict
 from ..errors import JudgeError
 from ..models import TokenUsage
 from ..observer import Observer
@@ -33,6 +33,15 @@ def rejects_structured_output(exc: openai.APIStatusError) -> bool:
     """A 400/422 that names the response format: the endpoint does not do structured output."""
     text = f"{exc.message} {exc.body}".lower()
     return exc.status_code in (400, 422) and ("response_format" in text or "json_schema" in text)
+
+
+@dataclass
+class ToolRequest:
+    """An answer that calls tools instead of giving the verdict: the assistant message (to
+    send back) and its calls."""
+
+    message: dict[str, Any]
+    calls: list[dict[str, Any]]
 
 
 class JudgeClient:
@@ -93,6 +102,7 @@ class JudgeClient:
         prompt: str,
         system: str | None = None,
         quoted: Sequence[str] = (),
+        tools: ToolBox | None = None,
     ) -> Verdict:
         """Ask the judge for ``rule``'s verdict on ``prompt``; raise ``JudgeError`` when none
         can be had.
@@ -102,10 +112,17 @@ class JudgeClient:
         down, and then waits (see ``JudgeHealth``) instead of failing. An unusable answer is
         asked again, up to the attempt budget, then fails quoting the last answer; any other
         refusal (4xx) fails at once.
+
+        With ``tools``, an answer that calls tools gets their results and is asked again, up
+        to the rule's ``judge.max_tool_calls`` calls and ``max_tool_tokens`` tokens, past
+        which the evaluation fails saying which bound it met.
         """
         model = rule.judge.model or self.default_model
         schema, parse = answer_contract(rule)
         request = self._request(rule, model, prompt, system, schema)
+        if tools is not None:
+            request["tools"] = tools.definitions
+        tool_calls = 0
         shown = Quoted(quoted)  # folded once, whatever the attempts
         trouble = unusable = attempts = 0
         streak_started = 0.0  # when this call's run of provider-wide failures began
@@ -119,6 +136,32 @@ class JudgeClient:
             if isinstance(outcome, Verdict):
                 self.health.answered(probe)
                 return replace(outcome, attempts=attempts, usage=spent or outcome.usage)
+            if isinstance(outcome, ToolRequest):
+                self.health.answered(probe)
+                assert tools is not None, "tool calls are only parsed when tools are offered"
+                tool_calls += len(outcome.calls)
+                bound = None
+                if tool_calls > rule.judge.max_tool_calls:
+                    bound = f"more than judge.max_tool_calls ({rule.judge.max_tool_calls}) calls"
+                elif spent is not None and spent.total_tokens > rule.judge.max_tool_tokens:
+                    bound = (
+                        f"{spent.total_tokens} tokens, over judge.max_tool_tokens "
+                        f"({rule.judge.max_tool_tokens})"
+                    )
+                if bound is not None:
+                    raise JudgeError(
+                        f"the judge's tool loop stopped: {bound}",
+                        kind="tool_budget",
+                        attempts=attempts,
+                        usage=spent,
+                    )
+                request["messages"].append(outcome.message)
+                for call in outcome.calls:
+                    result = tools.call(call["function"]["name"], call["function"].get("arguments"))
+                    request["messages"].append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": result}
+                    )
+                continue
             error = outcome
             if error.kind in PROVIDER_WIDE:
                 if trouble == 0:
@@ -188,7 +231,7 @@ class JudgeClient:
 
     async def _attempt(
         self, model: str, request: dict[str, Any], parse: AnswerParser, quoted: Quoted
-    ) -> tuple[Verdict | JudgeError, float | None, TokenUsage | None]:
+    ) -> tuple[Verdict | ToolRequest | JudgeError, float | None, TokenUsage | None]:
         """One call, counted once with its outcome: the verdict, or the error (classified by
         kind); the Retry-After the provider asked for; the tokens it used, if answered."""
         slot = await self.limiter.acquire()
@@ -227,7 +270,13 @@ class JudgeClient:
             completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
             total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
         )
-        content = (completion.choices[0].message.content if completion.choices else None) or ""
+        reply = completion.choices[0].message if completion.choices else None
+        if "tools" in request and reply is not None and reply.tool_calls:
+            self._observe_call(model, "ok", elapsed, usage)
+            calls = [call.model_dump() for call in reply.tool_calls]
+            asked = {"role": "assistant", "content": reply.content, "tool_calls": calls}
+            return ToolRequest(asked, calls), None, usage
+        content = (reply.content if reply is not None else None) or ""
         try:
             answer = parse(content, quoted)
         except InvalidAnswer as exc:

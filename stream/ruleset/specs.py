@@ -134,6 +134,17 @@ class PromptSuffix(Strict):
 
 class JudgeSpec(Strict):
     model: str | None = Field(default=None, description="None: the deployment's default model")
+    tools: Literal["trace"] | None = Field(
+        default=None,
+        description="trace: the judge reads the trace through tools (trace info, spans, "
+        "search, one span) in a bounded loop instead of being shown it",
+    )
+    max_tool_calls: int = Field(
+        default=20, ge=1, le=200, description="With tools: the most tool calls per evaluation"
+    )
+    max_tool_tokens: int = Field(
+        default=100_000, ge=1000, description="With tools: the most tokens per evaluation"
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, gt=0)
     max_prompt_tokens: int | None = Field(

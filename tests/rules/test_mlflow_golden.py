@@ -15,7 +15,7 @@ import orjson
 import pytest
 from fixtures import RULES_DIR, as_trace, scorer
 from mlflow_v1_examples import EXAMPLES
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, Reply
 from seed_mlflow import judge_prompts, metric_prompt, metrics
 
 from stream.engine.prompt import (
@@ -177,7 +177,9 @@ def test_v1_metric_prompt_is_the_grading_template_with_the_metrics_parts(
 def test_the_pack_is_the_seeds_eight_judges_instructions_and_five_metrics() -> None:
     ruleset = load_rules(RULES_DIR, ["mlflow"])
     assert sorted(r.id for r in ruleset.rules) == sorted(
-        ["correctness", "instructions"] + [j[0] for j in JUDGES] + [m[0] for m in V1]
+        ["correctness", "instructions", "instructions_trace"]
+        + [j[0] for j in JUDGES]
+        + [m[0] for m in V1]
     )
 
 
@@ -402,3 +404,132 @@ def test_a_document_the_judge_cannot_answer_for_is_listed_and_the_rest_decide() 
     assert score.details is not None and score.details["items_judged"] == 2
     assert "error" in score.details["items"][2]
     assert "1 could not be judged" in (score.reason or "")
+
+
+# -- the trace-based instructions judge ------------------------------------------------
+
+SPANS = [
+    {
+        "span_id": "a1",
+        "parent_span_id": None,
+        "name": "rag-answer",
+        "start_time": "2026-11-22T10:00:00+00:00",
+        "end_time": "2026-11-22T10:00:02+00:00",
+        "attributes": {"input.value": QUESTION, "output.value": ANSWER},
+        "status": None,
+    },
+    {
+        "span_id": "a2",
+        "parent_span_id": "a1",
+        "name": "retrieve",
+        "start_time": "2026-11-22T10:00:00+00:00",
+        "end_time": "2026-11-22T10:00:01+00:00",
+        "attributes": {"output.value": DOCS},
+        "status": "error",
+    },
+]
+
+
+def traced() -> dict[str, Any]:
+    document = trace()
+    document["spans"] = copy.deepcopy(SPANS)
+    return document
+
+
+def test_trace_judge_system_prompt_is_the_seeds_template_filled() -> None:
+    rule = load("instructions_trace")
+    values = resolve_variables(rule, traced())
+    expected = SEED["INSTRUCTIONS_JUDGE_TRACE_PROMPT_TEMPLATE"].format(
+        evaluation_rating_fields=rule.options["evaluation_rating_fields"],
+        instructions=rule.options["instructions"],
+    )
+    assert render_system(rule, values) == expected
+    assert "refer to a placeholder called {{ trace }}" in expected
+    assert (rule.judge.tools, rule.judge.max_tool_calls) == ("trace", 20)
+
+
+def score_traced(judge: MockJudge, rule: LLMJudgeRule | None = None) -> Any:
+    ruleset = RuleSet([rule or load("instructions_trace")])
+    document = traced()
+    result = asyncio.run(scorer(judge.base_url, ruleset).score_trace(as_trace(document), document))
+    (score,) = result.scores
+    return score
+
+
+YES = '{"rationale": "The answer uses the retrieved documents.", "result": "yes"}'
+
+
+def test_the_trace_judge_reads_the_trace_through_its_tools_and_answers() -> None:
+    with MockJudge() as judge:
+        judge.script(
+            "",
+            Reply(tool_calls=[("get_trace_info", {})]),
+            Reply(tool_calls=[("list_spans", {}), ("search_trace_regex", {"pattern": "tempo"})]),
+            Reply(tool_calls=[("get_span", {"span_id": "a2"})]),
+            YES,
+        )
+        score = score_traced(judge)
+        requests = [r["body"] for r in judge.requests]
+    assert (score.status, score.label, score.reason) == (
+        "ok",
+        "yes",
+        "The answer uses the retrieved documents.",
+    )
+    assert len(requests) == 4
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == [
+        "get_trace_info",
+        "list_spans",
+        "search_trace_regex",
+        "get_span",
+    ]
+    assert QUESTION not in requests[0]["messages"][-1]["content"]  # the trace is not shown
+    final = requests[-1]["messages"]
+    results = {m["tool_call_id"]: orjson.loads(m["content"]) for m in final if m["role"] == "tool"}
+    info, spans, found, span = results.values()
+    assert (info["id"], info["span_count"], info["status"], info["error_spans"]) == (
+        "trace-mlflow-1",
+        2,
+        "error",
+        ["a2"],
+    )
+    assert [s["name"] for s in spans["spans"]] == ["rag-answer", "retrieve"]
+    assert spans["spans"][0]["duration_ms"] == 2000.0
+    assert {m["where"] for m in found["matches"]} >= {"trace", "a1"}
+    assert span["attributes"]["output.value"] == DOCS
+    assert score.usage is not None and score.usage.total_tokens > 0  # every step's tokens
+
+
+def test_a_judge_that_asks_for_a_span_that_does_not_exist_is_told_and_goes_on() -> None:
+    with MockJudge() as judge:
+        judge.script("", Reply(tool_calls=[("get_span", {"span_id": "zz"})]), YES)
+        score = score_traced(judge)
+        last = judge.requests[-1]["body"]["messages"][-1]
+    assert score.status == "ok"
+    assert last["role"] == "tool"
+    assert "no span with id 'zz' in this trace; its spans: ['a1', 'a2']" in last["content"]
+
+
+def test_a_judge_that_calls_tools_for_ever_stops_at_the_bound_with_an_error() -> None:
+    with MockJudge() as judge:
+        judge.script("", Reply(tool_calls=[("list_spans", {})]))  # repeated for ever
+        score = score_traced(judge)
+        calls = len(judge.requests)
+    assert score.status == "error"
+    assert "tool loop stopped: more than judge.max_tool_calls (20) calls" in (
+        score.status_reason or ""
+    )
+    assert calls == 21  # the 21st answer asked for the 21st tool call
+
+
+def test_the_token_bound_stops_a_long_loop_and_says_so() -> None:
+    rule = load("instructions_trace")
+    rule = rule.model_copy(
+        update={"judge": rule.judge.model_copy(update={"max_tool_tokens": 1000})}
+    )
+    with MockJudge() as judge:
+        judge.script("", Reply(tool_calls=[("list_spans", {})]))
+        score = score_traced(judge, rule)
+        calls = len(judge.requests)
+    assert score.status == "error"
+    assert "over judge.max_tool_tokens (1000)" in (score.status_reason or "")
+    assert calls < 20 and score.usage is not None and score.usage.total_tokens > 1000
