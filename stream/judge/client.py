@@ -123,7 +123,8 @@ class JudgeClient:
         if tools is not None:
             request["tools"] = tools.definitions
         tool_calls = 0
-        shown = Quoted(quoted)  # folded once, whatever the attempts
+        shown_texts = list(quoted)
+        shown = Quoted(shown_texts)  # folded once, whatever the attempts
         trouble = unusable = attempts = 0
         streak_started = 0.0  # when this call's run of provider-wide failures began
         spent: TokenUsage | None = None  # every answered attempt's tokens, unusable ones too
@@ -161,6 +162,8 @@ class JudgeClient:
                     request["messages"].append(
                         {"role": "tool", "tool_call_id": call["id"], "content": result}
                     )
+                    shown_texts.append(result)
+                shown = Quoted(shown_texts)  # what the tools showed is the trace's text too
                 continue
             error = outcome
             if error.kind in PROVIDER_WIDE:
