@@ -8,7 +8,6 @@ rules."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,12 +17,12 @@ from typing import Any
 import openai
 import orjson
 import pytest
-from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_records import as_otlp_json
 from scripted_judge import MockJudge
 
 from stream.kafka.broker import EmbeddedBroker
@@ -110,15 +109,8 @@ def as_proto(spans: list[ReadableSpan]) -> bytes:
 
 
 def as_json(spans: list[ReadableSpan]) -> bytes:
-    """One export record in ``otlp_json``: protobuf's JSON mapping, ids in hex."""
-    document = MessageToDict(encode_spans(spans))
-    for resource_spans in document["resourceSpans"]:
-        for scope_spans in resource_spans["scopeSpans"]:
-            for span in scope_spans["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return orjson.dumps(document)
+    """One export record in ``otlp_json``."""
+    return as_otlp_json(as_proto(spans))
 
 
 def trace_id(spans: list[ReadableSpan]) -> str:

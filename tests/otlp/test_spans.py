@@ -3,18 +3,17 @@ exporter writes them (protobuf, or OTLP/JSON), read back as the trace rules judg
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
-from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_records import as_otlp_json
 
 from stream.otlp.spans import NO_CONTENT, decode, trace_document
 
@@ -27,22 +26,6 @@ def record(build: Callable[[Any], None], service: str = "fretcoach-api") -> byte
     build(provider.get_tracer("test"))
     provider.shutdown()
     return encode_spans(exporter.get_finished_spans()).SerializeToString()
-
-
-def as_otlp_json(raw: bytes) -> bytes:
-    """The same batch in OTLP/JSON: protobuf's JSON mapping with hex ids (not base64)."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    document = MessageToDict(ExportTraceServiceRequest.FromString(raw))
-    for resource_spans in document["resourceSpans"]:
-        for scope_spans in resource_spans["scopeSpans"]:
-            for span in scope_spans["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return orjson.dumps(document)
 
 
 INPUT = [
