@@ -32,6 +32,8 @@ PURE_MODULES = [
     "stream.threads.sources",
     "stream.otlp.spans",
     "stream.otlp.assembler",
+    "stream.otlp.events",
+    "stream.engine.trace_tools",
 ]
 
 

@@ -172,7 +172,9 @@ class Scorer:
                 why = f"{why}: {document['content_missing']}"  # e.g. message capture was off
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
             return
-        if isinstance(rule, LLMJudgeRule) and rule.fan_out and values[rule.fan_out.variable] == []:
+        calls, total_items = fan_out_values(rule, values)
+        if not calls:  # a fan_out rule's list is empty
+            assert isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
             name = rule.fan_out.variable
             why = f"variable '{name}': path '{rule.variable_specs[name].path}' holds no items"
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
@@ -187,7 +189,6 @@ class Scorer:
                 plan.outcomes.append(self._finish(rule, plan, Measured("skipped", spent)))
                 return
             cap = rule.judge.max_prompt_tokens or self.max_prompt_tokens
-            calls, total_items = fan_out_values(rule, values)
             try:
                 items = [fit_prompt(rule, call, document, cap) for call in calls]
             except PromptTooLarge as exc:

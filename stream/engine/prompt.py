@@ -33,7 +33,7 @@ def resolve_variables(
     return values
 
 
-def fan_out_values(rule: PromptedRule, values: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+def fan_out_values(rule: AnyRule, values: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """With a ``fan_out`` rule: the values of each judge call (the list variable replaced by
     one item, the first ``max_items`` items) and how many items the list holds; else the
     values themselves, once."""

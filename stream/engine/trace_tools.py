@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from ..otlp.spans import input_messages, output_messages
+
 MAX_CHARS = 20_000  # the most one tool answer carries
 MAX_MATCHES = 50
 
@@ -195,16 +197,11 @@ class TraceTools:
 
 
 def _side(attributes: dict[str, Any], side: str) -> Any:
-    """A span's inputs or outputs, from the attributes that hold them."""
-    names = {
-        "input": ("gen_ai.input.messages", "input.value", "input", "gen_ai.prompt"),
-        "output": ("gen_ai.output.messages", "output.value", "output", "gen_ai.completion"),
-    }[side]
-    for name in names:
-        if attributes.get(name) is not None:
-            return attributes[name]
-    found = {k: v for k, v in attributes.items() if k.startswith(names[-1] + ".")}
-    return found or None
+    """A span's inputs or outputs: its model-call messages as OpenTelemetry input reads them
+    (GenAI conventions, flattened or OpenInference), else the plain ``input`` / ``output``
+    of a trace without spans."""
+    messages = (input_messages if side == "input" else output_messages)(attributes)
+    return messages or attributes.get(side)
 
 
 def _cut(value: Any, chars: int) -> Any:

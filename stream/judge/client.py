@@ -44,6 +44,26 @@ class ToolRequest:
     calls: list[dict[str, Any]]
 
 
+def tool_bound(rule: PromptedRule, tool_calls: int, spent: TokenUsage | None) -> str | None:
+    """Which of the rule's tool-loop bounds ``tool_calls`` calls and ``spent`` tokens passed."""
+    if tool_calls > rule.judge.max_tool_calls:
+        return f"more than judge.max_tool_calls ({rule.judge.max_tool_calls}) calls"
+    if spent is not None and spent.total_tokens > rule.judge.max_tool_tokens:
+        return f"{spent.total_tokens} tokens, over judge.max_tool_tokens ({rule.judge.max_tool_tokens})"
+    return None
+
+
+def answer_tools(request: dict[str, Any], asked: ToolRequest, tools: ToolBox) -> list[str]:
+    """Add the judge's tool calls and their results to the conversation; returns the results."""
+    request["messages"].append(asked.message)
+    results = []
+    for call in asked.calls:
+        result = tools.call(call["function"]["name"], call["function"].get("arguments"))
+        request["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        results.append(result)
+    return results
+
+
 class JudgeClient:
     """Calls an OpenAI-compatible chat endpoint and returns validated verdicts."""
 
@@ -141,28 +161,14 @@ class JudgeClient:
                 self.health.answered(probe)
                 assert tools is not None, "tool calls are only parsed when tools are offered"
                 tool_calls += len(outcome.calls)
-                bound = None
-                if tool_calls > rule.judge.max_tool_calls:
-                    bound = f"more than judge.max_tool_calls ({rule.judge.max_tool_calls}) calls"
-                elif spent is not None and spent.total_tokens > rule.judge.max_tool_tokens:
-                    bound = (
-                        f"{spent.total_tokens} tokens, over judge.max_tool_tokens "
-                        f"({rule.judge.max_tool_tokens})"
-                    )
-                if bound is not None:
+                if bound := tool_bound(rule, tool_calls, spent):
                     raise JudgeError(
                         f"the judge's tool loop stopped: {bound}",
                         kind="tool_budget",
                         attempts=attempts,
                         usage=spent,
                     )
-                request["messages"].append(outcome.message)
-                for call in outcome.calls:
-                    result = tools.call(call["function"]["name"], call["function"].get("arguments"))
-                    request["messages"].append(
-                        {"role": "tool", "tool_call_id": call["id"], "content": result}
-                    )
-                    shown_texts.append(result)
+                shown_texts += answer_tools(request, outcome, tools)
                 shown = Quoted(shown_texts)  # what the tools showed is the trace's text too
                 continue
             error = outcome

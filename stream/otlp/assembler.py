@@ -131,7 +131,8 @@ class TraceAssembler:
 
     def clock(self, now: float) -> float:
         """``now``, held back by the least read spans source."""
-        return min([now, *(read for read, _ in self.read.values())])
+        slowest = self.slowest()
+        return min(now, slowest[1]) if slowest else now
 
     def clock_lag(self, now: float) -> float:
         """Seconds the clock is behind ``now`` (0 when every source is caught up)."""

@@ -234,7 +234,7 @@ def trace_document(spans: list[Span]) -> dict[str, Any]:
     root = root_of(spans)
     assert root is not None, "a trace has at least one span"
     ordered = sorted(spans, key=lambda s: (s.start or root.start or datetime.min, s.span_id))
-    calls = [(s, _input(s.attributes), _output(s.attributes)) for s in ordered]
+    calls = [(s, input_messages(s.attributes), output_messages(s.attributes)) for s in ordered]
     calls = [c for c in calls if c[1] or c[2]]
     document: dict[str, Any] = {
         "id": root.trace_id,
@@ -381,9 +381,11 @@ def _side(attributes: dict[str, Any], side: Side) -> list[dict[str, Any]]:
     return []
 
 
-def _input(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+def input_messages(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """A span's input as chat messages, from whichever convention its attributes follow."""
     return _side(attributes, INPUT)
 
 
-def _output(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+def output_messages(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """A span's output as chat messages, from whichever convention its attributes follow."""
     return _side(attributes, OUTPUT)
