@@ -172,6 +172,12 @@ class ScorerMetrics(Observer):
             "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
             [0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
         )
+        self.pair_traces = counter(
+            "pair_traces",
+            "Traces of comparison pairs, by outcome (paired: one side of its pair; ignored: "
+            "its pair had its variant already, or was decided)",
+            ("outcome",),
+        )
         self.otlp_spans = counter(
             "otlp_spans",
             "OpenTelemetry spans read, by outcome (kept, duplicate, late, dropped)",
@@ -331,6 +337,9 @@ class ScorerMetrics(Observer):
 
     def on_thread_close_delay(self, seconds: float) -> None:
         self.thread_close_delay.observe(seconds)
+
+    def on_pair_trace(self, outcome: str) -> None:
+        self._child(self.pair_traces, outcome).inc()
 
     def watch_threads(
         self, open_threads: Callable[[], float], pending: Callable[[], float]

@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-Scope = Literal["trace", "thread"]
+Scope = Literal["trace", "thread", "pair"]
 Status = Literal["ok", "skipped", "error"]
 Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error"]
 

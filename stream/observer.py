@@ -83,6 +83,10 @@ class Observer:
     def on_thread_close(self, kind: str, reason: str, turns: int) -> None:
         """A thread of ``kind`` closed for ``reason`` holding ``turns`` turns."""
 
+    def on_pair_trace(self, outcome: str) -> None:
+        """A trace of a pair was ``paired`` (one side of its pair) or ``ignored`` (its pair
+        had its variant already, or was decided)."""
+
     def on_thread_close_delay(self, seconds: float) -> None:
         """An idle thread closed ``seconds`` after its inactivity deadline."""
 

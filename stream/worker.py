@@ -50,7 +50,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
-    router = ThreadRouter(ruleset, settings.turn_max_bytes)
+    router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)
     sources = SourceLog()
     register_trace_agent(
         app,
@@ -70,7 +70,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
             sources=sources,
             observer=metrics,
         )
-    if ruleset.for_scope("thread"):
+    if ruleset.for_scope("thread") or ruleset.pair_rules():
         register_thread_agent(app, topics, scorer, settings, metrics, sources)
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import cast
 
 import faust
@@ -29,7 +30,7 @@ from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send, scored
 from ..engine.outcomes import TraceResult
 from ..engine.planner import Scorer
-from ..models import ThreadDecisions
+from ..models import ThreadDecisions, TraceDecisions
 from ..observer import Observer
 from ..ruleset.schema import RuleSet
 from ..settings import Settings
@@ -45,7 +46,9 @@ CLOSES_AT_ONCE = 64  # closes being scored and published at once (at most max_in
 
 
 def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> list[Send]:
-    """A close's score events and its decision record."""
+    """A close's score events and its decision record (a pair's: one per trace of it)."""
+    if close.kind == "pair":
+        return pair_outputs(topics, result, close)
     record = ThreadDecisions(
         thread_id=close.thread_id,
         kind=close.kind,
@@ -54,6 +57,38 @@ def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> li
         decisions=result.decisions,
     )
     return scored(topics.scores, topics.decisions, close.thread_id, result.scores, record)
+
+
+def pair_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> list[Send]:
+    """A pair's score events (each keyed by its target: the comparison key, or a trace) and
+    a decision record for each trace of the pair, keyed by trace id: the comparison rules'
+    decisions about the pair, and for a trace ignored while the pair waited, that it was."""
+    document = close.pending.document
+    sends: list[Send] = [
+        (topics.scores, score.target_id.encode(), score.to_bytes(), None) for score in result.scores
+    ]
+    compared = {trace_id: variant for variant, trace_id in document.get("variants", {}).items()}
+    for trace_id in [*compared, *document.get("ignored", [])]:
+        if trace_id in compared:
+            about = f"pair {close.thread_id!r} as variant {compared[trace_id]}"
+            decisions = [
+                replace(d, target_id=trace_id, detail=f"{about}: {d.detail}" if d.detail else about)
+                for d in result.decisions
+            ]
+        else:
+            why = (
+                f"ignored: pair {close.thread_id!r} already had this trace's variant; the first "
+                "trace of each variant is judged"
+            )
+            decisions = [
+                replace(d, target_id=trace_id, outcome="filtered", detail=why, score_id=None)
+                for d in result.decisions
+            ]
+        record = TraceDecisions(
+            trace_id=trace_id, project_name=close.project_name, decisions=decisions
+        )
+        sends.append((topics.decisions, trace_id.encode(), record.to_bytes(), None))
+    return sends
 
 
 def read_positions(
@@ -71,7 +106,11 @@ def read_positions(
 
 
 def inactivity_gap(ruleset: RuleSet, kind: str, settings: Settings) -> float:
-    """The rule set's gap for threads of ``kind``, else the deployment's."""
+    """The rule set's gap for threads of ``kind``, else the deployment's (a pair: how long
+    its first trace waits for its partner)."""
+    if kind == "pair":
+        pair = ruleset.pair_spec()
+        return pair.window_s if pair else settings.thread_inactivity_gap_s
     spec = ruleset.thread_spec(kind)
     return (spec.inactivity_gap_s if spec else None) or settings.thread_inactivity_gap_s
 
@@ -89,7 +128,8 @@ def register_thread_agent(
     worker has read its sources); returns the processor."""
     observer = observer or Observer()
     gaps = {
-        kind: inactivity_gap(scorer.ruleset, kind, settings) for kind in ("conversation", "session")
+        kind: inactivity_gap(scorer.ruleset, kind, settings)
+        for kind in ("conversation", "session", "pair")
     }
     table = raw_table(app, TABLE_NAME, settings.topic_partitions)
     processor = ThreadProcessor(

@@ -57,7 +57,7 @@ def register_trace_agent(
     observer = observer or Observer()
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
-    router = router if router is not None and router.wants_conversations else None
+    router = router if router is not None and router.wants_traces else None
     sources = sources if router is not None else None
 
     @app.agent(topics.traces, concurrency=1, name="score-traces")
@@ -101,8 +101,10 @@ def register_trace_agent(
                     continue
                 try:
                     plan = scorer.plan(trace, document, topic)
-                    turn = router and router.from_trace(
-                        trace, document, topic, message.timestamp, source
+                    routed = (
+                        router.events_for_trace(trace, document, topic, message.timestamp, source)
+                        if router
+                        else []
                     )
                 except Exception as exc:
                     await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
@@ -110,8 +112,7 @@ def register_trace_agent(
                         sources.read(source, message.offset, message.timestamp, None)
                     continue
                 early: Early | None = None
-                if turn:
-                    early_sends = [topics.to_threads(turn)]
+                if early_sends := [topics.to_threads(event) for event in routed]:
                     early = (early_sends, await publisher.send(early_sends))
                 if sources:
                     moment = trace.start_time or trace.end_time

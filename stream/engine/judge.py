@@ -7,7 +7,7 @@ endpoint) is one implementation, and tests can pass another.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..models import TokenUsage
@@ -44,11 +44,24 @@ class RubricAnswers(dict[str, CriterionAnswer | None]):
         self.notes: dict[str, list[str]] = notes or {}
 
 
+@dataclass
+class ComparisonAnswers:
+    """A comparison's answer: each response's answers per criterion (``a`` and ``b``), the
+    preference between them (None: missing or outside its scale, with ``preference_error``),
+    and the lists of remarks the rule asks for beside them (e.g. key differentiators)."""
+
+    responses: dict[str, RubricAnswers]
+    preference: ParsedAnswer | None
+    preference_error: str | None = None
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A judge's validated answer for one rule and one prompt."""
 
-    answer: ParsedAnswer | RubricAnswers  # a one-verdict rule's, or a rubric's per criterion
+    # a one-verdict rule's, a rubric's per criterion, or a comparison's
+    answer: ParsedAnswer | RubricAnswers | ComparisonAnswers
     model: str
     latency_ms: float
     usage: TokenUsage

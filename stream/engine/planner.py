@@ -19,13 +19,21 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import JudgeError, MissingVariable
-from ..models import Outcome, TokenUsage, Trace, utcnow
+from ..models import Outcome, ScoreEvent, TokenUsage, Trace, utcnow
 from ..observer import Observer
 from ..ruleset.checks import NotApplicable
 from ..ruleset.paths import truthy
-from ..ruleset.schema import AnyRule, CheckRule, LLMJudgeRule, PromptedRule, RubricRule, RuleSet
+from ..ruleset.schema import (
+    AnyRule,
+    CheckRule,
+    ComparisonRule,
+    LLMJudgeRule,
+    PromptedRule,
+    RubricRule,
+    RuleSet,
+)
 from ..threads.state import ThreadClose
-from .judge import NO_JUDGE_REASON, Judge, ParsedAnswer, Verdict
+from .judge import NO_JUDGE_REASON, ComparisonAnswers, Judge, ParsedAnswer, Verdict
 from .outcomes import (
     OUTCOME_OF_STATUS,
     Measured,
@@ -44,12 +52,15 @@ from .prompt import (
     fit_prompt,
     resolve_variables,
 )
-from .rubric import measured_scores, rubric_input
+from .rubric import criteria_input, measured_scores, rubric_input
 from .silence import SilenceWatch
 from .spend import SpendLedger
 from .trace_tools import TraceTools
 
 log = logging.getLogger(__name__)
+
+PAIR_SLOTS = ("a", "b")  # a pair document's two traces: response A and response B
+PREFERENCE = "preference"  # the criterion of a comparison's preference score
 
 
 @dataclass
@@ -67,6 +78,7 @@ class JudgeJob:
     items: list[FittedPrompt] = field(default_factory=list)
     total_items: int = 0
     tools: TraceTools | None = None  # judge.tools: trace: the judge reads the trace by tools
+    members: dict[str, str] = field(default_factory=dict)  # a comparison: slot -> trace id
 
 
 @dataclass
@@ -143,6 +155,10 @@ class Scorer:
             close.info,
         )
         plan = TracePlan(target)
+        if close.kind == "pair":
+            for pair_rule in self.ruleset.pair_rules():
+                self._plan_pair(plan, pair_rule, close)
+            return plan
         as_trace = Trace(id=close.thread_id, project_name=close.project_name)
         for rule in self.ruleset.thread_rules(close.kind):
             if close.kind == "conversation":
@@ -157,6 +173,33 @@ class Scorer:
             else:
                 self._plan_rule(plan, rule, document)
         return plan
+
+    def _plan_pair(self, plan: TracePlan, rule: ComparisonRule, close: ThreadClose) -> None:
+        """A comparison rule on a pair: judged when both of its traces came (and one of them
+        matched the rule's filter), else ``skipped`` with the partner that did not come."""
+        document = close.pending.document
+        if rule.id not in close.pending.rules:
+            plan.outcomes.append(
+                self._decide(rule, plan, "filtered", "no trace of the pair matched")
+            )
+            return
+        if missing := [slot for slot in PAIR_SLOTS if slot not in document]:
+            label = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+            (absent,) = missing  # a pair closes with at least one trace
+            (there,) = set(PAIR_SLOTS) - {absent}
+            why = (
+                f"partner missing: comparison {close.thread_id!r} has variant "
+                f"{label[there]} (trace {document[there].get('id')}) but no variant "
+                f"{label[absent]} within {rule.pair.window_s:g} s"
+            )
+            plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
+            return
+        before = len(plan.judge_jobs)
+        self._plan_rule(plan, rule, document)
+        if len(plan.judge_jobs) > before:
+            plan.judge_jobs[-1].members = {
+                slot: str(document[slot].get("id")) for slot in PAIR_SLOTS
+            }
 
     def _plan_rule(self, plan: TracePlan, rule: AnyRule, document: Any) -> None:
         if not rule.sampled(plan.target.id):
@@ -241,7 +284,7 @@ class Scorer:
     async def _run_judge(self, job: JudgeJob, plan: TracePlan) -> RuleOutcome:
         assert self.judge is not None
         rule = job.rule
-        assert isinstance(rule, LLMJudgeRule | RubricRule)
+        assert isinstance(rule, LLMJudgeRule | RubricRule | ComparisonRule)
         if job.items:
             assert isinstance(rule, LLMJudgeRule)
             return await self._run_fan_out(rule, job, plan)
@@ -259,6 +302,8 @@ class Scorer:
             self.ledger.record(rule.id, rule.judge.model or self.default_model, verdict.usage)
         if isinstance(rule, RubricRule):
             return self._finish_rubric(rule, plan, job, verdict)
+        if isinstance(rule, ComparisonRule):
+            return self._finish_comparison(rule, plan, job, verdict)
         answer = verdict.answer
         assert isinstance(answer, ParsedAnswer), "a one-verdict rule is answered once"
         answered = Measured(
@@ -356,7 +401,7 @@ class Scorer:
         (default: when the plan was made, one timestamp for everything decided synchronously)."""
         now = now or plan.created_at
         # a rubric scored here could not be judged: it publishes one score, its primary one
-        assert measured.status != "ok" or not isinstance(rule, RubricRule)
+        assert measured.status != "ok" or not isinstance(rule, RubricRule | ComparisonRule)
         score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
         outcome = OUTCOME_OF_STATUS[measured.status]
         decided = self._decide(rule, plan, outcome, measured.status_reason, score.score_id, now)
@@ -387,8 +432,63 @@ class Scorer:
         decided.extra = [s for s in scores if s is not primary]
         return decided
 
+    def _finish_comparison(
+        self, rule: ComparisonRule, plan: TracePlan, job: JudgeJob, verdict: Verdict
+    ) -> RuleOutcome:
+        """Every score a comparison publishes from one judge answer: the preference (the
+        pair's, its decision's score) and each response's ratings and aggregate as its rubric
+        would publish them (each response's trace is their target)."""
+        now = utcnow()
+        answer = verdict.answer
+        assert isinstance(answer, ComparisonAnswers), "a comparison is answered as a pair"
+        variants = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+        pair = {
+            "comparison_id": plan.target.id,
+            "variants": {variants[slot]: job.members.get(slot) for slot in PAIR_SLOTS},
+        }
+        extra: list[ScoreEvent] = []
+        for slot in PAIR_SLOTS:
+            responses = criteria_input(rule, answer.responses[slot])
+            try:
+                results = rule.aggregator.func(responses, rule.validated_aggregate)
+            except Exception as exc:  # a bug in an aggregator must not stop the stream
+                log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
+                why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
+                failed = Measured("error", why, judge_model=verdict.model, usage=verdict.usage)
+                return self._finish(rule, plan, failed, now)
+            target = Target(
+                job.members.get(slot, plan.target.id),
+                plan.target.project_name,
+                f"{plan.target.score_key}/{slot}",
+            )
+            about = {"comparison_id": plan.target.id, "variant": variants[slot]}
+            for shape, measured in measured_scores(rule, verdict, results, primary=""):
+                measured.details = {**(measured.details or {}), **about}
+                extra.append(make_score(rule, target, shape, measured, now))
+        preferred = answer.preference
+        details = {**answer.notes, **pair, **(_job_details(job) or {})}
+        if preferred is None:
+            why = answer.preference_error or "the judge gave no preference"
+            measured = Measured("error", why)
+        else:
+            measured = Measured(
+                "ok", raw_value=preferred.raw_value, label=preferred.label, reason=preferred.reason
+            )
+        measured.judge_model, measured.latency_ms = verdict.model, verdict.latency_ms
+        measured.usage = verdict.usage  # one judge call: counted once, on the preference
+        measured.details = details
+        score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
+        outcome: Outcome = "scored" if score.status == "ok" else "error"
+        decided = self._decide(rule, plan, outcome, score.status_reason, score.score_id, now)
+        decided.score = score
+        decided.extra = extra
+        return decided
+
 
 def _shape(rule: AnyRule) -> ScoreShape:
+    if isinstance(rule, ComparisonRule):
+        spec = rule.preference
+        return ScoreShape(PREFERENCE, spec.scale, spec.higher_is_better)
     if isinstance(rule, RubricRule):
         return ScoreShape(
             rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better

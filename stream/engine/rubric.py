@@ -3,24 +3,34 @@ each of its results shaped as a score (the primary one carries the judge call's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
-from ..ruleset.schema import RubricRule
+from ..ruleset.schema import CriteriaRule
 from .judge import Verdict
 from .outcomes import Measured, ScoreShape
 
 
-def rubric_input(rule: RubricRule, verdict: Verdict, forced: dict[str, str]) -> RubricInput:
+def rubric_input(rule: CriteriaRule, verdict: Verdict, forced: dict[str, str]) -> RubricInput:
+    """The aggregator's input for a rubric's verdict (see ``criteria_input``)."""
+    assert isinstance(verdict.answer, dict), "a rubric is answered per criterion"
+    return criteria_input(rule, verdict.answer, forced)
+
+
+def criteria_input(
+    rule: CriteriaRule,
+    judged: Mapping[str, CriterionAnswer | None],
+    forced: dict[str, str] | None = None,
+) -> RubricInput:
     """The aggregator's input: the judge's answers in criterion order, with the criteria
     whose ``na_when`` held forced to NA (saying what the judge had answered)."""
-    assert isinstance(verdict.answer, dict), "a rubric is answered per criterion"
-    answers: dict[str, CriterionAnswer | None] = dict(verdict.answer)
+    answers: dict[str, CriterionAnswer | None] = dict(judged)
     if forced:
         assert rule.output.choices is not None  # na_when needs an NA choice (load time)
         for cid, why in forced.items():
-            judged = answers.get(cid)
-            said = f"; the judge said {judged.label}" if judged is not None else ""
+            said_so = answers.get(cid)
+            said = f"; the judge said {said_so.label}" if said_so is not None else ""
             answers[cid] = CriterionAnswer(rule.output.choices["NA"], "NA", None, why + said)
     return RubricInput(
         criteria=[CriterionInfo(c.id, c.name) for c in rule.criteria],
@@ -30,15 +40,19 @@ def rubric_input(rule: RubricRule, verdict: Verdict, forced: dict[str, str]) -> 
 
 
 def measured_scores(
-    rule: RubricRule,
+    rule: CriteriaRule,
     verdict: Verdict,
     results: list[RubricScore],
     prompt_details: dict[str, Any] | None = None,
+    *,
+    primary: str | None = None,
 ) -> list[tuple[ScoreShape, Measured]]:
-    """Each aggregator result as the shape and content of one score event (the primary one
-    also carries the rubric's notes, such as key strengths and weaknesses, and
-    ``prompt_details``: what the prompt lost to fit its cap, or rendered empty)."""
-    primary = rule.aggregator.primary
+    """Each aggregator result as the shape and content of one score event. The ``primary``
+    one (default: the aggregator's) carries the judge call's usage, the rubric's notes (such
+    as key strengths and weaknesses) and ``prompt_details`` (what the prompt lost to fit its
+    cap, or rendered empty); ``primary=""``: none of them does (a comparison's preference
+    score carries them)."""
+    primary = rule.aggregator.primary if primary is None else primary
     notes = getattr(verdict.answer, "notes", None) or {}
     prompt_details = {**notes, **(prompt_details or {})} or None
     shaped = []

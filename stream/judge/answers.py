@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ..engine.judge import ParsedAnswer, RubricAnswers
+from ..engine.judge import ComparisonAnswers, ParsedAnswer, RubricAnswers
 from ..ruleset.aggregators import CriterionAnswer
-from ..ruleset.schema import PromptedRule, RubricRule
+from ..ruleset.schema import ComparisonRule, CriteriaRule, PromptedRule, RubricRule
 from ..ruleset.specs import OutputSpec
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
@@ -301,13 +301,15 @@ def parse_score_lines(
     return validate(spec, last.group(1), reason)
 
 
-def rubric_schema(rule: RubricRule) -> dict[str, Any]:
-    """Structured output for a rubric: one verdict object per criterion, every one required."""
-    properties: dict[str, Any] = {
-        c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria
-    }
-    for note in rule.notes:
-        properties[note] = {"type": "array", "items": {"type": "string"}}
+def _criteria_schema(rule: CriteriaRule) -> dict[str, Any]:
+    return {c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
+
+
+def _notes_schema(rule: CriteriaRule) -> dict[str, Any]:
+    return {note: {"type": "array", "items": {"type": "string"}} for note in rule.notes}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": properties,
@@ -316,35 +318,89 @@ def rubric_schema(rule: RubricRule) -> dict[str, Any]:
     }
 
 
-def parse_rubric(rule: RubricRule, content: str, quoted: Quoted = NOTHING_QUOTED) -> RubricAnswers:
+def rubric_schema(rule: CriteriaRule) -> dict[str, Any]:
+    """Structured output for a rubric: one verdict object per criterion, every one required."""
+    return _object({**_criteria_schema(rule), **_notes_schema(rule)})
+
+
+# the answer's objects holding each response's ratings (a comparison)
+RESPONSE_FIELDS = {"a": "response_a", "b": "response_b"}
+
+
+def comparison_schema(rule: ComparisonRule) -> dict[str, Any]:
+    """Structured output for a comparison, in the order of the seed's report: each response's
+    ratings, then the preference and its justification, then the remarks asked for."""
+    preference = _verdict_object(rule.preference)["properties"]
+    verdict = rule.preference.verdict_field
+    assert verdict is not None  # required by the rule (load time)
+    responses = {name: _object(_criteria_schema(rule)) for name in RESPONSE_FIELDS.values()}
+    ordered = {verdict: preference[verdict], rule.preference.reason_field: {"type": "string"}}
+    return _object({**responses, **ordered, **_notes_schema(rule)})
+
+
+def _criterion_answers(rule: CriteriaRule, obj: dict[str, Any]) -> RubricAnswers:
+    """The answers per criterion in ``obj``: None for one outside the allowed values, absent
+    for one left out."""
+    spec = rule.output
+    key, _ = _verdict_schema(spec)
+    answers = RubricAnswers()
+    for criterion in rule.criteria:
+        item = obj.get(criterion.id)
+        if not isinstance(item, dict):
+            continue
+        try:
+            parsed = validate(spec, item.get(key), item.get(spec.reason_field))
+        except InvalidAnswer:
+            answers[criterion.id] = None
+        else:
+            answers[criterion.id] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
+    return answers
+
+
+def parse_rubric(
+    rule: CriteriaRule, content: str, quoted: Quoted = NOTHING_QUOTED
+) -> RubricAnswers:
     """Per-criterion answers from the last JSON object that answers any criterion.
 
     An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
     criterion the judge left out is absent. No criterion answered at all is unusable.
     """
-    spec = rule.output
-    key, _ = _verdict_schema(spec)
     ids = [c.id for c in rule.criteria]
     for obj in reversed(_unquoted(_json_objects(content), quoted)):
         if not any(isinstance(obj.get(cid), dict) for cid in ids):
             continue
-        answers = RubricAnswers(notes=_notes(rule, obj))
-        for cid in ids:
-            item = obj.get(cid)
-            if not isinstance(item, dict):
-                continue
-            try:
-                parsed = validate(spec, item.get(key), item.get(spec.reason_field))
-            except InvalidAnswer:
-                answers[cid] = None
-            else:
-                answers[cid] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
+        answers = _criterion_answers(rule, obj)
+        answers.notes = _notes(rule, obj)
         return answers
     raise quoted.none_of_its_own(f"no JSON object answering the criteria {ids}")
 
 
-def _notes(rule: RubricRule, obj: dict[str, Any]) -> dict[str, list[str]]:
-    """The remarks the rubric asks for, as the judge gave them (a list of strings, or one)."""
+def parse_comparison(
+    rule: ComparisonRule, content: str, quoted: Quoted = NOTHING_QUOTED
+) -> ComparisonAnswers:
+    """Both responses' answers and the preference, from the last JSON object that rates both
+    responses. A preference missing or outside its scale is kept as None with why (the
+    ratings still count); no object rating both responses is unusable."""
+    fields = list(RESPONSE_FIELDS.values())
+    spec = rule.preference
+    verdict = spec.verdict_field
+    for obj in reversed(_unquoted(_json_objects(content), quoted)):
+        if not all(isinstance(obj.get(name), dict) for name in fields):
+            continue
+        responses = {
+            slot: _criterion_answers(rule, obj[name]) for slot, name in RESPONSE_FIELDS.items()
+        }
+        preference, error = None, None
+        try:
+            preference = validate(spec, obj.get(verdict), obj.get(spec.reason_field))
+        except InvalidAnswer as exc:
+            error = f"the judge's {verdict} is unusable: {exc}"
+        return ComparisonAnswers(responses, preference, error, _notes(rule, obj))
+    raise quoted.none_of_its_own(f"no JSON object rating both responses ({fields})")
+
+
+def _notes(rule: CriteriaRule, obj: dict[str, Any]) -> dict[str, list[str]]:
+    """The remarks the rule asks for, as the judge gave them (a list of strings, or one)."""
     notes = {}
     for name in rule.notes:
         value = obj.get(name)
@@ -355,12 +411,14 @@ def _notes(rule: RubricRule, obj: dict[str, Any]) -> dict[str, list[str]]:
     return notes
 
 
-AnswerParser = Callable[[str, Quoted], ParsedAnswer | RubricAnswers]
+AnswerParser = Callable[[str, Quoted], ParsedAnswer | RubricAnswers | ComparisonAnswers]
 
 
 def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, AnswerParser]:
     """What the engine asks of the judge for ``rule`` (a JSON schema, or None for a text
     answer) and how it reads the answer back (given what of the trace it was shown)."""
+    if isinstance(rule, ComparisonRule):
+        return comparison_schema(rule), partial(parse_comparison, rule)
     if isinstance(rule, RubricRule):
         return rubric_schema(rule), partial(parse_rubric, rule)
     return response_schema(rule.output), partial(parse_answer, rule.output)

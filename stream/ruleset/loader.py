@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import RuleFileError
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
-from .schema import RULE_ADAPTER, AnyRule, PackCode, RuleSet
+from .schema import RULE_ADAPTER, AnyRule, ComparisonRule, PackCode, RuleSet
 
 
 def _format_validation_error(exc: ValidationError) -> list[str]:
@@ -73,7 +73,16 @@ def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path
 
 
 def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None:
-    """Threads of one kind are folded and closed once for every rule: their specs must agree."""
+    """Threads of one kind are folded and closed once for every rule: their specs must agree
+    (and pairs are made once for every comparison rule: their pairings must agree)."""
+    if isinstance(rule, ComparisonRule):
+        first = next((r for r in loaded if isinstance(r, ComparisonRule)), None)
+        if first is not None and first.pair != rule.pair:
+            return (
+                f"field pair: differs from rule {first.id!r}; every comparison rule of a rule "
+                "set must pair traces the same way (key, variant, variants, window_s)"
+            )
+        return None
     if rule.thread is None:
         return None
     for other in loaded:

@@ -38,6 +38,7 @@ from .specs import (
     FanOut,
     JudgeSpec,
     OutputSpec,
+    PairSpec,
     PromptSuffix,
     Strict,
     ThreadSpec,
@@ -81,8 +82,10 @@ class RuleBase(Strict):
             raise ValueError(
                 "a thread-scope rule needs a thread section (kind: conversation | session)"
             )
-        if self.scope == "trace" and self.thread is not None:
+        if self.scope != "thread" and self.thread is not None:
             raise ValueError("a thread section is for thread-scope rules only")
+        if self.scope == "pair" and not isinstance(self, ComparisonRule):
+            raise ValueError("scope: pair is for comparison rules (kind: comparison) only")
         return self
 
     @model_validator(mode="after")
@@ -163,11 +166,11 @@ class LLMJudgeRule(PromptedRule):
         return "judge"
 
 
-class RubricRule(PromptedRule):
-    """Several criteria judged in one call; a registered aggregator turns the answers into
-    scores (one per criterion plus its own, such as an overall rating or a pass/fail gate)."""
+class CriteriaRule(PromptedRule):
+    """What rubrics and comparisons share: criteria judged in one call, and a registered
+    aggregator that turns one response's answers into scores (one per criterion plus its
+    own, such as an overall rating or a pass/fail gate)."""
 
-    kind: Literal["rubric"]
     criteria: list[Criterion] = Field(min_length=1)
     aggregate: AggregateRef
     notes: list[str] = Field(
@@ -178,7 +181,7 @@ class RubricRule(PromptedRule):
     )
 
     @model_validator(mode="after")
-    def _notes_apart_from_criteria(self) -> RubricRule:
+    def _notes_apart_from_criteria(self) -> CriteriaRule:
         if clash := sorted(set(self.notes) & {c.id for c in self.criteria}):
             raise ValueError(f"notes {clash} have the names of criteria")
         if len(set(self.notes)) != len(self.notes):
@@ -206,7 +209,7 @@ class RubricRule(PromptedRule):
         return self.validated_aggregate.primary_scale() or self.output.scale
 
     @model_validator(mode="after")
-    def _rubric_consistent(self, info: ValidationInfo) -> RubricRule:
+    def _rubric_consistent(self, info: ValidationInfo) -> CriteriaRule:
         ids = [c.id for c in self.criteria]
         if len(set(ids)) != len(ids):
             raise ValueError(f"criteria ids repeat: {sorted(i for i in ids if ids.count(i) > 1)}")
@@ -229,6 +232,45 @@ class RubricRule(PromptedRule):
         if self.output.answer_format != "json" or self.output.answer_key:
             raise ValueError("a rubric is answered as one JSON object keyed by criterion id")
         return self
+
+
+class RubricRule(CriteriaRule):
+    """Several criteria of one response judged in one call."""
+
+    kind: Literal["rubric"]
+
+
+class ComparisonRule(CriteriaRule):
+    """Two responses to the same request judged side by side in one call (seed 001's
+    Response Comparison Methodology): each rated on the criteria (and aggregated as a rubric
+    would be), and a preference between them on the symmetric ``preference`` scale (+max:
+    A much better, 0: equivalent, -max: B much better), with a justification. The rule's
+    variables map into the pair document (``a`` and ``b``: the two traces)."""
+
+    kind: Literal["comparison"]
+    pair: PairSpec = Field(default_factory=PairSpec)
+    preference: OutputSpec = Field(
+        description="The preference's scale and labels (verdict_field: the answer's field)"
+    )
+
+    @model_validator(mode="after")
+    def _pair_scope(self) -> ComparisonRule:
+        if self.scope != "pair":
+            raise ValueError("a comparison rule has scope: pair")
+        spec = self.preference
+        if spec.type != "numeric" or spec.min is None or spec.max is None:
+            raise ValueError("preference: a numeric scale")
+        if spec.min != -spec.max:
+            raise ValueError(
+                f"preference: a scale symmetric about 0 (equivalent), got {spec.min:g}..{spec.max:g}"
+            )
+        if spec.verdict_field is None:
+            raise ValueError("preference: verdict_field names the answer's field (preference)")
+        return self
+
+    @property
+    def engine(self) -> str:
+        return f"comparison:{self.aggregate.name}"
 
 
 class CheckRule(RuleBase):
@@ -267,7 +309,7 @@ class CheckRule(RuleBase):
         return self
 
 
-AnyRule = LLMJudgeRule | RubricRule | CheckRule
+AnyRule = LLMJudgeRule | RubricRule | ComparisonRule | CheckRule
 Rule = Annotated[AnyRule, Field(discriminator="kind")]
 RULE_ADAPTER: TypeAdapter[AnyRule] = TypeAdapter(Rule)
 
@@ -284,6 +326,14 @@ class RuleSet:
 
     def thread_rules(self, kind: str) -> list[AnyRule]:
         return [r for r in self.rules if r.thread is not None and r.thread.kind == kind]
+
+    def pair_rules(self) -> list[ComparisonRule]:
+        return [r for r in self.rules if isinstance(r, ComparisonRule)]
+
+    def pair_spec(self) -> PairSpec | None:
+        """The (agreed) pairing of the comparison rules, or None when there are none."""
+        rules = self.pair_rules()
+        return rules[0].pair if rules else None
 
     def thread_spec(self, kind: str) -> ThreadSpec | None:
         """The (agreed) thread spec of ``kind``, or None when no rule judges such threads."""

@@ -193,6 +193,35 @@ class ThreadSpec(Strict):
         return (self.user, self.assistant, self.end, self.inactivity_gap_s)
 
 
+class PairSpec(Strict):
+    """How a comparison rule pairs traces: two traces with the same comparison key and the
+    two variants answer the same request (a canary or shadow model, a prompt variant).
+
+    The first of a pair waits (in the thread table, as a ``pair``) for ``window_s`` after it
+    arrived; its partner then makes the pair, judged once. No partner in the window: a
+    ``skipped`` score says so. A pair is judged at most once: a trace whose variant the pair
+    already has, or that arrives after the pair was decided, is ignored (counted, and listed
+    in the pair's decision records while the pair waits).
+    """
+
+    key: str = Field(default="metadata.comparison_id", description="Path to the comparison key")
+    variant: str = Field(default="metadata.variant", description="Path to the variant label")
+    variants: tuple[str, str] = Field(
+        default=("A", "B"), description="The two labels: the first is response A, the second B"
+    )
+    window_s: float = Field(
+        default=600.0, gt=0, description="How long the first of a pair waits for its partner"
+    )
+
+    @model_validator(mode="after")
+    def _paths_and_labels(self) -> PairSpec:
+        compile_path(self.key)
+        compile_path(self.variant)
+        if self.variants[0] == self.variants[1]:
+            raise ValueError(f"the two variants must differ, got {list(self.variants)}")
+        return self
+
+
 class Criterion(Strict):
     """One criterion of a rubric: the judge answers every criterion in one call."""
 

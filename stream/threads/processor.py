@@ -49,9 +49,12 @@ from .state import (
     close_reason,
     close_thread,
     fold_turn,
+    ignore_member,
     mark_end,
     mark_published,
     new_thread,
+    pair_complete,
+    pair_conflict,
 )
 
 
@@ -223,6 +226,14 @@ class ThreadProcessor:
                 at = event.arrival if reason == "inactivity" else watermark
                 closes.append(self._close(state, reason, closed_at=at))
                 self._store(index, key, state)
+        if event.turn is not None and event.turn.member is not None:
+            if why := pair_conflict(state, event.turn):
+                # a pair is judged once, on the first trace of each variant: not activity
+                self.observer.on_pair_trace("ignored")
+                if ignore_member(state, event.turn, why):
+                    self._store(index, key, state)
+                return closes
+            self.observer.on_pair_trace("paired")
         # the thread's activity mark: its own event time, or its watermark if that is later
         # (a producer whose clock lags cannot make its own thread look idle)
         mark = max(watermark, clamped)
@@ -252,6 +263,8 @@ class ThreadProcessor:
             )
         if changed and clamped > state.sources.get(event.source, 0.0):
             state.sources[event.source] = clamped
+        if changed and state.kind == "pair" and state.is_open and pair_complete(state):
+            state.ended = True  # both traces of the pair are here: it is judged now
         if changed and state.is_open and state.ended:
             closes.append(self._close(state, "end", closed_at=event.arrival))
         if changed:

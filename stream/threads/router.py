@@ -9,13 +9,14 @@ event that the trace and session agents send to the thread-events topic, keyed b
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..models import Trace
+from ..observer import Observer
 from ..ruleset.paths import compile_path
 from ..ruleset.schema import RuleSet
 from .events import SessionEvent, ThreadEvent
-from .state import Turn
+from .state import PairMember, Turn, capped_document
 
 # a turn's text past this is cut in the middle (SCORER_TURN_MAX_BYTES): one turn can neither
 # fill its thread's byte cap nor make a message the producer may not send
@@ -34,7 +35,12 @@ def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
 class ThreadRouter:
     """Turns traces and session events into thread events, as the rule set asks."""
 
-    def __init__(self, ruleset: RuleSet, turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES,
+        observer: Observer | None = None,
+    ) -> None:
         self.turn_max_bytes = turn_max_bytes
         self.conversation_rules = ruleset.thread_rules("conversation")
         self.session_rules = ruleset.thread_rules("session")
@@ -42,10 +48,21 @@ class ThreadRouter:
         self._user = compile_path(spec.user) if spec and spec.user else None
         self._assistant = compile_path(spec.assistant) if spec and spec.assistant else None
         self._end = compile_path(spec.end) if spec and spec.end else None
+        self.pair_rules = ruleset.pair_rules()
+        self.pair = ruleset.pair_spec()
+        self._pair_key = compile_path(self.pair.key) if self.pair else None
+        self._pair_variant = compile_path(self.pair.variant) if self.pair else None
+        self.observer = observer or Observer()
 
     @property
     def wants_conversations(self) -> bool:
         return bool(self.conversation_rules)
+
+    @property
+    def wants_traces(self) -> bool:
+        """Whether any trace may become a thread event: a conversation turn, or one side of a
+        pair."""
+        return bool(self.conversation_rules or self.pair_rules)
 
     def from_trace(
         self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
@@ -69,6 +86,56 @@ class ThreadRouter:
             source=source,
             turn=turn.capped(self.turn_max_bytes),
             end=bool(self._end and self._end.search(document)),
+            rules=rules,
+        )
+
+    def events_for_trace(
+        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
+    ) -> list[ThreadEvent]:
+        """Every thread event a trace makes: its conversation turn and its side of a pair."""
+        routed = (
+            self.from_trace(trace, document, topic, arrival, source),
+            self.pair_from_trace(trace, document, topic, arrival, source),
+        )
+        return [event for event in routed if event is not None]
+
+    def pair_from_trace(
+        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
+    ) -> ThreadEvent | None:
+        """The side of a pair a trace is, or None: no comparison key or variant, or no
+        comparison rule's filter matches it. A variant that is neither of the two labels is
+        not paired (counted as ``unknown_variant``)."""
+        if not self.pair_rules or self._pair_key is None or self._pair_variant is None:
+            return None
+        assert self.pair is not None
+        key, variant = self._pair_key.search(document), self._pair_variant.search(document)
+        if not isinstance(key, str | int) or isinstance(key, bool) or key == "":
+            return None
+        if variant is None:
+            return None
+        if str(variant) not in self.pair.variants:
+            self.observer.on_pair_trace("unknown_variant")
+            return None
+        rules = [r.id for r in self.pair_rules if r.filter.matches(trace, topic)]
+        if not rules:
+            return None
+        slot: Literal["a", "b"] = "a" if str(variant) == self.pair.variants[0] else "b"
+        kept, cut = capped_document(document, self.turn_max_bytes)
+        moment = trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC)
+        turn = Turn(
+            key=trace.id,
+            event_time=_aware(moment),
+            member=PairMember(slot=slot, variant=str(variant), document=kept),
+            cut_bytes=cut,
+        )
+        return ThreadEvent(
+            type="turn",
+            kind="pair",
+            thread_id=str(key),
+            project_name=trace.project_name,
+            arrival=arrival,
+            source=source,
+            turn=turn,
             rules=rules,
         )
 

@@ -25,6 +25,7 @@ changed, so the agent writes the table (and its changelog) only when something h
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -34,12 +35,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import ThreadInfo
 
-ThreadKind = Literal["conversation", "session"]
+ThreadKind = Literal["conversation", "session", "pair"]
 CloseReason = Literal["end", "inactivity", "inactivity_event_time"]
 
 
+class PairMember(BaseModel):
+    """A trace as one side of a pair: which side (``a``: the first variant, ``b``: the
+    second), its variant label, and its document (the trace as the comparison rules read it,
+    within the turn cap)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slot: Literal["a", "b"]
+    variant: str
+    document: dict[str, Any]
+
+
 class Turn(BaseModel):
-    """One step of a thread: a trace's user/assistant exchange or a coaching-session turn."""
+    """One step of a thread: a trace's user/assistant exchange, a coaching-session turn, or
+    one trace of a pair."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -50,6 +64,7 @@ class Turn(BaseModel):
     metrics: dict[str, Any] | None = None
     feedback: str | None = None
     cut_bytes: int = Field(default=0, description="Bytes cut from its text to fit the turn cap")
+    member: PairMember | None = None
 
     def canonical(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
@@ -99,6 +114,43 @@ class Turn(BaseModel):
 TURN_CUT_MARKER = (
     "\n[... {n} bytes cut by the scorer: the turn was over SCORER_TURN_MAX_BYTES ...]\n"
 )
+
+
+def capped_document(document: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], int]:
+    """``document`` within ``max_bytes`` of JSON, and the bytes cut: over the cap, its
+    ``spans`` go first (comparison rules read input and output), then its longest strings
+    are cut in the middle, with a marker, until it fits (or nothing long is left)."""
+    size = len(orjson.dumps(document))
+    if size <= max_bytes:
+        return document, 0
+    copy = orjson.loads(orjson.dumps({k: v for k, v in document.items() if k != "spans"}))
+    cut = size - len(orjson.dumps(copy))
+    over = size - cut - max_bytes
+    while over > 0:
+        strings = list(_strings(copy))
+        if not strings:
+            break
+        length, holder, key = max(strings, key=lambda found: found[0])
+        room = length - over - len(TURN_CUT_MARKER) - 40
+        if room < 0 and length < 200:
+            break  # nothing long left to cut
+        shorter = _cut_middle(holder[key], max(room, 0))
+        removed = length - len(shorter.encode())
+        holder[key] = shorter
+        cut += removed
+        over -= removed
+    return copy, cut
+
+
+def _strings(value: Any) -> Iterator[tuple[int, Any, Any]]:
+    """Every string inside ``value`` (nested in objects and lists): its UTF-8 length, and
+    the object or list holding it, with its key or index there."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(item, str):
+            yield len(item.encode()), value, key
+        elif isinstance(item, dict | list):
+            yield from _strings(item)
 
 
 def _text(content: Any) -> str:
@@ -151,7 +203,11 @@ class ThreadClose:
         return f"{self.thread_id}{opened}#{self.pending.close_seq}"
 
     @property
-    def info(self) -> ThreadInfo:
+    def info(self) -> ThreadInfo | None:
+        """What a thread-scope score says of its close (None for a pair: its scores say
+        which traces were compared in their details)."""
+        if self.kind == "pair":
+            return None
         document = self.pending.document
         return ThreadInfo(
             kind=self.kind,
@@ -192,6 +248,9 @@ class ThreadState(BaseModel):
         description="Source topic:partition of its events, with the latest event time from each",
     )
     pending: list[PendingClose] = Field(default_factory=list)
+    ignored: list[str] = Field(
+        default_factory=list, description="A pair's traces ignored while it waited, and why"
+    )
     opened: int = Field(
         default=0,
         description="Kafka time (ms) of the event that started the thread: its closes' score "
@@ -341,7 +400,7 @@ def close_thread(state: ThreadState, reason: CloseReason, *, closed_at: float) -
         close_seq=state.closes,
         reason=reason,
         closed_at=closed_at,
-        document=thread_document(state),
+        document=pair_document(state) if state.kind == "pair" else thread_document(state),
         rules=list(state.rules),
         opened=state.opened,
     )
@@ -355,6 +414,60 @@ def mark_published(state: ThreadState, close_seq: int) -> bool:
     state.pending = [p for p in state.pending if p.close_seq != close_seq]
     state.published = max(state.published, close_seq)
     return len(state.pending) != before
+
+
+MAX_IGNORED = 10  # a pair's ignored traces listed (in its decision records)
+
+
+def pair_conflict(state: ThreadState, turn: Turn) -> str | None:
+    """Why a pair's trace is ignored, or None: a pair is judged at most once, on the first
+    trace of each variant (the same trace again is a duplicate, not a conflict)."""
+    assert turn.member is not None
+    if any(t.key == turn.key for t in state.turns):
+        return None
+    if state.closes:
+        return "its pair was already decided"
+    taken = next((t for t in state.turns if t.member and t.member.slot == turn.member.slot), None)
+    if taken is not None:
+        return f"its pair already has variant {turn.member.variant} (trace {taken.key})"
+    return None
+
+
+def ignore_member(state: ThreadState, turn: Turn, why: str) -> bool:
+    """Note an ignored trace on a waiting pair (its decision records list it); False when
+    nothing was noted (the pair is decided, or enough are listed)."""
+    if not state.is_open or len(state.ignored) >= MAX_IGNORED:
+        return False
+    assert turn.member is not None
+    state.ignored.append(turn.key)
+    return True
+
+
+def pair_complete(state: ThreadState) -> bool:
+    return {t.member.slot for t in state.turns if t.member is not None} == {"a", "b"}
+
+
+def pair_document(state: ThreadState) -> dict[str, Any]:
+    """What comparison rules' variable paths are evaluated against: ``a`` and ``b``, the
+    documents of the pair's two traces (one is absent when its partner did not come),
+    ``variants``, each variant's trace id, and ``ignored``, the ids of traces ignored while
+    the pair waited (a variant it already had)."""
+    document: dict[str, Any] = {
+        "comparison_id": state.thread_id,
+        "kind": state.kind,
+        "project_name": state.project_name,
+        "close_seq": state.closes,
+        "variants": {},
+        "ignored": list(state.ignored),
+        "turn_count": len(state.turns),
+        "dropped_turns": state.dropped_turns,
+        "truncated_bytes": state.truncated_bytes,
+    }
+    for turn in state.turns:
+        if turn.member is not None:
+            document["variants"][turn.member.variant] = turn.key
+            document[turn.member.slot] = turn.member.document
+    return document
 
 
 def thread_document(state: ThreadState) -> dict[str, Any]:
