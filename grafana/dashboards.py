@@ -167,6 +167,25 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             **SHARE,
             dashed=".* baseline$",
         ),
+        graph(
+            "Comparisons: mean preference (+2 response A much better .. -2 B much better)",
+            Query(
+                # the preference is published normalised (0.5 = equivalent): back to -2..+2
+                "4 * (\n"
+                f'sum by (pack, rule) (increase(scorer_score_value_sum{{{RULES}, criterion="preference"}}'
+                "[$__rate_interval]))\n"
+                f'/ (sum by (pack, rule) (increase(scorer_score_value_count{{{RULES}, criterion="preference"}}'
+                "[$__rate_interval])) > 0)\n) - 2",
+                "{{pack}}/{{rule}}",
+            ),
+            min=-2,
+            max=2,
+            thresholds=[(None, "blue"), (0, "green")],
+            threshold_line=True,
+            description="Pairs of traces answering one request (comparison key), judged side "
+            "by side: above 0 the first variant (A) is preferred, below 0 the second (B, e.g. "
+            "a canary). Not alerted on: it is news about the variants, not a drop in quality.",
+        ),
         rule_results("Trace rules: mean score over the range", "trace"),
         rule_results(
             "Thread rules (conversations and sessions): mean score over the range", "thread"

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,23 @@ from rich.console import Console
 from rich.table import Table
 
 from .engine.judge import NO_JUDGE_REASON
+from .engine.planner import primary_shape
 from .kafka.broker import EmbeddedBroker, free_port
 from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
 from .ruleset.schema import RuleSet
 from .settings import Settings
+from .threads.router import ThreadRouter
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
 SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
+# two answers to one question, the production model's (A) and a canary's (B): one pair
+PAIR_SAMPLES = Path(__file__).parent / "samples" / "comparison_pair.jsonl"
 EMBEDDED_DROP = ("KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_")
 DEMO_GAP_S = 5.0  # the demo closes idle conversations after seconds, not 15 minutes
-DEMO_PACKS = ["fretcoach"]  # the packs the bundled samples are for (SCORER_PACKS overrides)
+# the packs the bundled samples are for (SCORER_PACKS overrides): FretCoach's, and the
+# critique pack's rubric, pleasantries check and response comparison
+DEMO_PACKS = ["fretcoach", "critique"]
 
 
 def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
@@ -54,7 +61,34 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
             )
     for thread_id, rule_ids in conversation_rules.items():
         total += sum(1 for r in ruleset.rules if r.id in rule_ids and r.sampled(thread_id))
-    return total
+    return total + expected_pair_scores(ruleset, items, topic)
+
+
+def expected_pair_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
+    """A comparison rule decides each pair once (judged, or skipped: no judge, no partner)."""
+    router = ThreadRouter(ruleset)
+    pairs: dict[str, set[str]] = defaultdict(set)  # comparison key -> matched rules
+    for item in items:
+        try:
+            trace = Trace.model_validate(item)
+        except ValueError:
+            continue
+        pairing = router.pairing(trace, item, topic)
+        if not isinstance(pairing, str):
+            pairs[pairing[0]].update(pairing[2])
+    return sum(
+        1
+        for key, rule_ids in pairs.items()
+        for r in ruleset.pair_rules()
+        if r.id in rule_ids and r.sampled(key)
+    )
+
+
+def decides(ruleset: RuleSet) -> Callable[[dict[str, Any]], bool]:
+    """Whether a score event is the one that stands for its rule's decision (a rubric's
+    aggregate, a comparison's preference, a rule's only score): what the demo counts."""
+    primary = {rule.id: primary_shape(rule).criterion for rule in ruleset.rules}
+    return lambda score: score.get("criterion") == primary.get(score["rule_id"])
 
 
 def expected_session_scores(ruleset: RuleSet, sessions: list[Any], topic: str) -> int:
@@ -82,7 +116,7 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
         mean = f"{sum(values) / len(values):.2f}" if values else "-"
         statuses = Counter(s["status"] for s in items)
         rule = next((r for r in ruleset.rules if r.id == rule_id), None)
-        kind = "judge" if rule is None or rule.kind == "llm_judge" else "check"
+        kind = "check" if rule is not None and rule.kind == "check" else "judge"
         table.add_row(
             rule_id,
             items[0]["scope"],
@@ -95,7 +129,11 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
 
 
 def run_demo(settings: Settings, traces_file: Path | None, timeout: float, console: Console) -> int:
-    items = read_traces(traces_file or SAMPLES)
+    items = (
+        read_traces(traces_file)
+        if traces_file
+        else read_traces(SAMPLES) + read_traces(PAIR_SAMPLES)
+    )
     sessions = read_traces(SESSION_SAMPLES) if traces_file is None else []
     packs = settings.packs if settings.packs is not None else DEMO_PACKS
     ruleset = settings.ruleset(packs)
@@ -158,10 +196,20 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
         )
         started = time.monotonic()
         scores = asyncio.run(
-            collect_scores(bootstrap, settings.scores_topic, expected, timeout, security)
+            collect_scores(
+                bootstrap, settings.scores_topic, expected, timeout, security, decides(ruleset)
+            )
         )
+        decided = sum(1 for score in scores.values() if decides(ruleset)(score))
         console.print(summary_table(scores, ruleset))
-        console.print(f"{len(scores)}/{expected} scores in {time.monotonic() - started:.1f}s")
+        console.print(
+            f"{decided}/{expected} scores in {time.monotonic() - started:.1f}s"
+            + (
+                f" (and {len(scores) - decided} more of rubrics and pairs)"
+                if len(scores) > decided
+                else ""
+            )
+        )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=5) as resp:
                 lines = [
@@ -174,7 +222,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             )
         except OSError as exc:
             console.print(f"[red]metrics endpoint not reachable: {exc}[/]")
-        return 0 if len(scores) == expected else 1
+        return 0 if decided == expected else 1
     finally:
         if worker and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

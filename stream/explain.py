@@ -13,10 +13,12 @@ from typing import Any
 
 from .engine.judge import ToolBox, Verdict
 from .engine.planner import Scorer
-from .models import parse_trace
+from .models import Trace, parse_trace
 from .ruleset.schema import PromptedRule, RuleSet
+from .threads.router import ThreadRouter
 
 WOULD_JUDGE = "judge"  # the outcome shown for a rule that would call the judge
+PAIRS = "pair"  # the outcome shown for a comparison rule the trace would be one side of
 
 
 @dataclass
@@ -68,9 +70,34 @@ def explain_trace(
         explained.append(
             Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
         )
+    explained.extend(_pairs(ruleset, trace, document, topic))
     order = {rule.id: i for i, rule in enumerate(ruleset.rules)}
     explained.sort(key=lambda e: order.get(e.rule_id, len(order)))
     return trace.id, explained
+
+
+def _pairs(ruleset: RuleSet, trace: Trace, document: Any, topic: str | None) -> list[Explained]:
+    """What each comparison rule would do with the trace: which side of which pair it is,
+    or why it is no side of one."""
+    spec = ruleset.pair_spec()
+    if spec is None:
+        return []
+    pairing = ThreadRouter(ruleset).pairing(trace, document, topic)
+    if isinstance(pairing, str):
+        why = f"not paired: {pairing}"
+        return [Explained(rule.id, rule.pack, "filtered", why) for rule in ruleset.pair_rules()]
+    key, variant, rules = pairing
+    partner = spec.variants[1] if variant == spec.variants[0] else spec.variants[0]
+    why = (
+        f"pairs as variant {variant} of comparison {key!r}: judged once variant {partner} "
+        f"comes, within {spec.window_s:g} s"
+    )
+    return [
+        Explained(rule.id, rule.pack, PAIRS, why)
+        if rule.id in rules
+        else Explained(rule.id, rule.pack, "filtered", "not paired: its filter does not match")
+        for rule in ruleset.pair_rules()
+    ]
 
 
 class _NoCall:

@@ -13,7 +13,7 @@ from scripted_judge import MockJudge
 from typer.testing import CliRunner
 
 from stream.cli import app
-from stream.explain import WOULD_JUDGE, explain_trace
+from stream.explain import PAIRS, WOULD_JUDGE, explain_trace
 from stream.ruleset.loader import load_rules
 
 SHAPES = Path(__file__).parent / "data" / "shapes"
@@ -25,6 +25,8 @@ def test_explain_agrees_with_what_the_engine_decides(name: str) -> None:
     ruleset = load_rules(RULES_DIR, PACKS)
     raw = (SHAPES / f"{name}.json").read_bytes()
     trace_id, explained = explain_trace(ruleset, raw, "llm-traces", "gpt-4o-mini")
+    pairs = {r.id for r in ruleset.pair_rules()}  # not decided per trace (test below)
+    explained = [e for e in explained if e.rule_id not in pairs]
     document = orjson.loads(raw)
     with MockJudge() as judge:
         judge.script("", '{"score": 0.5, "reason": "fine"}')
@@ -89,3 +91,32 @@ def test_explain_says_a_fanned_out_rule_makes_a_call_per_item() -> None:
     assert relevance.outcome == WOULD_JUDGE
     assert "3 calls, one per item (3 items)" in relevance.detail
     assert relevance.prompt and "<document>Loop the bar.</document>" in relevance.prompt
+
+
+def test_explain_says_which_side_of_which_pair_a_trace_is_or_why_none() -> None:
+    ruleset = load_rules(RULES_DIR, ["critique"])
+    trace = {
+        "id": "t-b",
+        "project_name": "code-assistant",
+        "input": {"messages": [{"role": "user", "content": "Reverse a string."}]},
+        "output": {"messages": [{"role": "assistant", "content": "s[::-1]"}]},
+        "metadata": {"comparison_id": "cmp-7", "variant": "B"},
+    }
+
+    def said(document: dict[str, object]) -> tuple[str, str | None]:
+        _, explained = explain_trace(ruleset, orjson.dumps(document), None, "gpt-4o-mini")
+        (pair,) = [e for e in explained if e.rule_id == "response_comparison"]
+        return pair.outcome, pair.detail
+
+    assert said(trace) == (
+        PAIRS,
+        "pairs as variant B of comparison 'cmp-7': judged once variant A comes, within 600 s",
+    )
+    assert said({**trace, "metadata": {"variant": "B"}}) == (
+        "filtered",
+        "not paired: no comparison key at metadata.comparison_id",
+    )
+    assert said({**trace, "metadata": {"comparison_id": "cmp-7", "variant": "canary"}}) == (
+        "filtered",
+        "not paired: its variant 'canary' (metadata.variant) is neither A nor B",
+    )

@@ -77,8 +77,8 @@ def pair_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> lis
             ]
         else:
             why = (
-                f"ignored: pair {close.thread_id!r} already had this trace's variant; the first "
-                "trace of each variant is judged"
+                f"ignored: pair {close.thread_id!r} has this trace's variant from a trace that "
+                "started first; one trace of each variant is judged"
             )
             decisions = [
                 replace(d, target_id=trace_id, outcome="filtered", detail=why, score_id=None)

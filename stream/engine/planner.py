@@ -114,7 +114,7 @@ class Scorer:
         self.observer = observer or Observer()
         self.trace_rules = ruleset.for_scope("trace")
         # the shape of the one score a rule publishes (a rubric's: its primary, when unjudged)
-        self.shapes = {rule.id: _shape(rule) for rule in ruleset.rules}
+        self.shapes = {rule.id: primary_shape(rule) for rule in ruleset.rules}
 
     async def score_trace(
         self, trace: Trace, document: Any, topic: str | None = None
@@ -485,7 +485,9 @@ class Scorer:
         return decided
 
 
-def _shape(rule: AnyRule) -> ScoreShape:
+def primary_shape(rule: AnyRule) -> ScoreShape:
+    """The shape of the score that stands for a rule's decision: its one score, a rubric's
+    aggregate (or the score it publishes when unjudged), a comparison's preference."""
     if isinstance(rule, ComparisonRule):
         spec = rule.preference
         return ScoreShape(PREFERENCE, spec.scale, spec.higher_is_better)

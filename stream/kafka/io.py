@@ -136,13 +136,16 @@ async def collect_scores(
     expected: int,
     timeout: float,
     security: KafkaSecurity | None = None,
+    counts: Callable[[dict[str, Any]], bool] = lambda _: True,
 ) -> dict[str, dict[str, Any]]:
-    """Read score events until ``expected`` distinct score ids arrived or ``timeout`` passed."""
+    """Read score events until ``expected`` distinct score ids that ``counts`` arrived or
+    ``timeout`` passed; returns every score read."""
     scores: dict[str, dict[str, Any]] = {}
+    counted: set[str] = set()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with reader(bootstrap, topic, security) as consumer:
-        while len(scores) < expected and loop.time() < deadline:
+        while len(counted) < expected and loop.time() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for records in batch.values():
                 for record in records:
@@ -153,6 +156,8 @@ async def collect_scores(
                             f"unreadable score event at offset {record.offset}"
                         ) from exc
                     scores[event["score_id"]] = event
+                    if counts(event):
+                        counted.add(event["score_id"])
     return scores
 
 

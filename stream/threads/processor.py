@@ -46,6 +46,7 @@ from .state import (
     ThreadClose,
     ThreadLimits,
     ThreadState,
+    admit_member,
     close_reason,
     close_thread,
     fold_turn,
@@ -54,7 +55,6 @@ from .state import (
     mark_published,
     new_thread,
     pair_complete,
-    pair_conflict,
 )
 
 
@@ -227,13 +227,16 @@ class ThreadProcessor:
                 closes.append(self._close(state, reason, closed_at=at))
                 self._store(index, key, state)
         if event.turn is not None and event.turn.member is not None:
-            if why := pair_conflict(state, event.turn):
-                # a pair is judged once, on the first trace of each variant: not activity
-                self.observer.on_pair_trace("ignored")
-                if ignore_member(state, event.turn, why):
+            admitted = admit_member(state, event.turn)
+            if admitted in ("ignored", "replaces"):
+                self.observer.on_pair_trace("ignored")  # the trace, or the one it replaces
+            if admitted == "ignored":
+                # a pair is judged once, on one trace of each variant: not activity
+                if ignore_member(state, event.turn):
                     self._store(index, key, state)
                 return closes
-            self.observer.on_pair_trace("paired")
+            if admitted != "duplicate":
+                self.observer.on_pair_trace("paired")
         # the thread's activity mark: its own event time, or its watermark if that is later
         # (a producer whose clock lags cannot make its own thread look idle)
         mark = max(watermark, clamped)

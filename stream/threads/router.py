@@ -99,39 +99,53 @@ class ThreadRouter:
         )
         return [event for event in routed if event is not None]
 
-    def pair_from_trace(
-        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
-    ) -> ThreadEvent | None:
-        """The side of a pair a trace is, or None: no comparison key or variant, or no
-        comparison rule's filter matches it. A variant that is neither of the two labels is
-        not paired (counted as ``unknown_variant``)."""
+    def pairing(
+        self, trace: Trace, document: Any, topic: str | None
+    ) -> tuple[str, str, list[str]] | str:
+        """A trace's comparison key, variant and the comparison rules that match it; or why
+        it is not one side of a pair."""
         if not self.pair_rules or self._pair_key is None or self._pair_variant is None:
-            return None
+            return "no comparison rule is loaded"
         assert self.pair is not None
         key, variant = self._pair_key.search(document), self._pair_variant.search(document)
         if not isinstance(key, str | int) or isinstance(key, bool) or key == "":
-            return None
+            return f"no comparison key at {self.pair.key}"
         if variant is None:
-            return None
+            return f"no variant at {self.pair.variant}"
         if str(variant) not in self.pair.variants:
-            self.observer.on_pair_trace("unknown_variant")
-            return None
+            first, second = self.pair.variants
+            return f"its variant {variant!r} ({self.pair.variant}) is neither {first} nor {second}"
         rules = [r.id for r in self.pair_rules if r.filter.matches(trace, topic)]
         if not rules:
+            return "no comparison rule's filter matches it"
+        return str(key), str(variant), rules
+
+    def pair_from_trace(
+        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
+    ) -> ThreadEvent | None:
+        """The side of a pair a trace is, or None (``pairing`` says why). A variant that is
+        neither of the two labels is counted (``unknown_variant``): a producer that labels
+        its variants otherwise than the rule would be silent otherwise."""
+        pairing = self.pairing(trace, document, topic)
+        if isinstance(pairing, str):
+            if pairing.startswith("its variant"):
+                self.observer.on_pair_trace("unknown_variant")
             return None
-        slot: Literal["a", "b"] = "a" if str(variant) == self.pair.variants[0] else "b"
+        assert self.pair is not None
+        key, variant, rules = pairing
+        slot: Literal["a", "b"] = "a" if variant == self.pair.variants[0] else "b"
         kept, cut = capped_document(document, self.turn_max_bytes)
         moment = trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC)
         turn = Turn(
             key=trace.id,
             event_time=_aware(moment),
-            member=PairMember(slot=slot, variant=str(variant), document=kept),
+            member=PairMember(slot=slot, variant=variant, document=kept),
             cut_bytes=cut,
         )
         return ThreadEvent(
             type="turn",
             kind="pair",
-            thread_id=str(key),
+            thread_id=key,
             project_name=trace.project_name,
             arrival=arrival,
             source=source,

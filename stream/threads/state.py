@@ -419,21 +419,33 @@ def mark_published(state: ThreadState, close_seq: int) -> bool:
 MAX_IGNORED = 10  # a pair's ignored traces listed (in its decision records)
 
 
-def pair_conflict(state: ThreadState, turn: Turn) -> str | None:
-    """Why a pair's trace is ignored, or None: a pair is judged at most once, on the first
-    trace of each variant (the same trace again is a duplicate, not a conflict)."""
+Admission = Literal["joins", "replaces", "ignored", "duplicate"]
+
+
+def admit_member(state: ThreadState, turn: Turn) -> Admission:
+    """Whether a trace joins its pair. A pair is judged at most once, on one trace of each
+    variant: while it waits, the one that started first (its event time, then its trace id),
+    whatever order they arrive in, so a replay pairs the same traces; the other is ignored
+    (a trace it ``replaces`` is moved to ``ignored`` here). After the pair closed, every new
+    trace of it is ignored. The same trace again is a ``duplicate``, for ``fold_turn``."""
     assert turn.member is not None
     if any(t.key == turn.key for t in state.turns):
-        return None
+        return "duplicate"
     if state.closes:
-        return "its pair was already decided"
+        return "ignored"
     taken = next((t for t in state.turns if t.member and t.member.slot == turn.member.slot), None)
-    if taken is not None:
-        return f"its pair already has variant {turn.member.variant} (trace {taken.key})"
-    return None
+    if taken is None:
+        return "joins"
+    if turn.order() < taken.order():
+        state.turns.remove(taken)
+        state.size -= taken.size
+        state.truncated_bytes -= taken.cut_bytes
+        ignore_member(state, taken)
+        return "replaces"
+    return "ignored"
 
 
-def ignore_member(state: ThreadState, turn: Turn, why: str) -> bool:
+def ignore_member(state: ThreadState, turn: Turn) -> bool:
     """Note an ignored trace on a waiting pair (its decision records list it); False when
     nothing was noted (the pair is decided, or enough are listed)."""
     if not state.is_open or len(state.ignored) >= MAX_IGNORED:

@@ -406,7 +406,7 @@ def tansu_processes() -> int:
     return int(found.stdout.strip() or 0)
 
 
-@pytest.mark.parametrize("sample_count", [13])
+@pytest.mark.parametrize("sample_count", [15])
 def test_demo_command_scores_every_sample(sample_count: int) -> None:
     """The README's run command, as a user runs it; it leaves no process behind."""
     before = tansu_processes()
@@ -423,8 +423,11 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"produced {sample_count} sample traces" in result.stdout
-    # 48 trace scores, 2 rules x 4 hub conversations, 2 rules x 2 coaching sessions
-    assert "60/60 scores" in result.stdout
+    # 58 FretCoach trace scores (13 samples and the pair's 2 hub chats), 2 rules x 4 hub
+    # conversations, 2 rules x 2 coaching sessions; the critique pack's 2 rules x 15 traces
+    # and its comparison of the one pair
+    assert "101/101 scores" in result.stdout
+    assert re.search(r"response_comparison +│ pair +│ judge +│ 1 ", result.stdout)
     assert re.search(r"hub_user_frustration_score +│ thread +│ judge +│ 4", result.stdout)
     assert re.search(
         r"studio_live_feedback_improvement +│ thread +│ check +│ 2 +│ 0\.75", result.stdout

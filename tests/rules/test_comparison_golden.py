@@ -284,6 +284,6 @@ def test_each_trace_of_the_pair_gets_its_decision_record() -> None:
         assert decision["detail"] == f"pair 'cmp-7' as variant {variant}"
     (ignored,) = records["t-a2"]["decisions"]
     assert (ignored["outcome"], ignored["score_id"]) == ("filtered", None)
-    assert "already had this trace's variant" in ignored["detail"]
+    assert "from a trace that started first" in ignored["detail"]
     keyed = {(topic, key.decode()) for topic, key, _, _ in sends if topic == "scores"}
     assert keyed == {("scores", "cmp-7"), ("scores", "t-a"), ("scores", "t-b")}

@@ -141,6 +141,20 @@ def test_a_third_trace_of_a_variant_the_pair_has_is_ignored_and_listed() -> None
     assert state["ignored"] == ["t-a2"] and len(state["turns"]) == 2
 
 
+def test_of_two_traces_of_one_variant_the_one_that_started_first_is_judged() -> None:
+    """Whatever order they arrive in (they may come through different partitions), so a
+    replay pairs the same traces."""
+    later = datetime.fromtimestamp(WALL + 30, UTC).isoformat()
+    for order in ((("t-late", later), ("t-early", None)), (("t-early", None), ("t-late", later))):
+        p = processor()
+        for trace_id, start in order:
+            extra = {"start_time": start} if start else {}
+            p.apply(0, member(trace_id, "A", **extra))
+        (close,) = p.apply(0, member("t-b", "B", arrival=WALL + 40))
+        assert close.pending.document["variants"] == {"A": "t-early", "B": "t-b"}
+        assert close.pending.document["ignored"] == ["t-late"]
+
+
 def test_the_ignored_trace_does_not_hold_the_window_open() -> None:
     p = processor()
     p.apply(0, member("t-a1", "A"))
