@@ -119,9 +119,7 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     assert (preference["scope"], preference["raw_value"], preference["value"]) == ("pair", 2.0, 1.0)
     assert preference["label"] == "Response A is significantly better"
     assert preference["details"]["variants"] == {"A": "t-a", "B": "t-b"}
-    overall = {
-        s["target_id"]: s["label"] for s in by_id.values() if s["criterion"] == "overall"
-    }
+    overall = {s["target_id"]: s["label"] for s in by_id.values() if s["criterion"] == "overall"}
     assert overall == {"t-a": "Excellent", "t-b": "Inadequate"}  # six minor issues
     lone = next(s for s in by_id.values() if s["target_id"] == "cmp-2")
     assert lone["status"] == "skipped"
@@ -133,12 +131,17 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     records = await read(
         broker.bootstrap,
         names.decisions,
-        until=lambda rs: {"t-a", "t-b", "t-b2"}
-        <= {
-            r.key.decode()
-            for r in rs
-            if any(d["rule_id"] == "response_comparison" for d in orjson.loads(r.value)["decisions"])
-        },
+        until=lambda rs: (
+            {"t-a", "t-b", "t-b2"}
+            <= {
+                r.key.decode()
+                for r in rs
+                if any(
+                    d["rule_id"] == "response_comparison"
+                    for d in orjson.loads(r.value)["decisions"]
+                )
+            }
+        ),
     )
     about: dict[str, list[dict[str, Any]]] = {}
     for record in records:
