@@ -19,7 +19,11 @@ from .threads.events import ThreadEvent
 
 
 def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
-    """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker)."""
+    """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker).
+    Both transports are Faust's aiokafka one with the seek to committed offsets mended
+    (``kafka/consumer.py``, which takes over ``kafka://``)."""
+    from .kafka import consumer  # noqa: F401 - registers the kafka:// transport
+
     if kind == "tansu":
         from .kafka import tansu  # registers the transport
 

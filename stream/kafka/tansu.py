@@ -30,11 +30,12 @@ from faust.transport import drivers
 from faust.transport.drivers.aiokafka import (
     AIOKafkaConsumerThread,
     Consumer,
-    Transport,
     credentials_to_aiokafka_auth,
 )
 from faust.types import TP
 from yarl import URL
+
+from .consumer import CommittedSeekConsumer, CommittedSeekConsumerThread, CommittedSeekTransport
 
 SCHEME = "tansu"
 FETCH_TIMEOUT_S = 10.0
@@ -100,9 +101,10 @@ async def leave_generation_zero(coordinator: Any) -> None:
     coordinator.reset_generation()
 
 
-class FetchCorrectedConsumerThread(AIOKafkaConsumerThread):
-    """Faust's consumer thread with ``highwaters`` (used by table recovery) corrected, and
-    a group left at stop whatever its generation."""
+class FetchCorrectedConsumerThread(CommittedSeekConsumerThread):
+    """The consumer thread (its seek to committed offsets mended, ``consumer.py``) with
+    ``highwaters`` (used by table recovery) corrected, and a group left at stop whatever its
+    generation."""
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         reported = await super()._highwaters(partitions)
@@ -125,13 +127,14 @@ class FetchCorrectedConsumerThread(AIOKafkaConsumerThread):
         await super().on_thread_stop()
 
 
-class FetchCorrectedConsumer(Consumer):
+class FetchCorrectedConsumer(CommittedSeekConsumer):
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
         return FetchCorrectedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class TansuTransport(Transport):
-    """Faust's aiokafka transport, with end offsets the embedded broker gets wrong fixed."""
+class TansuTransport(CommittedSeekTransport):
+    """The aiokafka transport (``consumer.py``), with end offsets the embedded broker gets
+    wrong fixed."""
 
     Consumer: ClassVar[type[Consumer]] = FetchCorrectedConsumer
 
