@@ -129,3 +129,12 @@ def test_spans_and_assembled_traces_are_counted(metrics: ScorerMetrics) -> None:
     assert value(metrics, "otlp_traces_assembled_total", root="missing") == 1
     assert value(metrics, "otlp_traces_gathering") == 7
     assert value(metrics, "otlp_clock_lag_seconds") == 2.5
+
+
+def test_traces_of_pairs_are_counted(metrics: ScorerMetrics) -> None:
+    metrics.on_pair_trace("paired")
+    metrics.on_pair_trace("paired")
+    metrics.on_pair_trace("ignored")
+    assert value(metrics, "pair_traces_total", outcome="paired") == 2
+    assert value(metrics, "pair_traces_total", outcome="ignored") == 1
+    assert value(metrics, "pair_traces_total", outcome="unknown_variant") is None
