@@ -19,18 +19,11 @@ from scripted_judge import MockJudge
 from stream.kafka.broker import EmbeddedBroker
 
 from .harness import Names, Worker, produce, read, read_scores, trace_bytes
+from .test_packs import DIMENSIONS
 from .test_worker import start
 
 COMPARISON = "comparing two AI-generated responses"
 CRITIQUE = "rating one AI-generated response"
-DIMENSIONS = [
-    "requirements_compliance",
-    "technical_accuracy",
-    "code_quality",
-    "completeness_focus",
-    "presentation_clarity",
-    "safety",
-]
 
 
 def ratings(value: int) -> dict[str, Any]:
