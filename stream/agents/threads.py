@@ -68,6 +68,12 @@ def pair_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> lis
         (topics.scores, score.target_id.encode(), score.to_bytes(), None) for score in result.scores
     ]
     compared = {trace_id: variant for variant, trace_id in document.get("variants", {}).items()}
+    # each trace's own project (a canary may report to its own); an ignored one: the pair's
+    projects = {
+        side.get("id"): side.get("project_name") or close.project_name
+        for side in (document.get("a"), document.get("b"))
+        if isinstance(side, dict)
+    }
     for trace_id in [*compared, *document.get("ignored", [])]:
         if trace_id in compared:
             about = f"pair {close.thread_id!r} as variant {compared[trace_id]}"
@@ -84,9 +90,9 @@ def pair_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> lis
                 replace(d, target_id=trace_id, outcome="filtered", detail=why, score_id=None)
                 for d in result.decisions
             ]
-        record = TraceDecisions(
-            trace_id=trace_id, project_name=close.project_name, decisions=decisions
-        )
+        project = projects.get(trace_id, close.project_name)
+        decisions = [replace(d, project_name=project) for d in decisions]
+        record = TraceDecisions(trace_id=trace_id, project_name=project, decisions=decisions)
         sends.append((topics.decisions, trace_id.encode(), record.to_bytes(), None))
     return sends
 

@@ -78,7 +78,8 @@ class JudgeJob:
     items: list[FittedPrompt] = field(default_factory=list)
     total_items: int = 0
     tools: TraceTools | None = None  # judge.tools: trace: the judge reads the trace by tools
-    members: dict[str, str] = field(default_factory=dict)  # a comparison: slot -> trace id
+    # a comparison: slot -> (its trace id, its project)
+    members: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,22 +184,32 @@ class Scorer:
                 self._decide(rule, plan, "filtered", "no trace of the pair matched")
             )
             return
-        if missing := [slot for slot in PAIR_SLOTS if slot not in document]:
-            label = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+        if not rule.sampled(plan.target.id):
+            detail = f"sampling rate {rule.sampling_rate:g}"
+            plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
+            return
+        labels = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+        traces = document.get("variants", {})
+        if missing := [slot for slot in PAIR_SLOTS if labels[slot] not in traces]:
             (absent,) = missing  # a pair closes with at least one trace
             (there,) = set(PAIR_SLOTS) - {absent}
             why = (
                 f"partner missing: comparison {close.thread_id!r} has variant "
-                f"{label[there]} (trace {document[there].get('id')}) but no variant "
-                f"{label[absent]} within {rule.pair.window_s:g} s"
+                f"{labels[there]} (trace {traces[labels[there]]}) but no variant "
+                f"{labels[absent]} within {rule.pair.window_s:g} s"
             )
             plan.outcomes.append(self._finish(rule, plan, Measured("skipped", why)))
             return
         before = len(plan.judge_jobs)
         self._plan_rule(plan, rule, document)
         if len(plan.judge_jobs) > before:
+            # each response's trace, and its project (a canary may report to its own)
             plan.judge_jobs[-1].members = {
-                slot: str(document[slot].get("id")) for slot in PAIR_SLOTS
+                slot: (
+                    traces[labels[slot]],
+                    document[slot].get("project_name") or plan.target.project_name,
+                )
+                for slot in PAIR_SLOTS
             }
 
     def _plan_rule(self, plan: TracePlan, rule: AnyRule, document: Any) -> None:
@@ -444,7 +455,7 @@ class Scorer:
         variants = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
         pair = {
             "comparison_id": plan.target.id,
-            "variants": {variants[slot]: job.members.get(slot) for slot in PAIR_SLOTS},
+            "variants": {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS},
         }
         extra: list[ScoreEvent] = []
         for slot in PAIR_SLOTS:
@@ -456,11 +467,8 @@ class Scorer:
                 why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
                 failed = Measured("error", why, judge_model=verdict.model, usage=verdict.usage)
                 return self._finish(rule, plan, failed, now)
-            target = Target(
-                job.members.get(slot, plan.target.id),
-                plan.target.project_name,
-                f"{plan.target.score_key}/{slot}",
-            )
+            trace_id, project = job.members[slot]
+            target = Target(trace_id, project, f"{plan.target.score_key}/{slot}")
             about = {"comparison_id": plan.target.id, "variant": variants[slot]}
             for shape, measured in measured_scores(rule, verdict, results, primary=""):
                 measured.details = {**(measured.details or {}), **about}

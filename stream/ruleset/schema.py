@@ -266,6 +266,8 @@ class ComparisonRule(CriteriaRule):
             )
         if spec.verdict_field is None:
             raise ValueError("preference: verdict_field names the answer's field (preference)")
+        if forced := [c.id for c in self.criteria if c.na_when is not None]:
+            raise ValueError(f"criteria {forced}: na_when is for rubrics, not comparisons")
         return self
 
     @property

@@ -33,6 +33,7 @@ where the previous owner would have, and scores the closes it left pending.
 from __future__ import annotations
 
 import heapq
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -56,6 +57,10 @@ from .state import (
     new_thread,
     pair_complete,
 )
+
+EVERY_TRACE_SOURCE = "*"  # in a pair's sources: every source of traces (see _sources_of)
+# a pair holds one trace of each variant, each within the turn cap: nothing is dropped
+PAIR_LIMITS = ThreadLimits(max_turns=2, max_bytes=sys.maxsize)
 
 
 @dataclass
@@ -146,13 +151,13 @@ class ThreadProcessor:
     def _index(self, index: PartitionIndex, key: bytes, state: IndexEntry) -> None:
         gap = self.gaps[state.kind]
         if state.is_open:
-            sources = tuple(sorted(state.sources))
+            sources = self._sources_of(state.kind, state.sources)
             entry = (state.last_arrival + gap, state.activity + gap, sources)
             if index.open.get(key) != entry:
                 index.open[key] = entry
                 heapq.heappush(index.wall, (entry[0], key))
-                if sources:  # a thread from before sources were recorded: wall clock only
-                    slowest = index.slowest(sources)
+                if state.sources:  # a thread from before sources were recorded: wall clock only
+                    slowest = index.slowest(self._resolve(index, sources))
                     heapq.heappush(index.due.setdefault(slowest, []), (entry[1], key))
         else:
             index.open.pop(key, None)
@@ -208,7 +213,7 @@ class ThreadProcessor:
         clamped = min(moment.timestamp(), event.arrival)
         index.advance(event.source, clamped)
         closes = []
-        sources = {*state.sources, event.source}
+        sources = self._resolve(index, self._sources_of(state.kind, {*state.sources, event.source}))
         watermark = index.watermark(sources)
         assert watermark is not None
         if raw is not None:
@@ -228,15 +233,18 @@ class ThreadProcessor:
                 self._store(index, key, state)
         if event.turn is not None and event.turn.member is not None:
             admitted = admit_member(state, event.turn)
-            if admitted in ("ignored", "replaces"):
-                self.observer.on_pair_trace("ignored")  # the trace, or the one it replaces
             if admitted == "ignored":
-                # a pair is judged once, on one trace of each variant: not activity
+                # a pair is judged once, on the first trace of each variant: not activity
+                if event.turn.key not in state.ignored:  # a redelivery is not counted again
+                    self.observer.on_pair_trace("ignored")
                 if ignore_member(state, event.turn):
                     self._store(index, key, state)
+                closes.extend(self._close_by_event_time(index, event.source))
                 return closes
-            if admitted != "duplicate":
+            if admitted == "joins":
                 self.observer.on_pair_trace("paired")
+                if event.turn.member.slot == "a":
+                    state.project_name = event.project_name  # a pair is filed under its A's
         # the thread's activity mark: its own event time, or its watermark if that is later
         # (a producer whose clock lags cannot make its own thread look idle)
         mark = max(watermark, clamped)
@@ -247,7 +255,7 @@ class ThreadProcessor:
                 event.turn,
                 arrival=event.arrival,
                 watermark=mark,
-                limits=self.limits,
+                limits=PAIR_LIMITS if state.kind == "pair" else self.limits,
             )
             if missing := [r for r in event.rules if r not in state.rules]:
                 state.rules.extend(missing)
@@ -312,7 +320,7 @@ class ThreadProcessor:
         or waits for the source of its that is not read past the deadline yet."""
         closes = []
         for deadline, key, sources in self._due(index, heap, 0, bound):
-            if (behind := index.unread(sources, deadline)) is not None:
+            if (behind := index.unread(self._resolve(index, sources), deadline)) is not None:
                 heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
                 continue
             state = ThreadState.from_bytes(self.table[key])
@@ -333,7 +341,8 @@ class ThreadProcessor:
         heap = index.due.get(source)
         if not heap:
             return closes
-        for deadline, key, sources in self._due(index, heap, 1, index.progress.get(source, 0.0)):
+        for deadline, key, own in self._due(index, heap, 1, index.progress.get(source, 0.0)):
+            sources = self._resolve(index, own)
             watermark = index.watermark(sources)
             assert watermark is not None
             if watermark < deadline:
@@ -364,6 +373,22 @@ class ThreadProcessor:
             del self.table[key]
 
     # -- helpers -----------------------------------------------------------------------
+
+    @staticmethod
+    def _sources_of(kind: str, own: Iterable[str]) -> tuple[str, ...]:
+        """The sources a thread waits for: its own events' (a conversation's turns come
+        through the partitions they came through before). A pair waits for every source of
+        traces: its partner may come through any partition (traces are keyed by trace id)."""
+        ordered = tuple(sorted(own))
+        return (EVERY_TRACE_SOURCE, *ordered) if kind == "pair" and ordered else ordered
+
+    def _resolve(self, index: PartitionIndex, sources: tuple[str, ...]) -> tuple[str, ...]:
+        """``sources`` with ``EVERY_TRACE_SOURCE`` replaced by every source of traces this
+        partition has heard of (a coaching-session source holds no trace)."""
+        if not sources or sources[0] != EVERY_TRACE_SOURCE:
+            return sources
+        heard = {*index.progress, *index.read, *sources[1:]}
+        return tuple(sorted(s for s in heard if s.rpartition(":")[0] != self.sessions_topic))
 
     def _store(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
         self.table[key] = state.to_bytes()

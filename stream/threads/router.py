@@ -27,6 +27,11 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def _moment(trace: Trace, arrival: float) -> datetime:
+    """A trace's event time: when it started (or ended), else when it reached Kafka."""
+    return _aware(trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC))
+
+
 def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
     pair = (("user", user), ("assistant", assistant))
     return [{"role": role, "content": content} for role, content in pair if content is not None]
@@ -75,8 +80,9 @@ class ThreadRouter:
             return None
         user = self._user.search(document) if self._user else None
         assistant = self._assistant.search(document) if self._assistant else None
-        moment = trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC)
-        turn = Turn(key=trace.id, event_time=_aware(moment), messages=_messages(user, assistant))
+        turn = Turn(
+            key=trace.id, event_time=_moment(trace, arrival), messages=_messages(user, assistant)
+        )
         return ThreadEvent(
             type="turn",
             kind="conversation",
@@ -135,10 +141,9 @@ class ThreadRouter:
         key, variant, rules = pairing
         slot: Literal["a", "b"] = "a" if variant == self.pair.variants[0] else "b"
         kept, cut = capped_document(document, self.turn_max_bytes)
-        moment = trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC)
         turn = Turn(
             key=trace.id,
-            event_time=_aware(moment),
+            event_time=_moment(trace, arrival),
             member=PairMember(slot=slot, variant=variant, document=kept),
             cut_bytes=cut,
         )

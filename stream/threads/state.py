@@ -419,38 +419,27 @@ def mark_published(state: ThreadState, close_seq: int) -> bool:
 MAX_IGNORED = 10  # a pair's ignored traces listed (in its decision records)
 
 
-Admission = Literal["joins", "replaces", "ignored", "duplicate"]
+Admission = Literal["joins", "ignored", "duplicate"]
 
 
 def admit_member(state: ThreadState, turn: Turn) -> Admission:
-    """Whether a trace joins its pair. A pair is judged at most once, on one trace of each
-    variant: while it waits, the one that started first (its event time, then its trace id),
-    whatever order they arrive in, so a replay pairs the same traces; the other is ignored
-    (a trace it ``replaces`` is moved to ``ignored`` here). After the pair closed, every new
-    trace of it is ignored. The same trace again is a ``duplicate``, for ``fold_turn``."""
+    """Whether a trace joins its pair. A pair is judged at most once, on the first trace of
+    each variant to reach it: a later trace of a variant it has, or any new trace once the
+    pair closed (judged, or alone when its window ended), is ignored. The same trace again is
+    a ``duplicate``, for ``fold_turn`` to settle."""
     assert turn.member is not None
     if any(t.key == turn.key for t in state.turns):
         return "duplicate"
-    if state.closes:
+    if state.closes or any(t.member and t.member.slot == turn.member.slot for t in state.turns):
         return "ignored"
-    taken = next((t for t in state.turns if t.member and t.member.slot == turn.member.slot), None)
-    if taken is None:
-        return "joins"
-    if turn.order() < taken.order():
-        state.turns.remove(taken)
-        state.size -= taken.size
-        state.truncated_bytes -= taken.cut_bytes
-        ignore_member(state, taken)
-        return "replaces"
-    return "ignored"
+    return "joins"
 
 
 def ignore_member(state: ThreadState, turn: Turn) -> bool:
     """Note an ignored trace on a waiting pair (its decision records list it); False when
-    nothing was noted (the pair is decided, or enough are listed)."""
-    if not state.is_open or len(state.ignored) >= MAX_IGNORED:
+    nothing was noted (the pair is decided, the trace is noted already, or enough are)."""
+    if not state.is_open or turn.key in state.ignored or len(state.ignored) >= MAX_IGNORED:
         return False
-    assert turn.member is not None
     state.ignored.append(turn.key)
     return True
 

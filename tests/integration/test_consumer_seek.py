@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from stream.app import broker_urls
 from stream.kafka.broker import EmbeddedBroker
-from stream.kafka.consumer import CommittedSeekTransport, seek_to_committed
+from stream.kafka.consumer import seek_to_committed
 from stream.kafka.io import ensure_topics
-from stream.kafka.tansu import TansuTransport
 
 from .harness import Names, produce
 
@@ -60,12 +58,3 @@ async def test_records_fetched_before_a_rebalance_are_fetched_again(
         assert await values(consumer) == [b"v0", b"v1"]
     finally:
         await consumer.stop()
-
-
-def test_every_worker_transport_has_the_mended_seek() -> None:
-    from faust.transport import drivers
-
-    for url in (*broker_urls("k:9092", "kafka"), *broker_urls("k:9092", "tansu")):
-        transport = drivers.by_url(url)
-        assert issubclass(transport, CommittedSeekTransport), url
-    assert issubclass(drivers.by_url(broker_urls("k:9092", "tansu")[0]), TansuTransport)

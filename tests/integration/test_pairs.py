@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,12 @@ def ratings(value: int) -> dict[str, Any]:
     return {d: {"reason": f"{d} fine", "rating": value} for d in DIMENSIONS}
 
 
-def trace(trace_id: str, key: str, variant: str, answer: str, second: int = 0) -> dict[str, Any]:
+def trace(trace_id: str, key: str, variant: str, answer: str) -> dict[str, Any]:
     return {
         "id": trace_id,
         "project_name": "code-assistant",
         "name": "chat",
-        "start_time": (datetime.now(UTC) + timedelta(seconds=second)).isoformat(),
+        "start_time": datetime.now(UTC).isoformat(),
         "input": {"messages": [{"role": "user", "content": f"Reverse a string ({key})."}]},
         "output": {"messages": [{"role": "assistant", "content": answer}]},
         "metadata": {"comparison_id": key, "variant": variant},
@@ -80,10 +80,12 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     first = start(workers, broker, names, tmp_path, judge, **env)
     waiting = [
         trace("t-b", "cmp-1", "B", "Great question! Here it is: s[::-1]. Hope this helps!"),
-        trace("t-b2", "cmp-1", "B", "a second B, started later: ignored", second=1),
         trace("t-lone", "cmp-2", "A", "s[::-1]"),
     ]
     await produce(broker.bootstrap, names.traces, [trace_bytes(t) for t in waiting])
+    await wait_for(first, 'scorer_pair_traces_total{outcome="paired"} 2.0')
+    second_b = trace("t-b2", "cmp-1", "B", "a second B: the pair has one, it is ignored")
+    await produce(broker.bootstrap, names.traces, [trace_bytes(second_b)])
     await wait_for(first, 'scorer_pair_traces_total{outcome="ignored"} 1.0')
     await asyncio.sleep(2)  # the table's changelog writes reach the broker (Faust: each second)
     first.kill()  # kill -9: the waiting pairs are only in the table's changelog

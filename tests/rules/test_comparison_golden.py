@@ -71,7 +71,8 @@ def comparison_sections() -> list[str]:
 def trace(trace_id: str, variant: str, key: str = "cmp-7") -> dict[str, Any]:
     return {
         "id": trace_id,
-        "project_name": "code-assistant",
+        # the canary reports to its own project
+        "project_name": "code-assistant-canary" if variant == "B" else "code-assistant",
         "name": "chat",
         "input": {"messages": [{"role": "user", "content": PROMPT}]},
         "output": {"messages": [{"role": "assistant", "content": ANSWERS[trace_id]}]},
@@ -214,6 +215,9 @@ def test_a_pair_is_judged_once_into_a_preference_and_each_responses_ratings() ->
         "presentation_clarity: major issues",
     )
     assert clarity.details == {"comparison_id": "cmp-7", "variant": "B"}
+    # each response's scores are filed under its own trace's project
+    assert {s.project_name for s in by_target["t-b"].values()} == {"code-assistant-canary"}
+    assert {s.project_name for s in by_target["t-a"].values()} == {"code-assistant"}
 
     (decision,) = result.decisions
     assert (decision.target_id, decision.outcome, decision.score_id) == (
@@ -269,10 +273,13 @@ def test_each_trace_of_the_pair_gets_its_decision_record() -> None:
     result, _ = score_pair(close, judge_answer())
     topics = SimpleNamespace(scores="scores", decisions="decisions")
     sends = pair_outputs(topics, result, close)  # type: ignore[arg-type]
+    keys = [key.decode() for topic, key, _, _ in sends if topic == "decisions"]
+    assert sorted(keys) == ["t-a", "t-a2", "t-b"]  # one record per trace
     records = {
         key.decode(): orjson.loads(value) for topic, key, value, _ in sends if topic == "decisions"
     }
-    assert set(records) == {"t-a", "t-b", "t-a2"}
+    assert records["t-b"]["project_name"] == "code-assistant-canary"
+    assert records["t-a2"]["project_name"] == "code-assistant"
     preference = next(s for s in result.scores if s.criterion == "preference")
     for trace_id, variant in (("t-a", "A"), ("t-b", "B")):
         (decision,) = records[trace_id]["decisions"]
@@ -287,3 +294,31 @@ def test_each_trace_of_the_pair_gets_its_decision_record() -> None:
     assert "from a trace that started first" in ignored["detail"]
     keyed = {(topic, key.decode()) for topic, key, _, _ in sends if topic == "scores"}
     assert keyed == {("scores", "cmp-7"), ("scores", "t-a"), ("scores", "t-b")}
+
+
+def test_a_pair_sampled_out_is_decided_so_with_or_without_its_partner() -> None:
+    rule = comparison_rule().model_copy(update={"sampling_rate": 0.0})
+    ruleset = RuleSet([rule], "sampled")
+    for close in (pair_close(("t-a", "A"), ("t-b", "B")), pair_close(("t-a", "A"), window=True)):
+        result = asyncio.run(scorer(None, ruleset).score_thread(close))
+        assert result.scores == []
+        assert [(d.outcome, d.detail) for d in result.decisions] == [
+            ("sampled_out", "sampling rate 0")
+        ]
+
+
+def test_na_when_is_refused_on_a_comparison(tmp_path: Any) -> None:
+    import shutil
+
+    import yaml
+
+    from stream.ruleset.loader import check_rules
+
+    target = tmp_path / "rules"
+    shutil.copytree(RULES_DIR / "critique", target / "critique")
+    path = target / "critique" / "response_comparison.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["criteria"][0]["na_when"] = "a.metadata.trivial"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000))
+    _, errors = check_rules(target)
+    assert any("na_when" in p for e in errors for p in e.problems)  # refused, not ignored

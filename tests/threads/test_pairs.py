@@ -5,12 +5,14 @@ partner; a third trace of a variant the pair has is ignored."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from fixtures import RULES_DIR, as_trace
 
+from stream.observer import Observer
 from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import RuleSet
 from stream.threads.events import ThreadEvent, published
@@ -27,13 +29,17 @@ def critique() -> RuleSet:
     return load_rules(RULES_DIR, ["critique"])
 
 
-def processor(table: dict[bytes, bytes] | None = None) -> ThreadProcessor:
+def processor(
+    table: dict[bytes, bytes] | None = None, observer: Observer | None = None
+) -> ThreadProcessor:
     return ThreadProcessor(
         {} if table is None else table,
         gaps={"conversation": 900.0, "session": 900.0, "pair": WINDOW},
         limits=ThreadLimits(),
         retention_s=3600.0,
+        sessions_topic="coaching-sessions",
         clock=lambda: WALL,
+        observer=observer,
     )
 
 
@@ -50,8 +56,10 @@ def trace(trace_id: str, variant: Any, key: Any = "cmp-1", **extra: Any) -> dict
     }
 
 
-def member(trace_id: str, variant: Any, arrival: float = WALL, **extra: Any) -> ThreadEvent:
-    document = trace(trace_id, variant, **extra)
+def member(
+    trace_id: str, variant: Any, arrival: float = WALL, key: str = "cmp-1", **extra: Any
+) -> ThreadEvent:
+    document = trace(trace_id, variant, key, **extra)
     event = ThreadRouter(critique()).pair_from_trace(
         as_trace(document), document, "llm-traces", arrival, "llm-traces:0"
     )
@@ -141,18 +149,74 @@ def test_a_third_trace_of_a_variant_the_pair_has_is_ignored_and_listed() -> None
     assert state["ignored"] == ["t-a2"] and len(state["turns"]) == 2
 
 
-def test_of_two_traces_of_one_variant_the_one_that_started_first_is_judged() -> None:
-    """Whatever order they arrive in (they may come through different partitions), so a
-    replay pairs the same traces."""
-    later = datetime.fromtimestamp(WALL + 30, UTC).isoformat()
-    for order in ((("t-late", later), ("t-early", None)), (("t-early", None), ("t-late", later))):
-        p = processor()
-        for trace_id, start in order:
-            extra = {"start_time": start} if start else {}
-            p.apply(0, member(trace_id, "A", **extra))
-        (close,) = p.apply(0, member("t-b", "B", arrival=WALL + 40))
-        assert close.pending.document["variants"] == {"A": "t-early", "B": "t-b"}
-        assert close.pending.document["ignored"] == ["t-late"]
+class Counted(Observer):
+    def __init__(self) -> None:
+        self.pair_traces: Counter[str] = Counter()
+
+    def on_pair_trace(self, outcome: str) -> None:
+        self.pair_traces[outcome] += 1
+
+
+def test_the_first_trace_of_each_variant_to_reach_the_pair_is_judged_and_counted_once() -> None:
+    counted = Counted()
+    p = processor(observer=counted)
+    earlier = datetime.fromtimestamp(WALL - 30, UTC).isoformat()
+    p.apply(0, member("t-first", "A"))
+    # started earlier, came later: the pair has its A (no waiting for earlier starters)
+    assert p.apply(0, member("t-earlier", "A", arrival=WALL + 1, start_time=earlier)) == []
+    assert p.apply(0, member("t-earlier", "A", arrival=WALL + 2, start_time=earlier)) == []
+    assert p.apply(0, member("t-first", "A", arrival=WALL + 3)) == []  # redelivered
+    (close,) = p.apply(0, member("t-b", "B", arrival=WALL + 4))
+    assert close.pending.document["variants"] == {"A": "t-first", "B": "t-b"}
+    assert close.pending.document["ignored"] == ["t-earlier"]  # once, though it came twice
+    assert counted.pair_traces == {"paired": 2, "ignored": 1}
+
+
+def test_a_waiting_pair_waits_for_every_trace_partition_to_be_read_past_its_window() -> None:
+    """Its partner may sit unread in another partition's backlog (traces are keyed by trace
+    id): past its window, the pair closes only once every trace partition is read past it."""
+    p = processor()
+    p.apply(0, member("t-a", "A"))  # through llm-traces:0
+    reading = {"llm-traces:0": (WALL, WALL + WINDOW + 5), "llm-traces:1": (WALL - 60, WALL - 60)}
+    sessions = {"coaching-sessions:0": (WALL - 3600, WALL - 3600)}  # holds no trace
+    progress = ThreadEvent(type="progress", arrival=WALL + WINDOW + 5, positions=reading | sessions)
+    assert p.apply(0, progress) == []
+    assert p.apply(0, tick(WALL + WINDOW + 5)) == []  # llm-traces:1 may hold its partner
+    # the partner was there: read from llm-traces:1, it makes the pair
+    late_read = member("t-b", "B", arrival=WALL + 20)
+    late_read = late_read.model_copy(update={"source": "llm-traces:1"})
+    (close,) = p.apply(0, late_read)
+    assert close.pending.reason == "end"
+    # a lone trace closes once the other partition is read past its window
+    p.apply(0, member("t-lone", "A", key="cmp-2"))
+    caught_up = {source: (WALL + WINDOW + 9, WALL + WINDOW + 9) for source in reading}
+    (alone,) = p.apply(
+        0, ThreadEvent(type="progress", arrival=WALL + WINDOW + 9, positions=caught_up)
+    )
+    assert alone.thread_id == "cmp-2" and alone.pending.reason.startswith("inactivity")
+
+
+def test_a_partner_at_the_window_misses_it_and_one_just_inside_makes_the_pair() -> None:
+    p = processor()
+    p.apply(0, member("t-a", "A"))
+    (inside,) = p.apply(0, member("t-b", "B", arrival=WALL + WINDOW - 1))
+    assert inside.pending.reason == "end"
+    p.apply(0, member("t-a2", "A", key="cmp-2"))
+    (alone,) = p.apply(0, member("t-b2", "B", key="cmp-2", arrival=WALL + WINDOW))
+    assert alone.pending.reason == "inactivity" and "b" not in alone.pending.document
+
+
+def test_two_members_over_half_the_thread_byte_cap_are_both_kept() -> None:
+    p = ThreadProcessor(
+        {},
+        gaps={"pair": WINDOW},
+        limits=ThreadLimits(max_bytes=1024),  # conversations keep their newest 1 kB
+        retention_s=3600.0,
+    )
+    long = {"output": {"messages": [{"role": "assistant", "content": "x" * 2000}]}}
+    p.apply(0, member("t-a", "A", **long))
+    (close,) = p.apply(0, member("t-b", "B", **long))
+    assert set(close.pending.document["variants"]) == {"A", "B"}
 
 
 def test_the_ignored_trace_does_not_hold_the_window_open() -> None:
