@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from ..observer import Observer
 from .events import ThreadEvent
+from .pairs import admit_member, ignore_member, pair_complete, pair_document
 from .state import (
     CloseReason,
     IndexEntry,
@@ -47,15 +48,12 @@ from .state import (
     ThreadClose,
     ThreadLimits,
     ThreadState,
-    admit_member,
     close_reason,
     close_thread,
     fold_turn,
-    ignore_member,
     mark_end,
     mark_published,
     new_thread,
-    pair_complete,
 )
 
 EVERY_TRACE_SOURCE = "*"  # in a pair's sources: every source of traces (see _sources_of)
@@ -395,7 +393,8 @@ class ThreadProcessor:
         self._index(index, key, IndexEntry.of(state))
 
     def _close(self, state: ThreadState, reason: CloseReason, *, closed_at: float) -> ThreadClose:
-        pending = close_thread(state, reason, closed_at=closed_at)
+        document = pair_document if state.kind == "pair" else None
+        pending = close_thread(state, reason, closed_at=closed_at, document=document)
         self.observer.on_thread_close(state.kind, reason, len(state.turns))
         return self._as_close(state, pending)
 

@@ -25,7 +25,7 @@ changed, so the agent writes the table (and its changelog) only when something h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -391,8 +391,15 @@ def close_reason(
     return None
 
 
-def close_thread(state: ThreadState, reason: CloseReason, *, closed_at: float) -> PendingClose:
-    """Close ``state`` (in place); the returned pending close carries what the rules judge."""
+def close_thread(
+    state: ThreadState,
+    reason: CloseReason,
+    *,
+    closed_at: float,
+    document: Callable[[ThreadState], dict[str, Any]] | None = None,
+) -> PendingClose:
+    """Close ``state`` (in place); the returned pending close carries what the rules judge:
+    ``document(state)`` (default ``thread_document``; a pair's is ``pairs.pair_document``)."""
     state.is_open = False
     state.ended = False
     state.closes += 1
@@ -400,7 +407,7 @@ def close_thread(state: ThreadState, reason: CloseReason, *, closed_at: float) -
         close_seq=state.closes,
         reason=reason,
         closed_at=closed_at,
-        document=pair_document(state) if state.kind == "pair" else thread_document(state),
+        document=(document or thread_document)(state),
         rules=list(state.rules),
         opened=state.opened,
     )
@@ -414,61 +421,6 @@ def mark_published(state: ThreadState, close_seq: int) -> bool:
     state.pending = [p for p in state.pending if p.close_seq != close_seq]
     state.published = max(state.published, close_seq)
     return len(state.pending) != before
-
-
-MAX_IGNORED = 10  # a pair's ignored traces listed (in its decision records)
-
-
-Admission = Literal["joins", "ignored", "duplicate"]
-
-
-def admit_member(state: ThreadState, turn: Turn) -> Admission:
-    """Whether a trace joins its pair. A pair is judged at most once, on the first trace of
-    each variant to reach it: a later trace of a variant it has, or any new trace once the
-    pair closed (judged, or alone when its window ended), is ignored. The same trace again is
-    a ``duplicate``, for ``fold_turn`` to settle."""
-    assert turn.member is not None
-    if any(t.key == turn.key for t in state.turns):
-        return "duplicate"
-    if state.closes or any(t.member and t.member.slot == turn.member.slot for t in state.turns):
-        return "ignored"
-    return "joins"
-
-
-def ignore_member(state: ThreadState, turn: Turn) -> bool:
-    """Note an ignored trace on a waiting pair (its decision records list it); False when
-    nothing was noted (the pair is decided, the trace is noted already, or enough are)."""
-    if not state.is_open or turn.key in state.ignored or len(state.ignored) >= MAX_IGNORED:
-        return False
-    state.ignored.append(turn.key)
-    return True
-
-
-def pair_complete(state: ThreadState) -> bool:
-    return {t.member.slot for t in state.turns if t.member is not None} == {"a", "b"}
-
-
-def pair_document(state: ThreadState) -> dict[str, Any]:
-    """What comparison rules' variable paths are evaluated against: ``a`` and ``b``, the
-    documents of the pair's two traces (one is absent when its partner did not come),
-    ``variants``, each variant's trace id, and ``ignored``, the ids of traces ignored while
-    the pair waited (a variant it already had)."""
-    document: dict[str, Any] = {
-        "comparison_id": state.thread_id,
-        "kind": state.kind,
-        "project_name": state.project_name,
-        "close_seq": state.closes,
-        "variants": {},
-        "ignored": list(state.ignored),
-        "turn_count": len(state.turns),
-        "dropped_turns": state.dropped_turns,
-        "truncated_bytes": state.truncated_bytes,
-    }
-    for turn in state.turns:
-        if turn.member is not None:
-            document["variants"][turn.member.variant] = turn.key
-            document[turn.member.slot] = turn.member.document
-    return document
 
 
 def thread_document(state: ThreadState) -> dict[str, Any]:
