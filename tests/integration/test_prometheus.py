@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 from conftest import require_tool
@@ -26,6 +27,7 @@ from stream.kafka.broker import EmbeddedBroker, free_port
 from stream.kafka.io import produce, read_traces
 
 from .harness import Names, Worker
+from .test_packs import DIMENSIONS
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "grafana"
@@ -150,8 +152,16 @@ def renamed(items: list[Any], suffix: str) -> list[Any]:
         for key in ("id", "thread_id", "session_id"):
             if document.get(key):
                 document[key] = f"{document[key]}{suffix}"
+        metadata = document.get("metadata")
+        if isinstance(metadata, dict) and metadata.get("comparison_id"):
+            document["metadata"] = {**metadata, "comparison_id": metadata["comparison_id"] + suffix}
         out.append(document)
     return out
+
+
+def ratings(value: int) -> dict[str, Any]:
+    """A rating of the six critique dimensions, all ``value``."""
+    return {d: {"reason": "scripted", "rating": value} for d in DIMENSIONS}
 
 
 def otlp_batch(round_: str) -> dict[str, Any]:
@@ -227,6 +237,11 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     # one server error (a retry), then good answers; the judge's default answer fits some
     # scales and not others (unusable answers, error scores): a realistic mix
     judge.script(LIVE_PROMPT, Reply(status=500), '{"score": 2, "reason": "so-so"}')
+    # the critique pack: its rubric on every trace, and a comparison of the sample pair
+    judge.script("rating one AI-generated response", orjson.dumps(ratings(3)).decode())
+    comparison = {"response_a": ratings(3), "response_b": ratings(2), "preference": 1}
+    comparison |= {"justification": "A is direct.", "key_differentiators": ["B wanders"]}
+    judge.script("comparing two AI-generated responses", orjson.dumps(comparison).decode())
     worker = Worker(
         broker.bootstrap,
         names,
@@ -237,10 +252,12 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_JUDGE_MAX_ATTEMPTS="2",
         # a budget with room: its gauge exists for the budget alert to read
         SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
+        SCORER_PACKS='["fretcoach", "critique"]',
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)
     traces = read_traces(SAMPLES / "fretcoach_traces.jsonl")
+    traces += read_traces(SAMPLES / "comparison_pair.jsonl")  # one pair a round
     sessions = read_traces(SAMPLES / "fretcoach_sessions.jsonl")
     # Two rounds, so every counter the first round creates is seen to increase in the second
     # (Prometheus counts no increase for a series' first sample).
