@@ -21,6 +21,8 @@ per partition so that neither a tick nor an event scans every thread:
     its next turn may be in there;
   - an event whose own time (Kafka time, or its source's event time) is the gap or more
     after its thread's last activity closes the thread first, as live, and then reopens it;
+  - a comparison pair's sources are every source of traces, not only its first trace's:
+    its partner may come through any partition (traces are keyed by trace id);
 - the threads with a pending close (scores not known to be published).
 
 So closes depend on the times in the data, not on when the worker got to read it.
