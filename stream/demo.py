@@ -25,7 +25,7 @@ from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
 from .ruleset.schema import RuleSet
 from .settings import Settings
-from .threads.router import ThreadRouter
+from .threads.router import Pairing, ThreadRouter
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
 SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
@@ -74,8 +74,8 @@ def expected_pair_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
         except ValueError:
             continue
         pairing = router.pairing(trace, item, topic)
-        if not isinstance(pairing, str):
-            pairs[pairing[0]].update(pairing[2])
+        if isinstance(pairing, Pairing):
+            pairs[pairing.key].update(pairing.rules)
     return sum(
         1
         for key, rule_ids in pairs.items()
@@ -195,12 +195,11 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             f"{env['SCORER_THREAD_INACTIVITY_GAP_S']}s close; waiting for {expected} scores"
         )
         started = time.monotonic()
+        counts = decides(ruleset)
         scores = asyncio.run(
-            collect_scores(
-                bootstrap, settings.scores_topic, expected, timeout, security, decides(ruleset)
-            )
+            collect_scores(bootstrap, settings.scores_topic, expected, timeout, security, counts)
         )
-        decided = sum(1 for score in scores.values() if decides(ruleset)(score))
+        decided = sum(1 for score in scores.values() if counts(score))
         console.print(summary_table(scores, ruleset))
         console.print(
             f"{decided}/{expected} scores in {time.monotonic() - started:.1f}s"

@@ -15,7 +15,7 @@ from .engine.judge import ToolBox, Verdict
 from .engine.planner import Scorer
 from .models import Trace, parse_trace
 from .ruleset.schema import PromptedRule, RuleSet
-from .threads.router import ThreadRouter
+from .threads.router import NotPaired, ThreadRouter
 
 WOULD_JUDGE = "judge"  # the outcome shown for a rule that would call the judge
 PAIRS = "pair"  # the outcome shown for a comparison rule the trace would be one side of
@@ -83,8 +83,8 @@ def _pairs(ruleset: RuleSet, trace: Trace, document: Any, topic: str | None) -> 
     if spec is None:
         return []
     pairing = ThreadRouter(ruleset).pairing(trace, document, topic)
-    if isinstance(pairing, str):
-        why = f"not paired: {pairing}"
+    if isinstance(pairing, NotPaired):
+        why = f"not paired: {pairing.why}"
         return [Explained(rule.id, rule.pack, "filtered", why) for rule in ruleset.pair_rules()]
     key, variant, rules = pairing
     partner = spec.variants[1] if variant == spec.variants[0] else spec.variants[0]

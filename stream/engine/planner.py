@@ -184,9 +184,7 @@ class Scorer:
                 self._decide(rule, plan, "filtered", "no trace of the pair matched")
             )
             return
-        if not rule.sampled(plan.target.id):
-            detail = f"sampling rate {rule.sampling_rate:g}"
-            plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
+        if self._sampled_out(plan, rule):  # decided so whether or not the partner came
             return
         labels = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
         traces = document.get("variants", {})
@@ -212,10 +210,16 @@ class Scorer:
                 for slot in PAIR_SLOTS
             }
 
+    def _sampled_out(self, plan: TracePlan, rule: AnyRule) -> bool:
+        """Whether ``rule`` samples this target out (its decision then says so)."""
+        if rule.sampled(plan.target.id):
+            return False
+        detail = f"sampling rate {rule.sampling_rate:g}"
+        plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
+        return True
+
     def _plan_rule(self, plan: TracePlan, rule: AnyRule, document: Any) -> None:
-        if not rule.sampled(plan.target.id):
-            detail = f"sampling rate {rule.sampling_rate:g}"
-            plan.outcomes.append(self._decide(rule, plan, "sampled_out", detail))
+        if self._sampled_out(plan, rule):
             return
         emptied: list[str] = []
         try:

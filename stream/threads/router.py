@@ -8,8 +8,9 @@ event that the trace and session agents send to the thread-events topic, keyed b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..models import Trace
 from ..observer import Observer
@@ -35,6 +36,24 @@ def _moment(trace: Trace, arrival: float) -> datetime:
 def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
     pair = (("user", user), ("assistant", assistant))
     return [{"role": role, "content": content} for role, content in pair if content is not None]
+
+
+class Pairing(NamedTuple):
+    """Which side of which pair a trace is: its comparison key, its variant, and the
+    comparison rules whose filter matches it."""
+
+    key: str
+    variant: str
+    rules: list[str]
+
+
+@dataclass(frozen=True)
+class NotPaired:
+    """Why a trace is no side of a pair (``unknown_variant``: it has a comparison key and a
+    variant, but neither of the two labels: counted, a labelling mistake would be silent)."""
+
+    why: str
+    unknown_variant: bool = False
 
 
 class ThreadRouter:
@@ -105,26 +124,25 @@ class ThreadRouter:
         )
         return [event for event in routed if event is not None]
 
-    def pairing(
-        self, trace: Trace, document: Any, topic: str | None
-    ) -> tuple[str, str, list[str]] | str:
+    def pairing(self, trace: Trace, document: Any, topic: str | None) -> Pairing | NotPaired:
         """A trace's comparison key, variant and the comparison rules that match it; or why
         it is not one side of a pair."""
         if not self.pair_rules or self._pair_key is None or self._pair_variant is None:
-            return "no comparison rule is loaded"
+            return NotPaired("no comparison rule is loaded")
         assert self.pair is not None
         key, variant = self._pair_key.search(document), self._pair_variant.search(document)
         if not isinstance(key, str | int) or isinstance(key, bool) or key == "":
-            return f"no comparison key at {self.pair.key}"
+            return NotPaired(f"no comparison key at {self.pair.key}")
         if variant is None:
-            return f"no variant at {self.pair.variant}"
+            return NotPaired(f"no variant at {self.pair.variant}")
         if str(variant) not in self.pair.variants:
             first, second = self.pair.variants
-            return f"its variant {variant!r} ({self.pair.variant}) is neither {first} nor {second}"
+            why = f"its variant {variant!r} ({self.pair.variant}) is neither {first} nor {second}"
+            return NotPaired(why, unknown_variant=True)
         rules = [r.id for r in self.pair_rules if r.filter.matches(trace, topic)]
         if not rules:
-            return "no comparison rule's filter matches it"
-        return str(key), str(variant), rules
+            return NotPaired("no comparison rule's filter matches it")
+        return Pairing(str(key), str(variant), rules)
 
     def pair_from_trace(
         self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
@@ -133,8 +151,8 @@ class ThreadRouter:
         neither of the two labels is counted (``unknown_variant``): a producer that labels
         its variants otherwise than the rule would be silent otherwise."""
         pairing = self.pairing(trace, document, topic)
-        if isinstance(pairing, str):
-            if pairing.startswith("its variant"):
+        if isinstance(pairing, NotPaired):
+            if pairing.unknown_variant:
                 self.observer.on_pair_trace("unknown_variant")
             return None
         assert self.pair is not None
