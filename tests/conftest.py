@@ -5,7 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, settings
 from prometheus_client import REGISTRY
+
+# property tests run the same examples every time (no flaky CI, nothing saved between runs),
+# and as many as keep the unit tier fast
+settings.register_profile(
+    "scorer",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=300,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("scorer")
+
+# the agent tests' fixtures (``worker``, ``sent``)
+pytest_plugins = ["agent_tools"]
 
 
 @pytest.fixture

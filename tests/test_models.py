@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 from fixtures import RULES_DIR
+from hypothesis import example, given
+from hypothesis import strategies as st
 from pydantic import ValidationError
+from strategies import (
+    any_json,
+    corrupted,
+    decoded_or_refused,
+    documents,
+    integers,
+    json_bytes,
+    json_values,
+    mutated,
+    nested,
+    numbers,
+    texts,
+)
 
 from stream.engine.planner import Scorer
 from stream.models import parse_trace
 from stream.ruleset.loader import load_rules
+from stream.threads.sources import SourceLog
 
 
 def test_non_object_json_is_rejected() -> None:
@@ -110,3 +127,52 @@ def test_every_shape_is_decided_by_every_rule_without_an_error() -> None:
         trace_rules = [r for r in ruleset.rules if r.scope == "trace"]
         assert len(result.decisions) == len(trace_rules), path.name
         assert all(d.outcome != "error" for d in result.decisions), path.name
+
+
+# -- any bytes: a trace, or a ValueError (a dead letter), never another exception -----------
+
+MOMENTS = st.one_of(
+    st.datetimes(timezones=st.none() | st.just(UTC)).map(datetime.isoformat),
+    st.sampled_from(["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "2026-02-30"]),
+    numbers,
+)
+TRACES = documents(
+    {
+        "id": st.one_of(texts, st.just("   ")),
+        "project_name": texts,
+        "name": texts,
+        "thread_id": texts,
+        "start_time": MOMENTS,
+        "end_time": MOMENTS,
+        "input": json_values,
+        "output": json_values,
+        "metadata": st.dictionaries(texts, json_values, max_size=3),
+        "tags": st.lists(texts, max_size=3),
+        "usage": st.dictionaries(
+            st.sampled_from(["prompt_tokens", "completion_tokens", "total_tokens"]), integers
+        ),
+    },
+    required=("id",),
+    # pydantic's own names too: an unknown field is kept as an extra attribute
+    extra=st.one_of(texts, st.sampled_from(["model_config", "__dict__", "model_fields"])),
+)
+
+
+@given(
+    st.one_of(
+        st.binary(),
+        json_bytes(TRACES),
+        json_bytes(corrupted(TRACES)),
+        json_bytes(any_json),
+        mutated(st.sampled_from([shape("opik_trace_export"), orjson.dumps({"id": "t"})])),
+        nested(st.integers(1, 1100), "[", "1", "]", around='{"id": "t", "input": @}'),
+    )
+)
+@example(b"null")
+@example(b'{"id": "t", "start_time": "0001-01-01T00:00:00+23:59"}')
+def test_any_trace_message_is_a_trace_or_a_value_error(raw: bytes) -> None:
+    parsed = decoded_or_refused(parse_trace, raw)
+    if not isinstance(parsed, ValueError):
+        trace, _ = parsed
+        # what the trace agent does with it next, outside its engine's error handling
+        SourceLog().read("llm-traces:0", 0, 0.0, trace.start_time or trace.end_time)

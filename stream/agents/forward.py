@@ -3,6 +3,11 @@
 The session agent and the spans agent are the same loop: read a message, turn it into the
 messages to send (or a dead letter), hand them to the producer, ack offsets in order once
 they are on the broker, and record how far the source partition is read.
+
+A converter dead-letters what it knows is invalid input itself (``invalid_event``); whatever
+else it raises on a message is a bug that message met (``engine_error``): the message is
+dead-lettered with the error and the loop moves on. Raised out of the loop, it would stop the
+agent, and the message, never acked, would hold its partition back for good.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import faust
 from faust.streams import Stream
 from faust.types import AgentT, Message, StreamT, TopicT
 
+from ..delivery.dead_letter import DeadLetters
 from ..delivery.ordered import OrderedDelivery
 from ..delivery.publisher import Publisher, Send
 from ..observer import Observer
@@ -31,14 +37,17 @@ def register_forwarder(
     convert: Convert,
     *,
     declare: Iterable[TopicT],
+    dead_letters: DeadLetters,
     max_in_flight: int,
     sources: SourceLog | None = None,
     observer: Observer | None = None,
 ) -> AgentT[bytes]:
-    """An agent on ``topic`` sending ``convert(message)`` for each message, in order."""
+    """An agent on ``topic`` sending ``convert(message)`` for each message, in order; a
+    message ``convert`` raises on goes to ``dead_letters`` with the error."""
     observer = observer or Observer()
     publisher = Publisher(app)
     outputs = list(declare)
+    doing = f"converting the message ({name})"
 
     async def forward(stream: StreamT[bytes]) -> None:
         await publisher.declare(outputs)
@@ -49,7 +58,10 @@ def register_forwarder(
             async for event in manual.events():
                 tp, entry = await delivery.admit(event)
                 message = event.message
-                sends, moment = convert(message)
+                try:
+                    sends, moment = convert(message)
+                except Exception as exc:  # a bug met this message: never leave it unacked
+                    sends, moment = dead_letters.engine_failure(message, exc, doing), None
                 await delivery.deliver(tp, entry, sends, [])
                 if sources:
                     source = source_name(message.topic, message.partition)

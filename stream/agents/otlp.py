@@ -104,6 +104,7 @@ def register_otlp_agents(
         "read-spans",
         convert,
         declare=[assembly, assembled, topics.dlq],
+        dead_letters=dead_letters,
         max_in_flight=settings.max_in_flight,
         sources=sources,
         observer=observer,
@@ -133,9 +134,18 @@ def register_otlp_agents(
     async def assemble_traces(stream: StreamT[bytes]) -> None:
         await publisher.declare([assembled, topics.dlq])
         async for event in stream.events():
-            partition = event.message.partition
+            message = event.message
+            partition = message.partition
+            # internal events, written by the workers only: one that fails is a bug (or a
+            # stranger's record), dead-lettered with the error before the stream acks it (at
+            # the next event), so that it is neither lost nor read again for ever
             try:
                 item = AssemblyEvent.from_bytes(event.value)
+            except ValueError as exc:
+                invalid = dead_letters.invalid(message, exc, what="assembly event")
+                await publisher.send_until_delivered(invalid)
+                continue
+            try:
                 if item.type == "spans":
                     outcomes = assembler.add(partition, item.trace_id, item.spans, item.arrival)
                     for outcome, count in outcomes.items():
@@ -144,13 +154,9 @@ def register_otlp_agents(
                     assembler.progress(item.positions, item.arrival)
                 elif wholes := assembler.due(partition, item.arrival):
                     await publish(wholes)
-            except Exception:  # internal events: a failure here is a bug, never input
-                log.exception(
-                    "assembly event %s[%s]@%s failed",
-                    event.message.topic,
-                    partition,
-                    event.message.offset,
-                )
+            except Exception as exc:
+                failure = dead_letters.engine_failure(message, exc, "assembling traces")
+                await publisher.send_until_delivered(failure)
 
     all_partitions = range(assembly.partitions or settings.topic_partitions)
 

@@ -50,6 +50,7 @@ def register_session_agent(
         "forward-sessions",
         convert,
         declare=topics.outputs(),
+        dead_letters=dead_letters,
         max_in_flight=max_in_flight,
         sources=sources,
         observer=observer,

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 TABLE_NAME = "threads"
 CLOSES_AT_ONCE = 64  # closes being scored and published at once (at most max_in_flight)
+FOLDING = "folding the thread event"
 
 
 def close_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> list[Send]:
@@ -200,22 +201,29 @@ def register_thread_agent(
         in_flight[key] = task
         task.add_done_callback(lambda _: in_flight.pop(key, None))
 
+    async def set_aside(sends: list[Send]) -> None:
+        """A thread event that could not be folded: counted, and its dead letter on the broker."""
+        observer.on_thread_event("failed")
+        await publisher.send_until_delivered(sends)
+
     @app.agent(topics.thread_events, concurrency=1, name="fold-threads")
     async def fold_threads(stream: StreamT[bytes]) -> None:
         await publisher.declare(topics.outputs())
         try:
             async for event in stream.events():
+                message = event.message
+                # internal events, written by the workers only: one that fails is a bug (or a
+                # stranger's record), dead-lettered with the error before the stream acks it
+                # (at the next event), so that it is neither lost nor read again for ever
                 try:
                     thread_event = ThreadEvent.from_bytes(event.value)
-                    closes = processor.apply(event.message.partition, thread_event)
-                except Exception:  # internal events: a failure here is a bug, never input
-                    log.exception(
-                        "thread event %s[%s]@%s failed",
-                        event.message.topic,
-                        event.message.partition,
-                        event.message.offset,
-                    )
-                    observer.on_thread_event("failed")
+                except ValueError as exc:
+                    await set_aside(dead_letters.invalid(message, exc, what="thread event"))
+                    continue
+                try:
+                    closes = processor.apply(message.partition, thread_event)
+                except Exception as exc:
+                    await set_aside(dead_letters.engine_failure(message, exc, FOLDING))
                     continue
                 for close in closes:
                     schedule(close)

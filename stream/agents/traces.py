@@ -106,13 +106,14 @@ def register_trace_agent(
                         if router
                         else []
                     )
+                    early_sends = [topics.to_threads(event) for event in routed]
                 except Exception as exc:
                     await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
                     if sources:
                         sources.read(source, message.offset, message.timestamp, None)
                     continue
                 early: Early | None = None
-                if early_sends := [topics.to_threads(event) for event in routed]:
+                if early_sends:
                     early = (early_sends, await publisher.send(early_sends))
                 if sources:
                     moment = trace.start_time or trace.end_time
@@ -122,7 +123,12 @@ def register_trace_agent(
                     delivery.spawn(judged(tp, entry, plan, trace, early))
                 else:
                     result = TraceResult(plan.outcomes)
-                    sends = trace_outputs(topics, result, trace)
+                    try:
+                        sends = trace_outputs(topics, result, trace)
+                    except Exception as exc:  # a bug: its turn (early) goes all the same
+                        failure = dead_letters.engine_failure(message, exc)
+                        await deliver(tp, entry, failure, [], early)
+                        continue
                     observer.on_scoring_overhead(time.perf_counter() - started)
                     await deliver(tp, entry, sends, result.scores, early)
         finally:

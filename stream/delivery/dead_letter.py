@@ -51,14 +51,21 @@ class DeadLetters:
         reason, error = describe_invalid(exc, what)
         return self._message(message, reason, error)
 
-    def engine_failure(self, message: Message, exc: Exception) -> list[Send]:
-        """A bug met this message. Dead-letter it with the error rather than leave it unacked:
-        an unacked message would hold back every later commit of its partition, and fail again
-        after each restart."""
-        log.exception(
-            "scoring failed for %s[%s]@%s", message.topic, message.partition, message.offset
+    def engine_failure(
+        self, message: Message, exc: Exception, doing: str = "scoring"
+    ) -> list[Send]:
+        """A bug met this message while ``doing`` it. Dead-letter it with the error rather than
+        leave it unacked: an unacked message would hold back every later commit of its
+        partition, and fail again after each restart."""
+        log.error(
+            "%s failed for %s[%s]@%s",
+            doing,
+            message.topic,
+            message.partition,
+            message.offset,
+            exc_info=exc,
         )
-        error = f"scoring failed: {type(exc).__name__}: {exc}"
+        error = f"{doing} failed: {type(exc).__name__}: {exc}"
         return self._message(message, "engine_error", error)
 
     def close_failure(self, close: ThreadClose, exc: Exception, source_topic: str) -> list[Send]:

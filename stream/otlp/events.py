@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
+from pydantic import TypeAdapter
 
 from .assembler import cut
 
@@ -37,7 +38,15 @@ class AssemblyEvent:
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> AssemblyEvent:
-        return cls(**orjson.loads(raw))
+        """Decode one event: ``ValueError`` when the bytes are not one (pydantic's
+        ``ValidationError`` is one), so that no record can stop the assembly agent."""
+        document = orjson.loads(raw)
+        if not isinstance(document, dict):
+            raise ValueError(f"an assembly event is a JSON object, not {type(document).__name__}")
+        return _ASSEMBLY_EVENT.validate_python(document)
+
+
+_ASSEMBLY_EVENT = TypeAdapter(AssemblyEvent)  # the dataclass's fields, their types checked
 
 
 def spans_events(trace_id: str, spans: list[dict[str, Any]], arrival: float) -> Iterator[bytes]:

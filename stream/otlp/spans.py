@@ -24,13 +24,15 @@ message content says so in ``content_missing``, and its rules are skipped with t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
 Encoding = Literal["otlp_proto", "otlp_json"]
+T = TypeVar("T")
 
 NO_CONTENT = (
     "the trace's spans carry no message content: message capture is off in the "
@@ -167,55 +169,236 @@ def _proto_value(value: Any) -> Any:
 
 
 def _decode_json(raw: bytes) -> list[Span]:
+    """The spans of an OTLP/JSON export batch; a field of the wrong type is a ``_FieldError``
+    that says where."""
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not OTLP/JSON: {exc}") from None
     if not isinstance(document, dict) or "resourceSpans" not in document:
         raise ValueError("not OTLP/JSON trace data: no resourceSpans")
-    spans = []
-    for resource_spans in document["resourceSpans"] or []:
-        resource = _json_attributes((resource_spans.get("resource") or {}).get("attributes"))
-        for scope_spans in resource_spans.get("scopeSpans") or []:
-            for span in scope_spans.get("spans") or []:
-                status = (span.get("status") or {}).get("code")
-                spans.append(
-                    Span(
-                        trace_id=str(span.get("traceId", "")).lower(),
-                        span_id=str(span.get("spanId", "")).lower(),
-                        parent_span_id=str(span.get("parentSpanId") or "").lower() or None,
-                        name=span.get("name", ""),
-                        start=_time(span.get("startTimeUnixNano")),
-                        end=_time(span.get("endTimeUnixNano")),
-                        attributes=_json_attributes(span.get("attributes")),
-                        resource=resource,
-                        status=_STATUS.get(_JSON_STATUS.get(status, status)),  # type: ignore[arg-type]
-                        remote_parent=bool(int(span.get("flags") or 0) & REMOTE_PARENT),
-                    )
-                )
-    return spans
+    batches = _field(document, "resourceSpans", lambda value: _items(value, _json_resource_spans))
+    return [span for spans in batches for span in spans]
+
+
+class _FieldError(ValueError):
+    """A field of an OTLP/JSON batch of the wrong type, or out of range. Its message says
+    where: ``resourceSpans[0].scopeSpans[0].spans[3].startTimeUnixNano: expected ...``."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+    def within(self, step: str | int) -> _FieldError:
+        """The same problem, one step further out (a field name, or an index)."""
+        self.path.insert(0, f"[{step}]" if isinstance(step, int) else f".{step}")
+        return self
+
+    def __str__(self) -> str:
+        where = "".join(self.path).removeprefix(".")
+        return f"{where}: {self.problem}" if where else self.problem
+
+
+def _field(document: dict[str, Any], name: str, read: Callable[[Any], T]) -> T:
+    """``read`` of a field (None when it is left out); a problem says the field's name."""
+    try:
+        return read(document.get(name))
+    except _FieldError as exc:
+        raise exc.within(name) from None
+
+
+def _items(value: Any, read: Callable[[Any], T]) -> list[T]:
+    """``read`` of each item of a JSON array (null: none); a problem says the item's index."""
+    items = []
+    for index, item in enumerate(_array(value)):
+        try:
+            if item is None:  # a field left out is null, an item never is
+                raise _FieldError("expected an item, got null")
+            items.append(read(item))
+        except _FieldError as exc:
+            raise exc.within(index) from None
+    return items
+
+
+def _json_resource_spans(value: Any) -> list[Span]:
+    resource_spans = _object(value)
+    resource = _field(
+        resource_spans,
+        "resource",
+        lambda resource: _field(_object(resource), "attributes", _json_attributes),
+    )
+
+    def scope(value: Any) -> list[Span]:
+        return _field(_object(value), "spans", lambda spans: _items(spans, read))
+
+    def read(span: Any) -> Span:
+        return _json_span(_object(span), resource)
+
+    scopes = _field(resource_spans, "scopeSpans", lambda value: _items(value, scope))
+    return [span for spans in scopes for span in spans]
+
+
+def _json_span(span: dict[str, Any], resource: dict[str, Any]) -> Span:
+    return Span(
+        trace_id=_field(span, "traceId", _text).lower(),
+        span_id=_field(span, "spanId", _text).lower(),
+        parent_span_id=_field(span, "parentSpanId", _text).lower() or None,
+        name=_field(span, "name", _text),
+        start=_time(_field(span, "startTimeUnixNano", _uint64)),
+        end=_time(_field(span, "endTimeUnixNano", _uint64)),
+        attributes=_field(span, "attributes", _json_attributes),
+        resource=resource,
+        status=_field(span, "status", lambda status: _field(_object(status), "code", _status)),
+        remote_parent=bool(_field(span, "flags", _uint32) & REMOTE_PARENT),
+    )
 
 
 _JSON_STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+INT64 = (-(2**63), 2**63 - 1)
+# attribute values nested deeper than this are refused: a span travels on as JSON, and a
+# document nested much deeper could not be written again (orjson stops at 254 levels)
+MAX_VALUE_DEPTH = 64
+_DECIMAL = re.compile(r"-?[0-9]{1,20}")
 
 
-def _json_attributes(attributes: Any) -> dict[str, Any]:
-    return {kv["key"]: _json_value(kv.get("value")) for kv in attributes or [] if "key" in kv}
+def _kind(value: Any) -> str:
+    """A JSON value's type, as JSON names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
-def _json_value(value: Any) -> Any:
-    if not isinstance(value, dict) or not value:
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` as a JSON object; null (a field left out) is an empty one."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _FieldError(f"expected an object, got {_kind(value)}")
+    return value
+
+
+def _array(value: Any) -> list[Any]:
+    """``value`` as a JSON array; null (a field left out) is an empty one."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _FieldError(f"expected an array, got {_kind(value)}")
+    return value
+
+
+def _text(value: Any) -> str:
+    """``value`` as a string; null (a field left out) is an empty one."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _FieldError(f"expected a string, got {_kind(value)}")
+    return value
+
+
+def _integer(value: Any, low: int, high: int) -> int:
+    """A protobuf integer in its JSON form (a number, or a decimal string: 64-bit ones are
+    written so), from ``low`` to ``high``; null (a field left out) is 0."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # orjson reads an integer past 64 bits as a float
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value):
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _FieldError(f"expected an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        raise _FieldError(f"{value} is out of range ({low} to {high})")
+    return value
+
+
+def _uint64(value: Any) -> int:
+    return _integer(value, 0, 2**64 - 1)
+
+
+def _uint32(value: Any) -> int:
+    return _integer(value, 0, 2**32 - 1)
+
+
+def _double(value: Any) -> float:
+    """A protobuf double in its JSON form: a number, or a string ("NaN", "Infinity", "1.5")."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise _FieldError(f"expected a number, got {_kind(value)}")
+
+
+def _status(code: Any) -> str | None:
+    """A span's status code (a number, or its enum name) as ``ok`` or ``error`` (else None)."""
+    if isinstance(code, str):
+        code = _JSON_STATUS.get(code)
+    elif code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+        raise _FieldError(f"expected a status code, got {_kind(code)}")
+    return _STATUS.get(code) if code is not None else None
+
+
+def _json_attributes(attributes: Any, depth: int = 0) -> dict[str, Any]:
+    """OTLP/JSON key-value pairs (``[{"key": ..., "value": {...}}]``) as a dict; a pair
+    without a key is skipped."""
+
+    def pair(kv: Any) -> tuple[str, Any] | None:
+        kv = _object(kv)
+        if "key" not in kv:
+            return None
+        return _field(kv, "key", _key), _field(kv, "value", lambda v: _json_value(v, depth))
+
+    return dict(kv for kv in _items(attributes, pair) if kv is not None)
+
+
+def _key(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _FieldError(f"expected a string, got {_kind(value)}")
+    return value
+
+
+def _json_value(value: Any, depth: int) -> Any:
+    """An OTLP/JSON ``AnyValue`` as a plain value; an empty or unknown one is None."""
+    value = _object(value)
+    if not value:
         return None
-    kind, inner = next(iter(value.items()))
-    if kind == "intValue":
-        return int(inner)
-    if kind == "doubleValue":
-        return float(inner)
-    if kind == "arrayValue":
-        return [_json_value(v) for v in (inner or {}).get("values") or []]
-    if kind == "kvlistValue":
-        return _json_attributes((inner or {}).get("values"))
-    return inner  # stringValue, boolValue, bytesValue (base64 text)
+    if depth > MAX_VALUE_DEPTH:
+        raise _FieldError(f"an attribute value nested deeper than {MAX_VALUE_DEPTH} levels")
+    kind = next(iter(value))
+    read = _VALUE_KINDS.get(kind)
+    if read is None:
+        return None  # a kind this version of OTLP does not have
+    return _field(value, kind, lambda inner: read(inner, depth))
+
+
+def _json_bool(value: Any, depth: int) -> bool:
+    if not isinstance(value, bool):
+        raise _FieldError(f"expected a boolean, got {_kind(value)}")
+    return value
+
+
+_VALUE_KINDS: dict[str, Callable[[Any, int], Any]] = {
+    "stringValue": lambda inner, _: _text(inner),
+    "bytesValue": lambda inner, _: _text(inner),  # base64 text
+    "boolValue": _json_bool,
+    "intValue": lambda inner, _: _integer(inner, *INT64),
+    "doubleValue": lambda inner, _: _double(inner),
+    "arrayValue": lambda inner, depth: _field(
+        _object(inner), "values", lambda vs: _items(vs, lambda v: _json_value(v, depth + 1))
+    ),
+    "kvlistValue": lambda inner, depth: _field(
+        _object(inner), "values", lambda kvs: _json_attributes(kvs, depth + 1)
+    ),
+}
 
 
 # -- the trace -------------------------------------------------------------------------

@@ -76,6 +76,25 @@ def published(kind: ThreadKind, thread_id: str, close_seq: int) -> ThreadEvent:
     return ThreadEvent(type="published", kind=kind, thread_id=thread_id, close_seq=close_seq)
 
 
+# a turn's content nested deeper than this is refused: the turn is written as JSON again on
+# its way to the thread (orjson stops at 254 levels, pydantic's serialiser sooner)
+MAX_CONTENT_DEPTH = 64
+
+
+def nested_deeper_than(value: Any, levels: int) -> bool:
+    """Whether ``value`` holds objects or arrays more than ``levels`` deep (no recursion:
+    any depth orjson reads can be asked)."""
+    stack = [(value, 0)]  # (a value, how many objects or arrays hold it)
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= levels:
+                return True
+            inner = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in inner)
+    return False
+
+
 class SessionEvent(BaseModel):
     """A coaching-session event on the ``coaching-sessions`` topic."""
 
@@ -100,6 +119,9 @@ class SessionEvent(BaseModel):
                 raise ValueError("a turn needs a timestamp")
             if (self.metrics, self.feedback, self.user, self.assistant) == (None,) * 4:
                 raise ValueError("a turn needs metrics and feedback, or user/assistant messages")
+        for name in ("metrics", "user", "assistant"):
+            if nested_deeper_than(getattr(self, name), MAX_CONTENT_DEPTH):
+                raise ValueError(f"{name} is nested deeper than {MAX_CONTENT_DEPTH} levels")
         return self
 
 

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
+from fixtures import fretcoach_rules
+from hypothesis import example, given
+from hypothesis import strategies as st
 from pydantic import ValidationError
+from strategies import (
+    any_json,
+    corrupted,
+    decoded_or_refused,
+    documents,
+    integers,
+    json_bytes,
+    json_values,
+    mutated,
+    nested,
+    numbers,
+    texts,
+)
 
 from stream.threads.events import (
     SessionEvent,
@@ -17,6 +34,7 @@ from stream.threads.events import (
     table_key,
     tick,
 )
+from stream.threads.router import ThreadRouter
 from stream.threads.state import Turn
 
 T0 = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
@@ -214,3 +232,131 @@ def test_parse_session_rejects_invalid_json_with_a_value_error() -> None:
 def test_parse_session_rejects_an_invalid_event_with_a_value_error() -> None:
     with pytest.raises(ValueError, match="a turn needs seq"):
         parse_session(orjson.dumps(session_turn(seq=None)))
+
+
+# -- any bytes: an event, or a ValueError (a dead letter), never another exception ----------
+
+MOMENTS = st.one_of(
+    st.datetimes(timezones=st.none() | st.just(UTC)).map(datetime.isoformat),
+    st.sampled_from(["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "2026-02-30"]),
+    numbers,
+)
+SESSION_EVENTS = documents(
+    {
+        "session_id": texts,
+        "type": st.sampled_from(["turn", "end", "tick"]),
+        "seq": integers,
+        "timestamp": MOMENTS,
+        "project_name": texts,
+        "metrics": st.dictionaries(texts, json_values, max_size=3),
+        "feedback": texts,
+        "user": json_values,
+        "assistant": json_values,
+    },
+    required=("session_id", "type"),
+)
+DEEP_TURN = '{"session_id": "s", "type": "turn", "seq": 1, "timestamp": 0, "user": @}'
+SESSION_BYTES = st.one_of(
+    st.binary(),
+    json_bytes(SESSION_EVENTS),
+    json_bytes(corrupted(SESSION_EVENTS)),
+    json_bytes(any_json),
+    mutated(json_bytes(SESSION_EVENTS)),
+    nested(st.integers(1, 1100), "[", "1", "]", around=DEEP_TURN),
+)
+
+
+def nest(depth: int) -> Any:
+    value: Any = "play it slower"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_session_turn_nested_as_deep_as_a_turn_carries_is_forwarded() -> None:
+    event = parse_session(orjson.dumps(session_turn(user=nest(64), assistant=nest(64))))
+
+    forwarded = ThreadRouter(fretcoach_rules()).from_session(event, 0.0, "sessions:0")
+
+    assert ThreadEvent.from_bytes(forwarded.to_bytes()) == forwarded
+
+
+@pytest.mark.parametrize("field", ["user", "assistant", "metrics"])
+def test_a_session_turn_nested_deeper_than_a_turn_carries_is_invalid(field: str) -> None:
+    # it crashed the session agent (orjson's TypeError writing the turn); 300 levels is JSON
+    # orjson reads, and more than it (or pydantic) writes
+    content = {"deep": nest(300)} if field == "metrics" else nest(300)
+    with pytest.raises(ValueError, match=f"{field} is nested deeper than 64 levels"):
+        parse_session(json.dumps(session_turn(**{field: content})).encode())
+
+
+@given(SESSION_BYTES)
+@example(b"null")
+@example(
+    b'{"session_id": "s", "type": "turn", "seq": 1, "timestamp": 0, "user": '
+    + b"[" * 300
+    + b"]" * 300
+    + b"}"
+)
+@example(b'{"session_id": "s", "type": "turn", "seq": 1, "timestamp": NaN, "feedback": "x"}')
+@example(b'{"session_id": "s", "type": "end", "seq": 1' + b"0" * 5000 + b"}")
+def test_any_session_message_is_an_event_or_a_value_error(raw: bytes) -> None:
+    event = decoded_or_refused(parse_session, raw)
+    if isinstance(event, SessionEvent):
+        # what the session agent does with it next: its thread event, on the topic as bytes
+        ThreadRouter(fretcoach_rules()).from_session(event, 0.0, "sessions:0").to_bytes()
+
+
+TURNS = documents(
+    {
+        "key": texts,
+        "seq": integers,
+        "event_time": MOMENTS,
+        "messages": st.lists(st.dictionaries(texts, json_values, max_size=2), max_size=2),
+        "metrics": st.dictionaries(texts, json_values, max_size=2),
+        "feedback": texts,
+        "cut_bytes": integers,
+        "member": documents(
+            {
+                "slot": st.sampled_from(["a", "b", "c"]),
+                "variant": texts,
+                "document": st.dictionaries(texts, json_values, max_size=2),
+            }
+        ),
+    },
+    required=("key", "event_time"),
+)
+THREAD_EVENTS = documents(
+    {
+        "type": st.sampled_from(["turn", "end", "tick", "published", "progress", "other"]),
+        "kind": st.sampled_from(["conversation", "session", "pair", "other"]),
+        "thread_id": texts,
+        "project_name": texts,
+        "arrival": numbers,
+        "source": texts,
+        "event_time": MOMENTS,
+        "turn": TURNS,
+        "end": st.booleans(),
+        "end_key": texts,
+        "rules": st.lists(texts, max_size=2),
+        "close_seq": integers,
+        "positions": st.dictionaries(texts, st.tuples(numbers, numbers), max_size=2),
+    },
+    required=("type",),
+)
+
+
+@given(
+    st.one_of(
+        st.binary(),
+        json_bytes(THREAD_EVENTS),
+        json_bytes(corrupted(THREAD_EVENTS)),
+        json_bytes(any_json),
+        mutated(st.sampled_from([turn_event().to_bytes(), tick(1.5)])),
+        nested(st.integers(1, 1100), "[", "1", "]"),
+    )
+)
+@example(b'{"type": "tick", "arrival": 1e400}')
+@example(b'{"type": "tick", "close_seq": ' + b"9" * 5000 + b"}")
+def test_any_thread_event_bytes_are_an_event_or_a_value_error(raw: bytes) -> None:
+    decoded_or_refused(ThreadEvent.from_bytes, raw)
