@@ -12,6 +12,7 @@ from faust.web import Request, Response, View
 from . import __version__
 from .delivery.publisher import Send
 from .errors import ScorerError
+from .kafka.consumer import report_to
 from .kafka.partitioning import cached_murmur2_partitioner
 from .metrics import ScorerMetrics
 from .settings import Settings
@@ -20,10 +21,8 @@ from .threads.events import ThreadEvent
 
 def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
     """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker).
-    Both transports are Faust's aiokafka one with the seek to committed offsets mended
-    (``kafka/consumer.py``, which takes over ``kafka://``)."""
-    from .kafka import consumer  # noqa: F401 - registers the kafka:// transport
-
+    Both transports are Faust's aiokafka one with its at-least-once defects mended
+    (``kafka/consumer.py``, which takes over ``kafka://`` when imported)."""
     if kind == "tansu":
         from .kafka import tansu  # registers the transport
 
@@ -146,4 +145,5 @@ def create_app(
         return web.bytes(body, content_type=content_type)
 
     metrics.worker_info.labels(version=__version__, ruleset="unloaded").set(0)
+    report_to(app, metrics)  # the consumer's offset gaps and held commits
     return app, topics

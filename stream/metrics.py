@@ -147,6 +147,20 @@ class ScorerMetrics(Observer):
             "(high watermark - committed offset)",
             ("topic",),
         )
+        self.offset_gaps = counter(
+            "offset_gaps",
+            "Offsets missing from a fetch of a source or internal topic: detected (fetched "
+            "again), filled (the refetch returned them), persistent (still missing after the "
+            "patience, delivered past and logged with the offsets)",
+            ("topic", "outcome"),
+        )
+        self.commits_held = counter(
+            "commits_held",
+            "Offset commits put off until the producer has delivered everything "
+            "(producer_not_drained), or refused because a changelog write failed "
+            "(changelog_write_failed: the worker stops)",
+            ("reason",),
+        )
         self.threads_open = gauge(
             "threads_open", "Open threads (conversations and sessions) in this worker's partitions"
         )
@@ -261,6 +275,12 @@ class ScorerMetrics(Observer):
             # the low-score series exists from a rule's first ok score, so its share reads 0,
             # not nothing, until a low score comes
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
+
+    def on_offset_gap(self, topic: str, outcome: str) -> None:
+        self._child(self.offset_gaps, topic, outcome).inc()
+
+    def on_commit_held(self, reason: str) -> None:
+        self._child(self.commits_held, reason).inc()
 
     def on_consumer_lag(self, topic: str, lag: int) -> None:
         self._child(self.consumer_lag, topic).set(lag)

@@ -32,6 +32,14 @@ class Observer:
     def on_score_published(self, score: ScoreEvent) -> None:
         """``score`` is on the scores topic."""
 
+    def on_offset_gap(self, topic: str, outcome: str) -> None:
+        """A fetch of ``topic`` skipped offsets: ``detected`` (fetched again), then ``filled``
+        (they came) or ``persistent`` (still missing after the patience: delivered past)."""
+
+    def on_commit_held(self, reason: str) -> None:
+        """An offset commit was put off (``producer_not_drained``) or refused for good
+        (``changelog_write_failed``: the worker stops)."""
+
     def on_consumer_lag(self, topic: str, lag: int) -> None:
         """Messages of ``topic`` in this worker's partitions not yet committed."""
 

@@ -43,7 +43,7 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
     observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
     callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
-    assert len(callbacks) == 22
+    assert len(callbacks) == 24
     assert callbacks <= set(vars(ScorerMetrics))
 
 
@@ -117,6 +117,16 @@ def test_input_thread_and_delivery_callbacks(metrics: ScorerMetrics) -> None:
     assert value(metrics, "publish_latency_seconds_sum") == 0.02
     assert value(metrics, "traces_in_flight") == 5
     assert (value(metrics, "threads_open"), value(metrics, "thread_pending_closes")) == (2, 1)
+
+
+def test_offset_gaps_and_held_commits_are_counted(metrics: ScorerMetrics) -> None:
+    metrics.on_offset_gap("traces", "detected")
+    metrics.on_offset_gap("traces", "filled")
+    metrics.on_offset_gap("traces", "detected")
+    metrics.on_commit_held("producer_not_drained")
+    assert value(metrics, "offset_gaps_total", topic="traces", outcome="detected") == 2
+    assert value(metrics, "offset_gaps_total", topic="traces", outcome="filled") == 1
+    assert value(metrics, "commits_held_total", reason="producer_not_drained") == 1
 
 
 def test_spans_and_assembled_traces_are_counted(metrics: ScorerMetrics) -> None:

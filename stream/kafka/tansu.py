@@ -35,7 +35,7 @@ from faust.transport.drivers.aiokafka import (
 from faust.types import TP
 from yarl import URL
 
-from .consumer import CommittedSeekConsumer, CommittedSeekConsumerThread, CommittedSeekTransport
+from .consumer import MendedConsumer, MendedConsumerThread, MendedTransport
 
 SCHEME = "tansu"
 FETCH_TIMEOUT_S = 10.0
@@ -101,8 +101,8 @@ async def leave_generation_zero(coordinator: Any) -> None:
     coordinator.reset_generation()
 
 
-class FetchCorrectedConsumerThread(CommittedSeekConsumerThread):
-    """The consumer thread (its seek to committed offsets mended, ``consumer.py``) with
+class FetchCorrectedConsumerThread(MendedConsumerThread):
+    """The consumer thread (mended, ``consumer.py``) with
     ``highwaters`` (used by table recovery) corrected, and a group left at stop whatever its
     generation."""
 
@@ -127,14 +127,18 @@ class FetchCorrectedConsumerThread(CommittedSeekConsumerThread):
         await super().on_thread_stop()
 
 
-class FetchCorrectedConsumer(CommittedSeekConsumer):
+class FetchCorrectedConsumer(MendedConsumer):
+    # Tansu reserves a batch's offsets before it writes the batch: a fetch can return a later
+    # batch first, and the earlier one appears moments later (``continuity.py``)
+    gap_patience_s: ClassVar[float] = 5.0
+
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
         return FetchCorrectedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class TansuTransport(CommittedSeekTransport):
-    """The aiokafka transport (``consumer.py``), with end offsets the embedded broker gets
-    wrong fixed."""
+class TansuTransport(MendedTransport):
+    """The mended aiokafka transport (``consumer.py``), with end offsets the embedded broker
+    gets wrong fixed."""
 
     Consumer: ClassVar[type[Consumer]] = FetchCorrectedConsumer
 
