@@ -12,7 +12,7 @@ from faust.web import Request, Response, View
 from . import __version__
 from .delivery.publisher import Send
 from .errors import ScorerError
-from .kafka.consumer import report_to
+from .kafka.consumer import producer_batch_cap, report_to
 from .kafka.partitioning import cached_murmur2_partitioner
 from .metrics import ScorerMetrics
 from .settings import Settings
@@ -93,6 +93,9 @@ def create_app(
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # tests only: one record per batch, so that the embedded broker's end offsets (the last
+        # batch's base offset + 1) are right for the transport a real cluster gets
+        producer_max_batch_size=producer_batch_cap() or 16384,
         producer_partitioner=cached_murmur2_partitioner,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),

@@ -388,8 +388,7 @@ async def test_kill_9_before_the_close_and_during_the_close(
         await asyncio.sleep(0.2)
     else:
         raise AssertionError("the worker did not fold every turn")
-    await asyncio.sleep(1.5)  # let the changelog writes of the last events reach the broker
-    worker.kill()
+    worker.kill()  # changelog writes may be in flight: nothing committed past them
     start(workers, broker, names, tmp_path, judge, **env)
 
     want = set(sessions) | {"pending-session"}
@@ -421,61 +420,142 @@ async def test_kill_9_before_the_close_and_during_the_close(
     )  # the restart's call
 
 
+# the window between the seek to committed offsets and the end of a rebalance, widened from the
+# 13-17 ms measured on an idle worker past the 0.86 s measured under load: a record fetched in
+# it was dropped (faust-streaming #596, mended in stream/kafka/consumer.py)
+WIDE_SEEK = {"SCORER_TEST_SEEK_DELAY_S": "1.0"}
+
+
+def transport(kind: str) -> dict[str, str]:
+    """A worker's env for the embedded broker's transport (``tansu``) or the one a real cluster
+    gets (``kafka``). The latter trusts the broker's end offsets, which the embedded broker
+    gets right only for batches of one record (table recovery reads up to them)."""
+    if kind == "kafka":
+        return {"SCORER_BROKER_KIND": kind, "SCORER_TEST_PRODUCER_BATCH_BYTES": "1"}
+    return {"SCORER_BROKER_KIND": kind}
+
+
+@pytest.mark.parametrize("kind", ["tansu", "kafka"])
 async def test_two_workers_hand_threads_over_without_losing_a_turn(
-    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, kind: str
 ) -> None:
-    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "300", **FAST}
-    first = start(workers, broker, names, tmp_path, None, **env)
+    """A second worker joins while sessions stream in, then the first stops: every session
+    closes once with all its turns, on both transports (``kind``)."""
+    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "300", **transport(kind), **WIDE_SEEK}
     sessions = [f"h{n:02d}" for n in range(30)]
+    hand_over = HandOver(broker, names, workers, tmp_path, sessions, **env, **FAST)
+    first = hand_over.start()
+    await hand_over.turns(range(0, 2))
+    await hand_over.folded(first, 60)
+    second = hand_over.start()
+    await asyncio.sleep(8)  # the group rebalances onto both workers
+    await hand_over.turns(range(2, 4))
+    await asyncio.sleep(3)
+    first.stop()  # the second worker takes every partition over, with the table
+    await hand_over.turns(range(4, 5))
+    await hand_over.closed_once_with_every_turn(5)
+    assert "Traceback" not in second.log()
 
-    async def turns(seqs: range) -> None:
-        await produce(
-            broker.bootstrap,
-            names.sessions,
-            as_messages([session_turn(s, q, 0.5 + q / 20) for q in seqs for s in sessions]),
-        )
 
-    async def folded(worker: Worker, count: int) -> None:
+@pytest.mark.parametrize("kind", ["tansu", "kafka"])
+async def test_three_workers_hand_threads_over_without_losing_a_turn(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, kind: str
+) -> None:
+    """Three workers, each change a rebalance while turns stream in: a second and a third
+    join, the first stops (SIGTERM), the second is killed (kill -9, its session times out),
+    and a fourth joins; every session closes once with all its turns."""
+    env = {"SCORER_THREAD_INACTIVITY_GAP_S": "300", **transport(kind), **WIDE_SEEK}
+    sessions = [f"w{n:02d}" for n in range(30)]
+    hand_over = HandOver(broker, names, workers, tmp_path, sessions, **env, **FAST)
+    first = hand_over.start()
+    await hand_over.turns(range(0, 1))
+    await hand_over.folded(first, 30)
+    second = hand_over.start()
+    await hand_over.turns_during(range(1, 3), seconds=8)
+    third = hand_over.start()
+    await hand_over.turns_during(range(3, 5), seconds=8)
+    first.stop()
+    await hand_over.turns_during(range(5, 7), seconds=4)
+    second.kill()
+    fourth = hand_over.start()
+    await hand_over.turns_during(range(7, 9), seconds=10)
+    await hand_over.closed_once_with_every_turn(9)
+    for worker in (third, fourth):
+        assert "Traceback" not in worker.log()
+
+
+class HandOver:
+    """Sessions streaming into a group of workers that changes under them."""
+
+    def __init__(
+        self,
+        broker: EmbeddedBroker,
+        names: Names,
+        workers: list[Worker],
+        tmp: Path,
+        sessions: list[str],
+        **env: str,
+    ) -> None:
+        self.broker, self.names, self.workers, self.tmp = broker, names, workers, tmp
+        self.sessions, self.env = sessions, env
+
+    def start(self) -> Worker:
+        return start(self.workers, self.broker, self.names, self.tmp, None, **self.env)
+
+    async def turns(self, seqs: range) -> None:
+        """Turns ``seqs`` of every session, in one burst."""
+        events = [session_turn(s, q, 0.5 + q / 20) for q in seqs for s in self.sessions]
+        await produce(self.broker.bootstrap, self.names.sessions, as_messages(events))
+
+    async def turns_during(self, seqs: range, seconds: float) -> None:
+        """Turns ``seqs`` of every session, a few at a time over ``seconds``."""
+        events = [session_turn(s, q, 0.5 + q / 20) for q in seqs for s in self.sessions]
+        step = 6
+        for at in range(0, len(events), step):
+            await produce(
+                self.broker.bootstrap, self.names.sessions, as_messages(events[at : at + step])
+            )
+            await asyncio.sleep(seconds * step / len(events))
+
+    async def folded(self, worker: Worker, count: int) -> None:
         for _ in range(150):
             if sample_value(worker.scrape(), "scorer_thread_events_total", type="turn") >= count:
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(f"fewer than {count} turns folded")
 
-    await turns(range(0, 2))
-    await folded(first, 60)
-    second = start(workers, broker, names, tmp_path, None, **env)
-    await asyncio.sleep(8)  # the group rebalances onto both workers
-    await turns(range(2, 4))
-    await asyncio.sleep(3)
-    first.stop()  # the second worker takes every partition over, with the table
-    await turns(range(4, 5))
-    await produce(broker.bootstrap, names.sessions, as_messages([session_end(s) for s in sessions]))
-    scores = await read_scores(
-        broker.bootstrap,
-        names.scores,
-        until=lambda rs: {s["target_id"] for s in thread_scores(rs)} >= set(sessions),
-        timeout=120,
-    )
-    await asyncio.sleep(2)
-    scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
-    grouped = by_target(scores)
-    assert set(grouped) == set(sessions)
-    short = [
-        session
-        for session, found in grouped.items()
-        if {(s["thread"]["close_seq"], s["thread"]["turn_count"]) for s in found} != {(1, 5)}
-    ]
-    # a turn lost (a rare flake, open): where each of its events went, for the next one seen
-    trail = await event_trail(broker, names, short) if short else ""
-    for session, found in grouped.items():
-        assert Counter(s["rule_id"] for s in found) == {
-            "studio_live_feedback_effectiveness": 1,
-            "studio_live_feedback_improvement": 1,
-        }, session
-        closes = {(s["thread"]["close_seq"], s["thread"]["turn_count"]) for s in found}
-        assert closes == {(1, 5)}, trail
-    assert "Traceback" not in second.log()
+    async def closed_once_with_every_turn(self, turns: int) -> None:
+        """End every session; each closes once (close 1) with all ``turns`` of its turns."""
+        sessions = self.sessions
+        bootstrap, topic = self.broker.bootstrap, self.names.scores
+        await produce(
+            bootstrap, self.names.sessions, as_messages([session_end(s) for s in sessions])
+        )
+        await read_scores(
+            bootstrap,
+            topic,
+            until=lambda rs: {s["target_id"] for s in thread_scores(rs)} >= set(sessions),
+            timeout=120,
+        )
+        await asyncio.sleep(2)
+        scores = await read_scores(bootstrap, topic, until=lambda rs: False, timeout=2)
+        grouped = by_target(scores)
+        assert set(grouped) == set(sessions)
+        short = [
+            session
+            for session, found in grouped.items()
+            if {(s["thread"]["close_seq"], s["thread"]["turn_count"]) for s in found}
+            != {(1, turns)}
+        ]
+        # a turn lost: where each of its events went
+        trail = await event_trail(self.broker, self.names, short) if short else ""
+        for session, found in grouped.items():
+            assert Counter(s["rule_id"] for s in found) == {
+                "studio_live_feedback_effectiveness": 1,
+                "studio_live_feedback_improvement": 1,
+            }, session
+            closes = {(s["thread"]["close_seq"], s["thread"]["turn_count"]) for s in found}
+            assert closes == {(1, turns)}, trail
 
 
 async def event_trail(broker: EmbeddedBroker, names: Names, sessions: list[str]) -> str:
