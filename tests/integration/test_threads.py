@@ -451,9 +451,9 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
     await asyncio.sleep(8)  # the group rebalances onto both workers
     await hand_over.turns(range(2, 4))
     await asyncio.sleep(3)
-    first.stop()  # the second worker takes every partition over, with the table
-    await hand_over.turns(range(4, 5))
-    await hand_over.closed_once_with_every_turn(5)
+    # the second worker takes every partition over, with the table, while turns stream in
+    await asyncio.gather(asyncio.to_thread(first.stop), hand_over.turns_during(range(4, 12), 8))
+    await hand_over.closed_once_with_every_turn(12)
     assert "Traceback" not in second.log()
 
 
@@ -471,15 +471,14 @@ async def test_three_workers_hand_threads_over_without_losing_a_turn(
     await hand_over.turns(range(0, 1))
     await hand_over.folded(first, 30)
     second = hand_over.start()
-    await hand_over.turns_during(range(1, 3), seconds=8)
+    await hand_over.turns_during(range(1, 5), seconds=8)
     third = hand_over.start()
-    await hand_over.turns_during(range(3, 5), seconds=8)
-    first.stop()
-    await hand_over.turns_during(range(5, 7), seconds=4)
+    await hand_over.turns_during(range(5, 9), seconds=8)
+    await asyncio.gather(asyncio.to_thread(first.stop), hand_over.turns_during(range(9, 15), 6))
     second.kill()
     fourth = hand_over.start()
-    await hand_over.turns_during(range(7, 9), seconds=10)
-    await hand_over.closed_once_with_every_turn(9)
+    await hand_over.turns_during(range(15, 21), seconds=10)
+    await hand_over.closed_once_with_every_turn(21)
     for worker in (third, fourth):
         assert "Traceback" not in worker.log()
 
@@ -508,14 +507,12 @@ class HandOver:
         await produce(self.broker.bootstrap, self.names.sessions, as_messages(events))
 
     async def turns_during(self, seqs: range, seconds: float) -> None:
-        """Turns ``seqs`` of every session, a few at a time over ``seconds``."""
-        events = [session_turn(s, q, 0.5 + q / 20) for q in seqs for s in self.sessions]
-        step = 6
-        for at in range(0, len(events), step):
-            await produce(
-                self.broker.bootstrap, self.names.sessions, as_messages(events[at : at + step])
-            )
-            await asyncio.sleep(seconds * step / len(events))
+        """Turns ``seqs`` over ``seconds``: each a burst, one turn of every session, so that
+        records queue in the agents whenever a rebalance ends."""
+        for seq in seqs:
+            events = [session_turn(s, seq, 0.5 + seq / 20) for s in self.sessions]
+            await produce(self.broker.bootstrap, self.names.sessions, as_messages(events))
+            await asyncio.sleep(seconds / len(seqs))
 
     async def folded(self, worker: Worker, count: int) -> None:
         for _ in range(150):
