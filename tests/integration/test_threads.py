@@ -474,13 +474,32 @@ async def test_three_workers_hand_threads_over_without_losing_a_turn(
     await hand_over.turns_during(range(1, 5), seconds=8)
     third = hand_over.start()
     await hand_over.turns_during(range(5, 9), seconds=8)
+    ready = [ready_count(w) for w in (second, third)]
     await asyncio.gather(asyncio.to_thread(first.stop), hand_over.turns_during(range(9, 15), 6))
+    # kill -9 once the group has settled: a member killed between its JoinGroup and its
+    # SyncGroup leaves the embedded broker's group stuck for good (its defect, see the README;
+    # the chaos run kills at any moment)
+    await until_ready_again(dict(zip((second, third), ready, strict=True)))
     second.kill()
     fourth = hand_over.start()
     await hand_over.turns_during(range(15, 21), seconds=10)
     await hand_over.closed_once_with_every_turn(21)
     for worker in (third, fourth):
         assert "Traceback" not in worker.log()
+
+
+def ready_count(worker: Worker) -> int:
+    """How many rebalances the worker has finished (Faust logs "Worker ready" at each)."""
+    return worker.log().count("Worker ready")
+
+
+async def until_ready_again(before: dict[Worker, int], timeout: float = 90) -> None:
+    """Wait until each worker has finished a rebalance since it had finished ``before``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while any(ready_count(w) <= n for w, n in before.items()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the group did not settle after the change")
+        await asyncio.sleep(0.2)
 
 
 class HandOver:
@@ -547,7 +566,13 @@ class HandOver:
         # a turn lost: where each of its events went
         trail = await event_trail(self.broker, self.names, short) if short else ""
         for session, found in grouped.items():
-            assert Counter(s["rule_id"] for s in found) == {
+            # at least once: a close scored again after a rebalance repeats its score ids
+            values: dict[str, set[object]] = {}
+            for score in found:
+                values.setdefault(score["score_id"], set()).add(score["value"])
+            assert all(len(v) == 1 for v in values.values()), (session, values)
+            distinct = {s["score_id"]: s for s in found}.values()
+            assert Counter(s["rule_id"] for s in distinct) == {
                 "studio_live_feedback_effectiveness": 1,
                 "studio_live_feedback_improvement": 1,
             }, session
