@@ -39,7 +39,7 @@ def register_session_agent(
         source = source_name(message.topic, message.partition)
         try:
             session = parse_session(message.value)
-            thread_event = router.from_session(session, message.timestamp, source)
+            thread_event = router.from_session(session, message.timestamp, source, message.key)
         except (ValueError, ValidationError) as exc:
             return dead_letters.invalid(message, exc, what="session event"), None
         return [topics.to_threads(thread_event)], session.timestamp

@@ -102,7 +102,9 @@ def register_trace_agent(
                 try:
                     plan = scorer.plan(trace, document, topic)
                     routed = (
-                        router.events_for_trace(trace, document, topic, message.timestamp, source)
+                        router.events_for_trace(
+                            trace, document, topic, message.timestamp, source, message.key
+                        )
                         if router
                         else []
                     )

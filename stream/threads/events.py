@@ -16,6 +16,8 @@ trace agent and the session agent repartition them onto ``<app id>-thread-events
 
 ``arrival`` is the Kafka timestamp of the source message, not the time the event was
 forwarded, so redelivery or a slow judge cannot make a thread look active later than it was.
+``spread`` says that the source message was not keyed by the thread id (or that its key is
+not known): the thread's other turns may come through any partition of the source topic.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .sources import Position, Positions
 from .state import ThreadKind, Turn
 
 EventType = Literal["turn", "end", "tick", "published", "progress"]
@@ -38,6 +41,10 @@ class ThreadEvent(BaseModel):
     project_name: str = "default"
     arrival: float = Field(default=0.0, description="Kafka time of the source (tick: its clock)")
     source: str = Field(default="", description="Source topic:partition (event-time progress)")
+    spread: bool = Field(
+        default=False,
+        description="Its source message was not keyed by the thread id (or its key is unknown)",
+    )
     event_time: datetime | None = None
     turn: Turn | None = None
     end: bool = False
@@ -46,6 +53,10 @@ class ThreadEvent(BaseModel):
     close_seq: int = 0
     positions: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="progress: source -> (event time, read up to)"
+    )
+    arrived: dict[str, float] = Field(
+        default_factory=dict,
+        description="progress: source -> Kafka time of the last message read of it",
     )
 
     @property
@@ -68,8 +79,13 @@ def tick(now: float) -> bytes:
     return ThreadEvent(type="tick", arrival=now).to_bytes()
 
 
-def progress(now: float, positions: dict[str, tuple[float, float]]) -> bytes:
-    return ThreadEvent(type="progress", arrival=now, positions=positions).to_bytes()
+def progress(now: float, positions: dict[str, Position]) -> bytes:
+    """How far each source is read (``SourceLog.positions``: with the Kafka time of the last
+    message read of each, when it says so)."""
+    arrived = positions.arrived if isinstance(positions, Positions) else {}
+    return ThreadEvent(
+        type="progress", arrival=now, positions=dict(positions), arrived=arrived
+    ).to_bytes()
 
 
 def published(kind: ThreadKind, thread_id: str, close_seq: int) -> ThreadEvent:

@@ -3,7 +3,9 @@
 Traces are keyed by trace id (or anything), coaching-session events by whatever their
 producer chose; the turns of one thread must meet in one partition. The router builds the
 event that the trace and session agents send to the thread-events topic, keyed by
-``<kind>/<thread id>``.
+``<kind>/<thread id>``. Given the source message's key, it says whether the message was
+keyed by its thread (then the thread's turns all come through one source partition); a
+message whose key it is not given counts as not keyed by thread (``ThreadEvent.spread``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def _aware(moment: datetime) -> datetime:
 def _moment(trace: Trace, arrival: float) -> datetime:
     """A trace's event time: when it started (or ended), else when it reached Kafka."""
     return _aware(trace.start_time or trace.end_time or datetime.fromtimestamp(arrival, UTC))
+
+
+def _spread(key: bytes | None, thread_id: str) -> bool:
+    """Whether a thread's other turns may come through another partition than this one's: its
+    message is not keyed by the thread id, or its key is not known."""
+    return key is None or key != thread_id.encode()
 
 
 def _messages(user: Any, assistant: Any) -> list[dict[str, Any]]:
@@ -89,9 +97,16 @@ class ThreadRouter:
         return bool(self.conversation_rules or self.pair_rules)
 
     def from_trace(
-        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
+        self,
+        trace: Trace,
+        document: Any,
+        topic: str | None,
+        arrival: float,
+        source: str = "",
+        key: bytes | None = None,
     ) -> ThreadEvent | None:
-        """The turn a trace adds to its conversation, or None (no thread id, or no rule wants it)."""
+        """The turn a trace adds to its conversation, or None (no thread id, or no rule wants
+        it); ``key``: its message's key, if known."""
         if trace.thread_id is None or not self.conversation_rules:
             return None
         rules = [r.id for r in self.conversation_rules if r.filter.matches(trace, topic)]
@@ -109,17 +124,24 @@ class ThreadRouter:
             project_name=trace.project_name,
             arrival=arrival,
             source=source,
+            spread=_spread(key, trace.thread_id),
             turn=turn.capped(self.turn_max_bytes),
             end=bool(self._end and self._end.search(document)),
             rules=rules,
         )
 
     def events_for_trace(
-        self, trace: Trace, document: Any, topic: str | None, arrival: float, source: str = ""
+        self,
+        trace: Trace,
+        document: Any,
+        topic: str | None,
+        arrival: float,
+        source: str = "",
+        key: bytes | None = None,
     ) -> list[ThreadEvent]:
         """Every thread event a trace makes: its conversation turn and its side of a pair."""
         routed = (
-            self.from_trace(trace, document, topic, arrival, source),
+            self.from_trace(trace, document, topic, arrival, source, key),
             self.pair_from_trace(trace, document, topic, arrival, source),
         )
         return [event for event in routed if event is not None]
@@ -176,7 +198,11 @@ class ThreadRouter:
             rules=rules,
         )
 
-    def from_session(self, event: SessionEvent, arrival: float, source: str = "") -> ThreadEvent:
+    def from_session(
+        self, event: SessionEvent, arrival: float, source: str = "", key: bytes | None = None
+    ) -> ThreadEvent:
+        """The turn or end a coaching-session event brings to its session; ``key``: its
+        message's key, if known."""
         moment = _aware(event.timestamp or datetime.fromtimestamp(arrival, UTC))
         common: dict[str, Any] = {
             "kind": "session",
@@ -184,6 +210,7 @@ class ThreadRouter:
             "project_name": event.project_name,
             "arrival": arrival,
             "source": source,
+            "spread": _spread(key, event.session_id),
         }
         if event.type == "end":
             end_key = f"end-{event.seq}" if event.seq is not None else f"end-{moment.isoformat()}"

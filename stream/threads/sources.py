@@ -11,6 +11,10 @@ has been read, in the two clocks threads close by:
 - arrival: the Kafka time up to which the source has been read: the present when the
   source is caught up (its last message read is the last one there), else the Kafka time
   of the last message read.
+
+With them goes the Kafka time of the last message read of each source (``Positions.arrived``):
+how far behind its arrival a source's event time runs, so that a source that is caught up
+can be taken to move on with the clock (``PartitionIndex.reported``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,25 @@ class SourceRead:
     event_time: float = 0.0
 
 
+class Positions(dict[str, Position]):
+    """The position of each source, and (``arrived``) the Kafka time of the last message read
+    of each source that has one."""
+
+    def __init__(
+        self,
+        positions: Mapping[str, Position] | None = None,
+        arrived: Mapping[str, float] | None = None,
+    ) -> None:
+        super().__init__(positions or {})
+        self.arrived = dict(arrived or {})
+
+
 def source_name(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
+
+
+def source_topic(source: str) -> str:
+    return source.rpartition(":")[0]
 
 
 class SourceLog:
@@ -54,13 +75,13 @@ class SourceLog:
 
     def positions(
         self, assigned: Mapping[str, tuple[int | None, int | None]], now: float
-    ) -> dict[str, Position]:
+    ) -> Positions:
         """The position of each source in ``assigned`` (source -> (high watermark of the
         last fetch, committed offset), either unknown as None); sources no longer assigned
         are forgotten (their new owner speaks for them)."""
         for source in set(self.last) - set(assigned):
             del self.last[source]
-        positions = {}
+        positions = Positions(arrived={s: self.last[s].arrival for s in assigned if s in self.last})
         for source, (highwater, committed) in assigned.items():
             last = self.last.get(source)
             event_time = last.event_time if last else 0.0

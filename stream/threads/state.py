@@ -17,6 +17,10 @@ changed, so the agent writes the table (and its changelog) only when something h
   activity mark (its last event time, or its watermark then if that was later). A replay of history therefore closes threads where
   they would have closed live, although the replay itself runs in minutes; and a producer
   whose clock lags cannot make its own threads close at once.
+- A thread whose turns may come through any partition of their source topic (traces keyed by
+  trace id: a *spread* thread) holds its turns and ends (``HeldEvent``) until no earlier one
+  can still come through another partition, and folds them then, so that its turns are
+  folded, and its pauses measured, in event-time order.
 - A turn after a close reopens the thread; its turns are kept, so the next close judges the
   whole conversation, under a new close sequence (part of the score id).
 - A close is kept as pending (with the document the rules judge) until its scores are
@@ -219,6 +223,33 @@ class ThreadClose:
         )
 
 
+class HeldEvent(BaseModel):
+    """A turn or an end of a spread thread, read while an earlier turn may still come through
+    a partition read less far. Kept, with what folding it needs, until none can."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str = Field(description="The source topic:partition it came through")
+    at: float = Field(description="Its event time (epoch s), never ahead of its arrival")
+    arrival: float = Field(description="Kafka time of its source message")
+    floor: float = Field(description="The thread's event time when it arrived")
+    event_time: datetime
+    turn: Turn | None = None
+    end_key: str | None = Field(default=None, description="Set when it ends the thread")
+    rules: list[str] = Field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.turn.key if self.turn is not None else self.end_key or ""
+
+    def order(self) -> tuple[float, str, str]:
+        return (self.at, self.name, self.source)
+
+    @property
+    def size(self) -> int:
+        return self.turn.size if self.turn is not None else 0
+
+
 class ThreadState(BaseModel):
     """What the table holds for one thread."""
 
@@ -248,6 +279,15 @@ class ThreadState(BaseModel):
         description="Source topic:partition of its events, with the latest event time from each",
     )
     pending: list[PendingClose] = Field(default_factory=list)
+    spread: bool = Field(
+        default=False,
+        description="Its turns may come through any partition of their source topic (not keyed "
+        "by thread id): it waits for every partition's event time",
+    )
+    held: list[HeldEvent] = Field(
+        default_factory=list,
+        description="A spread thread's turns and ends not folded yet, in the order they arrived",
+    )
     ignored: list[str] = Field(
         default_factory=list, description="A pair's traces ignored while it waited, and why"
     )
@@ -278,6 +318,9 @@ class IndexEntry:
     activity: float
     sources: dict[str, float]
     pending: tuple[int, ...]  # the close seqs of its pending closes
+    spread: bool = False
+    held: tuple[tuple[str, float, float], ...] = ()  # its held events' (source, at, arrival)
+    active: bool = False  # it has folded an event (its activity mark means something)
 
     @classmethod
     def of(cls, state: ThreadState) -> IndexEntry:
@@ -289,6 +332,9 @@ class IndexEntry:
             state.activity,
             state.sources,
             tuple(p.close_seq for p in state.pending),
+            state.spread,
+            tuple((h.source, h.at, h.arrival) for h in state.held),
+            state.last_event_time is not None,
         )
 
     @classmethod
@@ -302,7 +348,28 @@ class IndexEntry:
             data.get("activity", 0.0),
             data.get("sources", {}),
             tuple(p["close_seq"] for p in data.get("pending", ())),
+            data.get("spread", False),
+            tuple((h["source"], h["at"], h["arrival"]) for h in data.get("held", ())),
+            data.get("last_event_time") is not None,
         )
+
+    @property
+    def waiting(self) -> bool:
+        """Open, or holding events that will reopen it."""
+        return self.is_open or bool(self.held)
+
+    @property
+    def released_from(self) -> float | None:
+        """The event time from which one of its held events can be folded (each source's
+        first held event goes first), or None."""
+        firsts: dict[str, float] = {}
+        for source, at, _ in self.held:
+            firsts.setdefault(source, at)
+        return min(firsts.values(), default=None)
+
+    @property
+    def last_held_arrival(self) -> float:
+        return max((arrival for _, _, arrival in self.held), default=0.0)
 
 
 def new_thread(thread_id: str, kind: ThreadKind, project_name: str) -> ThreadState:
@@ -352,6 +419,36 @@ def fold_turn(
     _touch(state, turn.event_time, arrival, arrival if watermark is None else watermark)
     state.is_open = True  # a turn after a close reopens the thread
     return True
+
+
+def hold(state: ThreadState, event: HeldEvent) -> bool:
+    """Keep ``event`` until no earlier event can come (in place). False when it is one held
+    already and changes nothing: of two copies of a turn, the one whose canonical JSON sorts
+    first is kept, as folded turns are."""
+    same = next((i for i, h in enumerate(state.held) if h.name == event.name), None)
+    if same is None:
+        state.held.append(event)
+        return True
+    kept = state.held[same]
+    if event.turn is None or kept.turn is None:
+        return False  # the same end again
+    if event.turn.canonical() >= kept.turn.canonical():
+        return False
+    state.held[same] = kept.model_copy(update={"turn": event.turn})
+    return True
+
+
+def next_held(state: ThreadState, horizon: float | None) -> HeldEvent | None:
+    """Take the held event to fold next, if no earlier event can come before it (it is not
+    past ``horizon``; None: any): the earliest in event time of each source's first held
+    event, since a source's events are folded in the order they were read."""
+    firsts: dict[str, int] = {}
+    for i, event in enumerate(state.held):
+        firsts.setdefault(event.source, i)
+    due = [i for i in firsts.values() if horizon is None or state.held[i].at <= horizon]
+    if not due:
+        return None
+    return state.held.pop(min(due, key=lambda i: state.held[i].order()))
 
 
 def mark_end(

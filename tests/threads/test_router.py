@@ -148,3 +148,25 @@ def test_a_large_session_turn_is_cut_feedback_first_when_it_is_the_longest() -> 
     assert "bytes cut by the scorer" in (event.turn.feedback or "")
     small = router.from_session(session_turn(2, feedback="fine"), ARRIVAL)
     assert small.turn is not None and small.turn.cut_bytes == 0 and small.turn.feedback == "fine"
+
+
+def test_a_message_keyed_by_its_thread_id_is_not_spread_and_one_keyed_otherwise_is() -> None:
+    """Keyed by thread id, a conversation's turns all come through one partition; keyed by
+    trace id (or with a key the router is not given), through any partition of the topic."""
+    router = ThreadRouter(fretcoach_rules())
+    document = conversation("conv-7")
+    trace = as_trace(document)
+
+    def routed(key: bytes | None) -> bool:
+        event = router.from_trace(trace, document, "llm-traces", ARRIVAL, "llm-traces:1", key)
+        assert event is not None
+        return event.spread
+
+    assert (routed(b"conv-7"), routed(document["id"].encode()), routed(None)) == (
+        False,
+        True,
+        True,
+    )
+    turn = SessionEvent(session_id="s-1", type="end", seq=9)
+    assert router.from_session(turn, ARRIVAL, "coaching-sessions:0", b"s-1").spread is False
+    assert router.from_session(turn, ARRIVAL, "coaching-sessions:0").spread is True

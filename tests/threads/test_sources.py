@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from stream.threads.events import ThreadEvent, progress
 from stream.threads.sources import SourceLog
 
 NOW = 1_800_000_000.0
@@ -48,3 +49,15 @@ def test_sources_no_longer_assigned_are_forgotten() -> None:
     log.read("traces:0", 1, NOW, at(0))
     assert log.positions({}, NOW) == {}
     assert log.positions({"traces:0": (2, 2)}, NOW) == {"traces:0": (0.0, NOW)}
+
+
+def test_positions_say_when_each_sources_last_message_arrived_and_progress_carries_it() -> None:
+    """How far a source's event time runs behind its Kafka time: a caught-up source's event
+    time is taken to move on with the clock at that lag (``PartitionIndex.reported``)."""
+    log = SourceLog()
+    log.read("traces:0", 41, NOW - 30, at(-3600))
+    positions = log.positions({"traces:0": (42, 40), "traces:1": (5, 5)}, NOW)
+    assert positions.arrived == {"traces:0": NOW - 30}
+    event = ThreadEvent.from_bytes(progress(NOW, positions))
+    assert event.positions == {"traces:0": (NOW - 3600, NOW), "traces:1": (0.0, NOW)}
+    assert event.arrived == {"traces:0": NOW - 30}

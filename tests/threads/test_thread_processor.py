@@ -323,3 +323,174 @@ def test_a_session_with_only_an_end_closes_empty() -> None:
     )
     assert close.topic == "coaching-sessions"
     assert p.apply(0, end) == []  # the same end event again
+
+
+# -- spread threads: turns through any partition of their topic (keyed by trace id) ----------
+
+
+def spread(event: ThreadEvent, source: str) -> ThreadEvent:
+    """``event`` through ``source``, from a message not keyed by its thread id."""
+    event.source, event.spread = source, True
+    return event
+
+
+def report(now: float, arrived: float | None = None, **positions: tuple[float, float]):
+    """A worker's progress report at ``now``: source (``traces_0``) -> (event time, read up to),
+    each source's last message arrived at ``arrived`` (None: not said)."""
+    named = {k.replace("_", ":"): v for k, v in positions.items()}
+    last = {} if arrived is None else dict.fromkeys(named, arrived)
+    return ThreadEvent(type="progress", arrival=now, positions=named, arrived=last)
+
+
+def turns(close: ThreadClose) -> int:
+    return close.pending.document["turn_count"]
+
+
+def test_a_partition_read_far_ahead_cannot_close_a_spread_thread_before_its_earlier_turns() -> None:
+    """Thread a's turns (18:00 on traces:1, 18:05 on traces:0, 18:40 on traces:2) are spread
+    over the partitions; traces:0 is read to 19:00 while the others are an hour behind. Live,
+    a closed at 18:20 with two turns, then reopened at 18:40: so it does here, although its
+    18:05 turn was read first and traces:0 alone passed 18:20 long before."""
+    p = processor()
+    assert p.apply(0, spread(chat("a", 1, arrival=WALL, at=at(5)), "traces:0")) == []
+    behind = (at(-60).timestamp(), WALL + 1)  # read up to 17:00, with a backlog
+    p.apply(0, report(WALL + 1, WALL, traces_0=(at(5).timestamp(), WALL + 1), traces_1=behind))
+    p.apply(0, report(WALL + 1, WALL, traces_2=behind))
+    assert p.apply(0, spread(chat("x", 0, arrival=WALL + 2, at=at(60)), "traces:0")) == []
+    assert p.apply(0, spread(chat("a", 0, arrival=WALL + 3, at=at(0)), "traces:1")) == []
+    assert p.apply(0, spread(chat("y", 0, arrival=WALL + 4, at=at(30)), "traces:2")) == []
+    closes = p.apply(0, spread(chat("z", 0, arrival=WALL + 5, at=at(50)), "traces:1"))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]  # event time 18:30
+    assert turns(closes[0]) == 2
+    assert p.apply(0, spread(chat("a", 2, arrival=WALL + 6, at=at(40)), "traces:2")) == []
+    later = (at(70).timestamp(), WALL + 7)
+    closes = p.apply(0, report(WALL + 7, None, traces_0=later, traces_1=later, traces_2=later))
+    assert sorted(closes_of(closes)) == [
+        ("a", 2, "inactivity_event_time"),
+        ("y", 1, "inactivity_event_time"),
+        ("z", 1, "inactivity_event_time"),
+    ]
+    assert [turns(c) for c in closes if c.thread_id == "a"] == [3]  # the whole conversation
+    assert p.open_threads() == 1  # x (19:00) waits for 19:15
+
+
+def test_a_spread_threads_events_are_folded_in_the_order_their_source_was_read() -> None:
+    """A session's end stamped before its last turn, read after it: the end waits behind the
+    turn (its source's order), and both wait until every partition has reached them."""
+    p = processor(session_gap=4.0)
+    behind = (at(-1).timestamp(), WALL)
+    p.apply(0, report(WALL, WALL, sessions_0=behind, sessions_1=behind))
+
+    def session(seq: int, moment: datetime, end: bool = False) -> ThreadEvent:
+        if end:
+            event = ThreadEvent(
+                type="end", kind="session", thread_id="s", arrival=WALL, event_time=moment
+            )
+            event.end_key = f"end-{seq}"
+        else:
+            turn = Turn(key=f"seq-{seq}", seq=seq, event_time=moment, feedback="slower")
+            event = ThreadEvent(type="turn", kind="session", thread_id="s", arrival=WALL, turn=turn)
+        return spread(event, "sessions:0")
+
+    assert p.apply(0, session(0, at(0))) == []
+    assert p.apply(0, session(1, at(1 / 60))) == []
+    assert p.apply(0, session(9, at(0), end=True)) == []  # sessions:1 is behind: no close yet
+    caught_up = (at(1).timestamp(), WALL + 1)
+    (close,) = p.apply(0, report(WALL + 1, None, sessions_1=caught_up))
+    assert (close.pending.reason, turns(close)) == ("end", 2)
+
+
+def test_a_partition_read_to_its_end_moves_on_with_the_clock_at_the_lag_it_had() -> None:
+    """A spread thread's end waits until no earlier turn can come through another partition.
+    Live, traces:1's last trace reached Kafka an hour ago as it happened (no lag): read to its
+    end, it is taken to be at the present, and the end is folded at the next report.
+    Replaying history (its last message an hour behind its Kafka time), it is taken to be an
+    hour behind: the end waits. traces:2 never had anything: it is not waited for."""
+    for lag, closes in ((0.0, [("a", 1, "end")]), (3600.0, [])):
+        p = processor()
+
+        def read_to_the_end(now: float, last: float, lag: float = lag) -> ThreadEvent:
+            positions = {
+                "traces:0": (last, now),
+                "traces:1": (WALL - 3600 - lag, now),
+                "traces:2": (0.0, now),
+            }
+            arrived = {"traces:0": last, "traces:1": WALL - 3600}
+            return ThreadEvent(type="progress", arrival=now, positions=positions, arrived=arrived)
+
+        p.apply(0, read_to_the_end(WALL, WALL - 10))
+        assert p.apply(0, spread(chat("a", 0, arrival=WALL + 1), "traces:0")) == []
+        assert p.apply(0, spread(chat("a", 1, arrival=WALL + 2, end=True), "traces:0")) == []
+        assert closes_of(p.apply(0, read_to_the_end(WALL + 3, WALL + 2))) == closes, lag
+
+
+def test_a_spread_thread_waits_until_a_report_names_its_partitions() -> None:
+    """Its topic's partitions are known from the workers' reports: before the first, a turn
+    is not folded and nothing closes by event time, however far its own partition has got."""
+    p = processor()
+    p.apply(0, spread(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    assert p.apply(0, spread(chat("b", 0, arrival=WALL + 1, at=at(40)), "traces:0")) == []
+    assert ThreadState.from_bytes(p.table[b"conversation/b"]).turns == []  # held
+    ahead, behind = (at(40).timestamp(), WALL + 2), (at(-60).timestamp(), WALL + 2)
+    assert p.apply(0, report(WALL + 2, WALL, traces_0=ahead, traces_1=behind)) == []
+    closes = p.apply(0, report(WALL + 3, None, traces_1=(at(20).timestamp(), WALL + 3)))
+    assert closes_of(closes) == [("a", 1, "inactivity_event_time")]
+
+
+def test_the_wall_clock_folds_a_spread_threads_held_turns_then_closes_it() -> None:
+    """Live, a partition whose event time is stuck (a worker that does not say when its last
+    message arrived) holds a spread thread's turns; past the gap on the wall clock, with every
+    partition read past its deadline, the thread closes with all its turns, as live."""
+    p = processor()
+    stuck = (at(-60).timestamp(), WALL + 1)
+    p.apply(0, report(WALL + 1, None, traces_0=(0.0, WALL + 1), traces_1=stuck))
+    p.apply(0, spread(chat("a", 0, arrival=WALL + 2), "traces:0"))
+    p.apply(0, spread(chat("a", 1, arrival=WALL + 60), "traces:0"))
+    assert len(ThreadState.from_bytes(p.table[b"conversation/a"]).held) == 2
+    read = (at(-60).timestamp(), WALL + 60 + GAP)
+    p.apply(0, report(WALL + 60 + GAP, None, traces_0=read, traces_1=read))
+    assert p.apply(0, tick(WALL + 59 + GAP)) == []
+    (close,) = p.apply(0, tick(WALL + 60 + GAP))
+    assert (close.pending.reason, turns(close)) == ("inactivity", 2)
+
+
+def test_held_turns_survive_a_recovery_and_are_folded_in_order_after_it() -> None:
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    behind = (at(-60).timestamp(), WALL + 1)
+    before.apply(0, report(WALL + 1, WALL, traces_0=behind, traces_1=behind))
+    before.apply(0, spread(chat("a", 1, arrival=WALL + 2, at=at(30)), "traces:0"))
+    after = processor(table)  # a new owner, from the table
+    assert after.rebuild([0]) == 1
+    ahead = (at(30).timestamp(), WALL + 3)
+    assert after.apply(0, report(WALL + 3, WALL, traces_0=ahead, traces_1=behind)) == []
+    after.apply(0, spread(chat("a", 0, arrival=WALL + 4, at=at(0)), "traces:1"))
+    # live: a closed at 18:15 with its first turn, and again at 18:45 with both
+    moved = (at(40).timestamp(), WALL + 5)
+    (close,) = after.apply(0, report(WALL + 5, None, traces_0=moved, traces_1=moved))
+    assert (close.pending.close_seq, turns(close)) == (1, 1)
+    moved = (at(45).timestamp(), WALL + 6)
+    (close,) = after.apply(0, report(WALL + 6, None, traces_0=moved, traces_1=moved))
+    assert (close.pending.close_seq, turns(close)) == (2, 2)
+
+
+def test_a_spread_thread_holds_no_more_than_its_caps() -> None:
+    """Held turns count against the thread's caps: past them the earliest are folded at once."""
+    p = processor(max_turns=3)
+    stuck = (at(-60).timestamp(), WALL + 1)
+    p.apply(0, report(WALL + 1, None, traces_0=stuck, traces_1=stuck))
+    for n in range(5):
+        p.apply(0, spread(chat("a", n, arrival=WALL + 2 + n, at=at(n)), "traces:0"))
+    state = ThreadState.from_bytes(p.table[b"conversation/a"])
+    assert [h.name for h in state.held] == ["a-trace-2", "a-trace-3", "a-trace-4"]
+    assert [t.key for t in state.turns] == ["a-trace-0", "a-trace-1"]
+
+
+def test_a_redelivered_spread_turn_is_neither_held_nor_activity() -> None:
+    p = processor()
+    caught = (at(0).timestamp(), WALL + 1)
+    p.apply(0, report(WALL + 1, WALL, traces_0=caught, traces_1=caught))
+    p.apply(0, spread(chat("a", 0, arrival=WALL, at=at(0)), "traces:0"))
+    assert p.apply(0, spread(chat("a", 0, arrival=WALL, at=at(0)), "traces:0")) == []
+    state = ThreadState.from_bytes(p.table[b"conversation/a"])
+    assert (len(state.turns), state.held, state.last_arrival) == (1, [], WALL)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from stream.threads.state import (
+    HeldEvent,
     IndexEntry,
     ThreadLimits,
     ThreadState,
@@ -15,9 +16,11 @@ from stream.threads.state import (
     close_reason,
     close_thread,
     fold_turn,
+    hold,
     mark_end,
     mark_published,
     new_thread,
+    next_held,
     thread_document,
 )
 
@@ -193,3 +196,21 @@ def test_the_index_entry_read_from_bytes_is_the_one_made_from_the_state() -> Non
     for state in (fresh, busy):
         assert IndexEntry.from_bytes(state.to_bytes()) == IndexEntry.of(state)
     assert IndexEntry.of(busy).pending == (1,)
+
+
+def test_a_spread_threads_held_events_are_in_its_index_entry_as_read_from_bytes() -> None:
+    """What a recovery needs of held events (each source's first, the last arrival) is read
+    straight from the JSON, as the state says."""
+    state = ThreadState(thread_id="t", kind="conversation", spread=True)
+    for n, (source, at) in enumerate([("traces:0", 50.0), ("traces:1", 20.0), ("traces:0", 10.0)]):
+        turn = chat_turn(n, "q", "a")
+        event = HeldEvent(
+            source=source, at=at, arrival=100.0 + n, floor=0.0, event_time=T0, turn=turn
+        )
+        assert hold(state, event)
+    assert not hold(state, state.held[0])  # the same turn again
+    entry = IndexEntry.from_bytes(state.to_bytes())
+    assert entry == IndexEntry.of(state)
+    # traces:0's 10.0 waits behind its 50.0: traces:1's 20.0 comes first
+    assert (entry.spread, entry.released_from, entry.last_held_arrival) == (True, 20.0, 102.0)
+    assert [e.at for e in iter(lambda: next_held(state, None), None)] == [20.0, 50.0, 10.0]
