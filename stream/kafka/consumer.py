@@ -34,7 +34,9 @@ mend are in ``tests/integration/test_at_least_once.py`` and ``test_consumer_seek
    that failed was only a warning. Here the commit waits until the producer's buffer is empty
    and the broker has acknowledged everything sent (bounded: otherwise the commit waits for
    the next round), and a failed changelog write stops the worker before anything past it is
-   committed. ``scorer_commits_held_total`` counts commits put off.
+   committed. ``scorer_commits_held_total`` counts commits put off. Faust takes the offsets it
+   commits off its list of acked ones when it picks them: a commit put off gives them back
+   (dropped, no later commit could pass them, and the partition was never committed again).
 6. **A stopping worker drains its producer before it leaves the group**, so the next owner
    of its partitions recovers tables with every write of this one.
 7. **The livelock check never crashes a worker.** Every few seconds Faust checks that each
@@ -229,6 +231,7 @@ class MendedConsumer(Consumer):
         self._read_offset = _NoReadOffsets()
         self._continuity = ContinuityGuard(self.gap_patience_s)
         self._heads: dict[TP, int] = {}  # the next offset each partition must process
+        self._taken: dict[TP, range] = {}  # acked offsets the commit being made covers
         self._strict: dict[str, bool] = {}
         self._seeking_back: set[asyncio.Future[None]] = set()
         self._changelog_failures = ChangelogFailures(self.app.tables.changelog_topics)
@@ -289,6 +292,7 @@ class MendedConsumer(Consumer):
         self._continuity.forget(revoked)
         for tp in revoked:
             self._heads.pop(tp, None)
+            self._taken.pop(tp, None)
         await super().on_partitions_revoked(revoked)
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
@@ -352,21 +356,43 @@ class MendedConsumer(Consumer):
             gaps.addi(offset_from, offset_to + 1)
             gaps.merge_overlaps()
 
+    def _filter_committable_offsets(self, tps: Any) -> dict[TP, int]:
+        self._taken.clear()
+        offsets: dict[TP, int] = super()._filter_committable_offsets(tps)
+        return offsets
+
     def _new_offset(self, tp: TP) -> int | None:
+        """The offset to commit ``tp`` to, or None (Faust's, but never past the head);
+        remembers which acked offsets Faust took for it (mend 5 gives them back)."""
         acked = self._acked[tp]
-        if acked:
-            head = self._committed_offset[tp]
-            if head is None:
-                head = self._heads.get(tp)
-            if head is not None:
-                first = min(acked)
-                gaps = self._gap.get(tp)
-                if gaps:
-                    first = min(first, gaps.begin())
-                if first > head:
-                    return None  # the record at the head is not done yet
+        if not acked:
+            return None
+        first = min(acked)
+        gaps = self._gap.get(tp)
+        if gaps:
+            first = min(first, gaps.begin())  # Faust counts recorded gaps as acked
+        head = self._committed_offset[tp]
+        if head is None:
+            head = self._heads.get(tp)
+        if head is not None and first > head:
+            return None  # the record at the head is not done yet
         offset: int | None = super()._new_offset(tp)
+        if offset is not None:
+            self._taken[tp] = range(first, offset)  # Faust's first run of consecutive offsets
         return offset
+
+    def _give_back(self, offsets: Mapping[TP, int]) -> None:
+        """A commit of ``offsets`` put off: the acked offsets it covered are acked again, for
+        the next commit to cover (mend 5)."""
+        for tp in offsets:
+            taken = self._taken.pop(tp, None)
+            if taken:
+                index = self._acked_index[tp]
+                back = [o for o in taken if o not in index]
+                acked = self._acked[tp]
+                acked.extend(back)
+                acked.sort()
+                index.update(back)
 
     # -- mends 5 and 6: commit only past durable work; drain before leaving ------------
 
@@ -384,6 +410,7 @@ class MendedConsumer(Consumer):
                 "the producer did not drain in %.1f s: commit put off", self._drain_timeout()
             )
             self.observer.on_commit_held("producer_not_drained")
+            self._give_back(offsets)
             return False
         did_commit: bool = await super()._commit_offsets(offsets, start_new_transaction)
         return did_commit

@@ -13,7 +13,8 @@ A gap (the next record is further on) is fetched again. On a real Kafka cluster 
 a second fetch confirms is real: a compacted topic, transaction markers, deleted records. On
 a broker that can serve a later batch before an earlier one, the earlier one appears within
 moments. So a gap is accepted (delivered past, recorded, logged) once it has been fetched
-again ``min_refetches`` times and ``patience_s`` has passed since it was first seen.
+again ``min_refetches`` times and ``patience_s`` has passed since it was first seen; only a
+later fetch answers a refetch, never the rest of the fetch that showed the gap.
 
 Pure logic, no Kafka: the consumer does what each ``Admit`` says.
 """
@@ -134,13 +135,15 @@ class ContinuityGuard:
         if gap is None or gap.expected != expected:
             gap = self.gaps[tp] = Gap(expected, offset, now)
             event = GapEvent.DETECTED
+        if gap.batch == self.batch:
+            # this fetch already asked for the seek back: the rest of it is no answer to it
+            # (taken as one, a gap was accepted with no refetch at all when no patience)
+            return SKIP
         gap.found = offset
         if gap.refetches >= self.min_refetches and now - gap.since >= self.patience_s:
             del self.gaps[tp]
             self.expected[tp] = offset + 1
             return Admit(Action.DELIVER, event=GapEvent.PERSISTENT, gap=gap)
-        if gap.batch == self.batch:
-            return SKIP  # this fetch already asked for the seek back
         gap.batch = self.batch
         gap.refetches += 1
         return Admit(Action.REFETCH, offset=expected, event=event, gap=gap)

@@ -7,6 +7,13 @@ source offsets were processed at least once, whatever rebalances happened in bet
 ``AGENT_DELAY_S`` makes the agent slow (a backlog queues in front of it);
 ``SCORER_TEST_SEEK_DELAY_S`` (read by ``stream/kafka/consumer.py``) widens the window
 between the seek to committed offsets and the end of a rebalance.
+
+A consumer at the head of a partition: ``FETCH_MAX_WAIT_MS`` is the longest a fetch waits for
+records. A Kafka broker answers a waiting fetch as soon as records arrive; the embedded broker
+waits half of it (Faust asks for 1.5 s) even when records are there, so a worker fetches about
+once a second. A few milliseconds make it fetch as it would from Kafka under a steady stream.
+``STREAM_BUFFER_MAXSIZE`` lets the fetcher stay at the head while the agent is behind;
+``AGENT_CONCURRENCY`` agents take records at once (each acked once its ledger record is written).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 import faust
 import orjson
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
 from stream.app import broker_urls
 
@@ -32,6 +40,7 @@ app = faust.App(
     broker_commit_interval=0.5,
     datadir=os.environ["DATA_DIR"],
     stream_wait_empty=True,
+    stream_buffer_maxsize=int(os.environ.get("STREAM_BUFFER_MAXSIZE") or 4096),
 )
 source = app.topic(os.environ["SOURCE_TOPIC"], value_serializer="raw")
 ledger = app.topic(os.environ["LEDGER_TOPIC"], value_serializer="raw")
@@ -40,8 +49,18 @@ seen = app.Table("seen", default=int, partitions=2)
 delay = float(os.environ.get("AGENT_DELAY_S") or 0)
 processed = [0]
 
+if fetch_max_wait_ms := os.environ.get("FETCH_MAX_WAIT_MS"):
+    create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
 
-@app.agent(source)
+    def _create_worker_consumer(thread: AIOKafkaConsumerThread, transport: Any) -> Any:
+        consumer = create_worker_consumer(thread, transport)
+        consumer._fetch_max_wait_ms = int(fetch_max_wait_ms)  # Faust hard-codes 1500
+        return consumer
+
+    AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
+
+
+@app.agent(source, concurrency=int(os.environ.get("AGENT_CONCURRENCY") or 1))
 async def record(stream: Any) -> None:
     async for event in stream.events():
         message = event.message

@@ -1,8 +1,11 @@
 """A minimal Faust app with a changelog-backed table, for the table-recovery test.
 
 Each input event ``{"key", "value"}`` sets ``latest[key] = value`` (idempotent, so
-redelivered input cannot hide a record missing from the recovered changelog). The web page
-``/table`` shows whether recovery has completed and the table's contents.
+redelivered input cannot hide a record missing from the recovered changelog), through a
+repartition by key, or straight from the input topic (keyed already) with
+``TABLE_REPARTITION=0``. The web page ``/table`` shows whether recovery has completed and the
+table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/consumer.py``)
+makes each changelog write wait before it reaches the producer.
 """
 
 from __future__ import annotations
@@ -27,15 +30,19 @@ app = faust.App(
     broker_heartbeat_interval=2,
     broker_commit_interval=0.5,
     producer_linger_ms=50,  # batch the changelog writes: the defect bites on batches
+    # 1: a record a batch, for which the embedded broker's end offsets are right (``kafka://``)
+    producer_max_batch_size=int(os.environ.get("PRODUCER_MAX_BATCH_SIZE") or 16384),
     datadir=os.environ["DATA_DIR"],
 )
 source = app.topic(os.environ["SOURCE_TOPIC"], value_serializer="json")
 latest = app.Table("latest", default=None, partitions=2)
+repartition = os.environ.get("TABLE_REPARTITION", "1") != "0"
 
 
 @app.agent(source)
 async def remember(stream: Any) -> None:
-    async for event in stream.group_by(lambda e: e["key"], name="by-key"):
+    events = stream.group_by(lambda e: e["key"], name="by-key") if repartition else stream
+    async for event in events:
         latest[event["key"]] = event["value"]
 
 

@@ -457,6 +457,7 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
     assert "Traceback" not in second.log()
 
 
+@pytest.mark.chaos  # the embedded broker's group gets stuck in about 1 run in 30 (README)
 @pytest.mark.parametrize("kind", ["tansu", "kafka"])
 async def test_three_workers_hand_threads_over_without_losing_a_turn(
     broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, kind: str
