@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from stream.kafka.broker import EmbeddedBroker, free_port
 from stream.kafka.io import ensure_topics
@@ -104,21 +105,27 @@ async def produce_events(bootstrap: str, topic: str) -> None:
         await producer.stop()
 
 
-async def all_input_committed(bootstrap: str, group: str, topic: str) -> bool:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
+async def all_committed(bootstrap: str, names: Names) -> bool:
+    """Every input record committed, and every record the app repartitioned by key (the table
+    is written as those are read): the next worker has nothing to process again, so its
+    table is what it recovers. The mended worker commits only once the table writes of what
+    it commits are acknowledged: no sleep needed before kill -9."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        from aiokafka import TopicPartition
-
-        total = 0
-        for p in partitions:
-            total += await consumer.committed(TopicPartition(topic, p)) or 0
-        return total >= N_KEYS
+        suffix = f"{names.traces}-by-key-repartition"
+        topics = [names.traces, *(t for t in await admin.list_topics() if t.endswith(suffix))]
+        described = await admin.describe_topics(topics)
     finally:
-        await consumer.stop()
+        await admin.close()
+    if len(topics) < 2:
+        return False
+    for topic in described:
+        partitions = [p["partition"] for p in topic["partitions"]]
+        done = [await committed(bootstrap, names.group, topic["topic"], p) for p in partitions]
+        if sum(o or 0 for o in done) < N_KEYS:
+            return False
+    return True
 
 
 @pytest.mark.parametrize(
@@ -134,8 +141,8 @@ async def test_table_is_complete_after_kill_9_and_restart(
         await produce_events(broker.bootstrap, names.traces)
         full = await asyncio.to_thread(wait_for, port, lambda t: len(t["table"]) == N_KEYS)
         assert len(full["table"]) == N_KEYS, "the first worker did not build the table"
-        deadline = time.monotonic() + 30
-        while not await all_input_committed(broker.bootstrap, names.group, names.traces):
+        deadline = time.monotonic() + 60
+        while not await all_committed(broker.bootstrap, names):
             assert time.monotonic() < deadline, "input offsets were not committed"
             await asyncio.sleep(0.5)
     finally:
