@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     # bytes cut as truncated_bytes), on the way in, before the turn is forwarded or folded
     turn_max_bytes: int = Field(default=64_000, ge=512)
     thread_retention_s: float = Field(default=86_400.0, ge=0)  # then closed threads are forgotten
+    # a worker that takes over thread or span-assembly partitions waits this long for a report
+    # on each source partition (from whichever worker reads it) before closing a thread, or
+    # assembling a trace, that its backlog may still feed; then counts it as read
+    unheard_source_wait_s: float = Field(default=300.0, ge=0)
 
     # OpenTelemetry spans, as the Collector's Kafka exporter writes them ("" turns it off)
     otlp_topic: str = "otlp_spans"

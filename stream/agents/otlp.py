@@ -37,7 +37,7 @@ from ..otlp.assembler import TraceAssembler, Whole
 from ..otlp.events import AssemblyEvent, progress, spans_events, tick
 from ..otlp.spans import Span, decode, trace_document
 from ..settings import Settings
-from ..threads.sources import SourceLog
+from ..threads.sources import SourceLog, source_name
 from .forward import register_forwarder
 from .threads import read_positions
 
@@ -74,6 +74,7 @@ def register_otlp_agents(
         max_spans=settings.otlp_max_spans,
         max_bytes=settings.otlp_max_bytes,
         retention_s=settings.otlp_retention_s,
+        unheard_wait_s=settings.unheard_source_wait_s,
     )
     observer.watch_otlp(assembler.gathering, lambda: assembler.clock_lag(time.time()))
     publisher = Publisher(app)
@@ -85,10 +86,17 @@ def register_otlp_agents(
     def owned() -> set[int]:
         return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == assembly_name}
 
+    def expect_spans_partitions() -> None:
+        """Tell the assembler the spans topic's partitions (from the consumer's metadata)."""
+        count = app.consumer.topic_partitions(spans_name)
+        if count:
+            assembler.expect(source_name(spans_name, p) for p in range(count))
+
     @table.on_recover
     async def rebuild_index() -> None:
         partitions = owned()
-        count = assembler.rebuild(partitions)
+        expect_spans_partitions()
+        count = assembler.rebuild(partitions, time.time())
         log.info("traces being gathered from spans: %d in partitions %s", count, sorted(partitions))
 
     def convert(message: Message) -> tuple[list[Send], datetime | None]:
@@ -165,6 +173,7 @@ def register_otlp_agents(
         """How far this worker has read its spans partitions, into every assembly partition;
         then the wall clock, into every assembly partition this worker owns."""
         now = time.time()
+        expect_spans_partitions()
         positions = read_positions(app, sources, {spans_name}, now)
         if positions:
             read = {source: position[1] for source, position in positions.items()}
@@ -175,15 +184,26 @@ def register_otlp_agents(
     said = [0.0]
 
     def report_backlog(now: float) -> None:
-        """Say (once a minute at most) when a spans partition's backlog holds traces back."""
+        """Say (once a minute at most) when a spans partition's backlog holds traces back,
+        or traces wait for a report on a spans partition after a recovery."""
+        if now - said[0] <= 60:
+            return
+        if unheard := assembler.unheard(now):
+            if now - (assembler.unheard_until - assembler.unheard_wait_s) > BACKLOG_SAID_AFTER_S:
+                said[0] = now
+                log.info("traces from spans wait for a report on %s", ", ".join(unheard))
+            return
         slowest = assembler.slowest()
-        if slowest and now - slowest[1] > BACKLOG_SAID_AFTER_S and now - said[0] > 60:
+        if slowest and now - slowest[1] > BACKLOG_SAID_AFTER_S:
             said[0] = now
             source, read = slowest
-            log.info(
-                "traces from spans wait for %s: read up to %.0f s ago (a backlog)",
-                source,
-                now - read,
-            )
+            if read <= 0.0:
+                log.info("traces from spans wait for %s: not read yet (a backlog)", source)
+            else:
+                log.info(
+                    "traces from spans wait for %s: read up to %.0f s ago (a backlog)",
+                    source,
+                    now - read,
+                )
 
     return assembler

@@ -147,6 +147,7 @@ def register_thread_agent(
         ),
         retention_s=settings.thread_retention_s,
         sessions_topic=settings.sessions_topic,
+        unheard_wait_s=settings.unheard_source_wait_s,
         observer=observer,
     )
     observer.watch_threads(processor.open_threads, processor.pending_closes)

@@ -17,8 +17,11 @@ the wall clock held back by how far the spans topic has been read: every worker 
 for each spans partition it reads, the Kafka time it has read up to (the present when it
 is caught up), and the clock is the least of those. So a restart's backlog, or a replay
 of the spans topic, assembles each trace from all of its spans, as live did: a late child
-still unread in some partition's backlog holds its trace back. Sources no worker has
-reported on count as read.
+still unread in some partition's backlog holds its trace back. After a recovery (a worker
+taking assembly partitions), the clock waits until every partition of the spans topic
+(``expect``) has been reported on, for ``unheard_wait_s`` at most: in a rebalance a spans
+partition may have no owner yet, and its backlog may hold the rest of a trace. Past the
+wait, a partition no worker reports on counts as read.
 
 Spans are deduplicated by span id (a redelivered batch changes nothing) and bounded per
 trace, in count (``max_spans``) and bytes (``max_bytes``: a span that does not fit loses
@@ -31,6 +34,9 @@ and dropped, rather than starting a second, partial copy of the trace.
 from __future__ import annotations
 
 import heapq
+import logging
+import math
+import time
 from collections import Counter
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -39,6 +45,8 @@ from typing import Any
 import orjson
 
 from .spans import Span
+
+log = logging.getLogger(__name__)
 
 CUT_ABOVE = 1024  # attribute values longer than this go first when a span does not fit
 
@@ -98,8 +106,10 @@ class TraceAssembler:
         max_spans: int = 1000,
         max_bytes: int = 256_000,
         retention_s: float = 600.0,
+        unheard_wait_s: float = 300.0,
     ) -> None:
         self.table = table
+        self.unheard_wait_s = unheard_wait_s
         self.grace_s = grace_s
         self.max_wait_s = max_wait_s
         self.max_spans = max_spans
@@ -110,9 +120,18 @@ class TraceAssembler:
         self._handed_out: set[bytes] = set()  # whole, not yet published
         # spans source (topic:partition) -> (Kafka time read up to, when that was reported)
         self.read: dict[str, tuple[float, float]] = {}
+        self.expected: set[str] = set()  # every spans source (topic:partition)
+        self.unheard_until = -math.inf  # the clock waits for reports on them until then
 
-    def rebuild(self, partitions: Iterable[int]) -> int:
-        """Index the traces of ``partitions`` (after a recovery); returns how many."""
+    def expect(self, sources: Iterable[str]) -> None:
+        """The spans topic's partitions are ``sources`` (topic:partition)."""
+        self.expected = set(sources)
+
+    def rebuild(self, partitions: Iterable[int], now: float | None = None) -> int:
+        """Index the traces of ``partitions`` (after a recovery at wall-clock ``now``);
+        returns how many. Until ``unheard_wait_s`` after ``now`` the clock waits for a report
+        on every expected source."""
+        self.unheard_until = (time.time() if now is None else now) + self.unheard_wait_s
         self._due = {p: [] for p in partitions}
         self._handed_out = set()
         count = 0
@@ -129,14 +148,36 @@ class TraceAssembler:
             if reported >= self.read.get(source, (0.0, 0.0))[1]:
                 self.read[source] = (read, reported)
 
+    def unheard(self, now: float) -> list[str]:
+        """The expected sources not reported on since a recovery, while the clock waits for
+        them (none once the wait is over: said once in the log)."""
+        if self.unheard_until == -math.inf:
+            return []
+        missing = sorted(self.expected - self.read.keys())
+        if now < self.unheard_until or not missing:
+            return missing
+        log.warning(
+            "no worker reported on %s within %.0f s of taking over span-assembly partitions: "
+            "counted as read (is a worker of the group reading it?)",
+            ", ".join(missing),
+            self.unheard_wait_s,
+        )
+        self.unheard_until = -math.inf
+        return []
+
     def clock(self, now: float) -> float:
-        """``now``, held back by the least read spans source."""
+        """``now``, held back by the least read spans source; nothing (-inf) while a source
+        is not reported on since a recovery."""
+        if self.unheard(now):
+            return -math.inf
         slowest = self.slowest()
         return min(now, slowest[1]) if slowest else now
 
     def clock_lag(self, now: float) -> float:
-        """Seconds the clock is behind ``now`` (0 when every source is caught up)."""
-        return now - self.clock(now)
+        """Seconds the clock is behind ``now`` (0 when every source is caught up), over the
+        sources reported on (one waited for after a recovery is in ``unheard``)."""
+        slowest = self.slowest()
+        return now - min(now, slowest[1]) if slowest else 0.0
 
     def slowest(self) -> tuple[str, float] | None:
         """The least read spans source and the Kafka time it is read up to."""

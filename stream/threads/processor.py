@@ -31,7 +31,9 @@ per partition so that neither a tick nor an event scans every thread:
     with turns in it;
   - a thread past its wall-clock deadline waits while one of its sources is read only up
     to a point before it (a backlog after a restart, a trace agent held up by the judge):
-    its next turn may be in there;
+    its next turn may be in there. After a recovery, a source no report has named yet is
+    taken as unread (in a rebalance its new owner may not have it yet) for
+    ``unheard_wait_s``, then as read (no worker of the group reads it: said in the log);
   - an event whose own time (Kafka time, or its source's event time) is the gap or more
     after its thread's last activity closes the thread first, as live, and then reopens it;
   - a comparison pair's sources are every source of traces, not only its first trace's:
@@ -48,6 +50,7 @@ where the previous owner would have, and scores the closes it left pending.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import sys
 import time
@@ -75,6 +78,8 @@ from .state import (
     new_thread,
     next_held,
 )
+
+log = logging.getLogger(__name__)
 
 EVERY_TRACE_SOURCE = "*"  # in a pair's sources: every source of traces (see _sources_of)
 EVERY_PARTITION = ":*"  # a spread thread's sources: "<topic>:*", every partition of the topic
@@ -116,6 +121,10 @@ class PartitionIndex:
     spread_at: dict[bytes, float] = field(default_factory=dict)
     held_due: dict[str, list[tuple[float, bytes]]] = field(default_factory=dict)
     held_at: dict[bytes, float] = field(default_factory=dict)
+    # a partition taken over (a recovery): until this wall-clock time a source no report has
+    # named since is taken as unread (its owner may not have it yet, in a rebalance, and its
+    # backlog may hold a thread's next turn); after it, as read (no worker reads it)
+    unheard_until: float = -math.inf
 
     def advance(self, source: str, event_time: float) -> None:
         if event_time > self.progress.get(source, 0.0):
@@ -190,10 +199,11 @@ class PartitionIndex:
     def slowest(self, sources: Iterable[str]) -> str:
         return min(sources, key=lambda s: self.progress.get(s, 0.0))
 
-    def unread(self, sources: Iterable[str], deadline: float) -> str | None:
-        """The source of ``sources`` read least far, if it is not read up to ``deadline``
-        (a source no worker has reported on counts as read)."""
-        behind = [(self.read[s], s) for s in sources if self.read.get(s, deadline) < deadline]
+    def unread(self, sources: Iterable[str], deadline: float, now: float) -> str | None:
+        """The source of ``sources`` read least far, if it is not read up to ``deadline``.
+        A source no report has named counts as unread until ``unheard_until``, then as read."""
+        unheard = 0.0 if now < self.unheard_until else deadline
+        behind = [(r, s) for s in sources if (r := self.read.get(s, unheard)) < deadline]
         return min(behind)[1] if behind else None
 
 
@@ -208,10 +218,12 @@ class ThreadProcessor:
         limits: ThreadLimits,
         retention_s: float,
         sessions_topic: str | None = None,
+        unheard_wait_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         observer: Observer | None = None,
     ) -> None:
         self.table = table
+        self.unheard_wait_s = unheard_wait_s
         self.gaps = gaps
         self.limits = limits
         self.retention_s = retention_s
@@ -237,6 +249,9 @@ class ThreadProcessor:
         ``published`` events of closes the previous owner finished are seen first.
         """
         self.partitions = {p: self._new_index() for p in partitions}
+        unheard_until = self.clock() + self.unheard_wait_s
+        for taken in self.partitions.values():
+            taken.unheard_until = unheard_until
         entries = []
         for key, raw in self.table.items():
             state = IndexEntry.from_bytes(raw)
@@ -621,6 +636,8 @@ class ThreadProcessor:
 
     def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         closes = self._close_idle(index, index.wall, now, now)
+        if now >= index.unheard_until > -math.inf:
+            closes.extend(self._give_up_unheard(index, now))
         self._compact(index, now)
         if index.resume:
             resume, index.resume = index.resume, set()
@@ -629,6 +646,23 @@ class ThreadProcessor:
                 closes.extend(
                     self._as_close(state, p) for p in state.pending if p.close_seq == close_seq
                 )
+        return closes
+
+    def _give_up_unheard(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
+        """The wait for reports after a recovery is over: the threads that waited for a source
+        no report has named since close (as if it were read), and it is said in the log."""
+        index.unheard_until = -math.inf
+        unheard = sorted(s for s in index.waiting if s not in index.read)
+        if unheard:
+            log.warning(
+                "no worker reported on %s within %.0f s of taking over thread partitions: "
+                "counted as read (is a worker of the group reading it?)",
+                ", ".join(unheard),
+                self.unheard_wait_s,
+            )
+        closes = []
+        for source in unheard:
+            closes.extend(self._close_idle(index, index.waiting[source], now, now))
         return closes
 
     def _release(self, index: PartitionIndex, source: str, now: float) -> list[ThreadClose]:
@@ -644,7 +678,7 @@ class ThreadProcessor:
         or waits for the source of its that is not read past the deadline yet."""
         closes = []
         for deadline, key, sources in self._due(index, heap, 0, bound):
-            if (behind := index.unread(self._resolve(index, sources), deadline)) is not None:
+            if (behind := index.unread(self._resolve(index, sources), deadline, now)) is not None:
                 heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
                 continue
             state = ThreadState.from_bytes(self.table[key])

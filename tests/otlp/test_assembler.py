@@ -163,6 +163,45 @@ def test_a_backlog_holds_a_trace_until_every_spans_partition_is_read_past_it() -
     assert sorted(s.span_id for s in whole.spans) == ["c1", "c2", "r"]
 
 
+def test_after_a_recovery_a_trace_waits_for_a_report_on_every_spans_partition() -> None:
+    """A worker that has just taken the assembly partition has heard only of otlp_spans:0:
+    otlp_spans:1 may have no owner yet (a rebalance), and a child of the trace may wait in its
+    backlog (the chaos run's traces published with one span, scored "skipped")."""
+    table: dict[bytes, bytes] = {}
+    before = TraceAssembler(table, grace_s=5.0)
+    add(before, NOW, span("r"))
+    after = TraceAssembler(table, grace_s=5.0)
+    after.expect(["otlp_spans:0", "otlp_spans:1"])
+    assert after.rebuild([0], now=NOW + 10) == 1
+    after.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    assert ready(after, NOW + 20) == [] and after.unheard(NOW + 20) == ["otlp_spans:1"]
+    assert after.clock_lag(NOW + 20) == 0.0  # of the sources heard of
+    add(after, NOW + 2, span("c1", "r"))  # out of otlp_spans:1's backlog
+    after.progress({"otlp_spans:1": NOW + 21}, reported=NOW + 21)
+    (whole,) = ready(after, NOW + 21)
+    assert sorted(s.span_id for s in whole.spans) == ["c1", "r"]
+
+
+def test_a_spans_partition_never_reported_on_counts_as_read_after_the_wait(caplog) -> None:
+    table: dict[bytes, bytes] = {}
+    TraceAssembler(table, grace_s=5.0).add(0, TRACE, [span("r").stored()], NOW)
+    after = TraceAssembler(table, grace_s=5.0, unheard_wait_s=60.0)
+    after.expect(["otlp_spans:0", "otlp_spans:1"])
+    after.rebuild([0], now=NOW + 10)
+    after.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    assert ready(after, NOW + 69) == []
+    (whole,) = ready(after, NOW + 70)
+    assert whole.trace_id == TRACE
+    assert "no worker reported on otlp_spans:1 within 60 s" in caplog.text
+
+
+def test_without_a_recovery_no_report_is_waited_for() -> None:
+    assembler = TraceAssembler({}, grace_s=5.0)
+    assembler.expect(["otlp_spans:0", "otlp_spans:1"])
+    add(assembler, NOW, span("r"))
+    assert [w.trace_id for w in ready(assembler, NOW + 5)] == [TRACE]
+
+
 def test_an_older_report_does_not_move_a_source_back() -> None:
     assembler = TraceAssembler({})
     assembler.progress({"otlp_spans:0": NOW + 50}, reported=NOW + 50)

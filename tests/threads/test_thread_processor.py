@@ -196,6 +196,49 @@ def test_a_thread_that_waited_for_its_source_closes_when_the_source_is_read_past
     assert closes_of(closes) == [("a", 1, "inactivity")]
 
 
+def test_after_a_recovery_a_source_not_reported_on_yet_holds_its_threads() -> None:
+    """A new owner of the partition (a rebalance) has heard nothing of traces:0 yet: its owner
+    may not have it either, and its backlog may hold the thread's next turn. The thread waits
+    past its wall-clock deadline until a report says the source is read past it; a turn
+    read in between joins it (the chaos run's early closes: closed 1 s after a recovery)."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, sourced(chat("a", 0, arrival=WALL - GAP), "traces:0"))
+    after = processor(table)
+    assert after.rebuild([0]) == 1
+    assert after.apply(0, tick(WALL + 1)) == [] and after.open_threads() == 1
+    assert after.apply(0, moved(WALL + 2, traces_0=(0.0, WALL - GAP + 100))) == []  # a backlog
+    after.apply(0, sourced(chat("a", 1, arrival=WALL - GAP + 200), "traces:0"))  # out of it
+    assert after.apply(0, moved(WALL + 3, traces_0=(0.0, WALL + 3))) == []  # caught up
+    assert after.apply(0, moved(WALL + 200, traces_0=(0.0, WALL + 200))) == []
+    (close,) = after.apply(0, tick(WALL + 200))  # a1 came at WALL - GAP + 200
+    assert (close.pending.reason, turns(close)) == ("inactivity", 2)
+
+
+def test_after_a_recovery_a_source_never_reported_on_counts_as_read_after_the_wait() -> None:
+    """No worker reads traces:0 any more (no report names it): its threads close once the
+    wait for reports is over, not never; a source a report named before is not waited for."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, sourced(chat("a", 0, arrival=WALL - GAP), "traces:0"))
+    before.apply(0, sourced(chat("b", 0, arrival=WALL - GAP), "traces:1"))
+    after = processor(table)
+    after.unheard_wait_s = 60.0
+    assert after.rebuild([0]) == 2
+    assert after.apply(0, moved(WALL + 1, traces_1=(0.0, WALL + 1))) == []
+    assert closes_of(after.apply(0, tick(WALL + 2))) == [("b", 1, "inactivity")]
+    assert after.apply(0, tick(WALL + 59)) == [] and after.open_threads() == 1
+    assert closes_of(after.apply(0, tick(WALL + 60))) == [("a", 1, "inactivity")]
+
+
+def test_a_processor_that_never_recovered_waits_for_no_report() -> None:
+    """Without a recovery (a worker's first events on a partition it has always had) there is
+    no one to hear from first: a source never reported on counts as read."""
+    p = processor()
+    p.apply(0, sourced(chat("a", 0, arrival=WALL), "traces:0"))
+    assert closes_of(p.apply(0, tick(WALL + GAP))) == [("a", 1, "inactivity")]
+
+
 def test_a_turn_read_late_from_a_backlog_closes_its_thread_first() -> None:
     """Its Kafka time is more than the gap after the thread's last turn: live, the thread
     closed in between, so it closes before the turn is folded, and the turn reopens it."""
