@@ -186,10 +186,10 @@ def register_otlp_agents(
     def report_backlog(now: float) -> None:
         """Say (once a minute at most) when a spans partition's backlog holds traces back,
         or traces wait for a report on a spans partition after a recovery."""
-        if now - said[0] <= 60:
+        if now - said[0] <= 60 or not owned():
             return
         if unheard := assembler.unheard(now):
-            if now - (assembler.unheard_until - assembler.unheard_wait_s) > BACKLOG_SAID_AFTER_S:
+            if now - assembler.waited_since() > BACKLOG_SAID_AFTER_S:
                 said[0] = now
                 log.info("traces from spans wait for a report on %s", ", ".join(unheard))
             return

@@ -23,7 +23,7 @@ from typing import cast
 
 import faust
 from faust.transport.consumer import Consumer
-from faust.types import StreamT
+from faust.types import TP, StreamT
 
 from ..app import Topics, raw_table
 from ..delivery.dead_letter import DeadLetters
@@ -101,11 +101,21 @@ def pair_outputs(topics: Topics, result: TraceResult, close: ThreadClose) -> lis
 def read_positions(
     app: faust.App, sources: SourceLog, topics: set[str], now: float
 ) -> dict[str, Position]:
-    """How far this worker has read each partition of ``topics`` it owns (``SourceLog``)."""
+    """How far this worker has read each partition of ``topics`` it owns (``SourceLog``).
+
+    A partition paused (Faust pauses every one while its tables recover after a rebalance)
+    is not fetched: the high watermark of its last fetch says nothing of what has arrived
+    since, so it is not reported caught up, only read up to its last message."""
     consumer = cast(Consumer, app.consumer)  # Faust's, with its record of committed offsets
     committed = consumer._committed_offset
+    paused = consumer._paused_partitions
+    fetching = not app.rebalancing
+
+    def highwater(tp: TP) -> int | None:
+        return consumer.highwater(tp) if fetching and tp not in paused else None
+
     assigned = {
-        source_name(tp.topic, tp.partition): (consumer.highwater(tp), committed.get(tp))
+        source_name(tp.topic, tp.partition): (highwater(tp), committed.get(tp))
         for tp in app.assignor.assigned_actives()
         if tp.topic in topics
     }
@@ -163,10 +173,18 @@ def register_thread_agent(
     def owned() -> set[int]:
         return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == events_topic}
 
+    source_topics = {*topics.traces.topics, *topics.sessions.topics}
+
+    def expect_source_partitions() -> None:
+        """Tell the processor the source topics' partitions (from the consumer's metadata)."""
+        counts = {topic: app.consumer.topic_partitions(topic) for topic in source_topics}
+        processor.expect({topic: count for topic, count in counts.items() if count})
+
     @table.on_recover
     async def rebuild_index() -> None:
         started = time.perf_counter()
         partitions = owned()
+        expect_source_partitions()
         count = processor.rebuild(partitions)
         log.info(
             "thread index rebuilt: %d threads in partitions %s (%.2fs)",
@@ -232,7 +250,6 @@ def register_thread_agent(
             for task in list(in_flight.values()):
                 task.cancel()
 
-    source_topics = {*topics.traces.topics, *topics.sessions.topics}
     all_partitions = range(topics.thread_events.partitions or settings.topic_partitions)
 
     @app.timer(settings.thread_tick_s)
@@ -240,6 +257,7 @@ def register_thread_agent(
         """How far this worker has read its sources, into every partition; then the wall
         clock, into every partition this worker owns (each behind what is queued)."""
         now = time.time()
+        expect_source_partitions()
         if sources is not None and (positions := read_positions(app, sources, source_topics, now)):
             await publisher.to_partitions(events_topic, progress(now, positions), all_partitions)
         await publisher.to_partitions(events_topic, tick(now), sorted(owned()))

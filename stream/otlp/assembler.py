@@ -121,6 +121,7 @@ class TraceAssembler:
         # spans source (topic:partition) -> (Kafka time read up to, when that was reported)
         self.read: dict[str, tuple[float, float]] = {}
         self.expected: set[str] = set()  # every spans source (topic:partition)
+        self.heard: set[str] = set()  # the sources reported on since the last recovery
         self.unheard_until = -math.inf  # the clock waits for reports on them until then
 
     def expect(self, sources: Iterable[str]) -> None:
@@ -130,9 +131,12 @@ class TraceAssembler:
     def rebuild(self, partitions: Iterable[int], now: float | None = None) -> int:
         """Index the traces of ``partitions`` (after a recovery at wall-clock ``now``);
         returns how many. Until ``unheard_wait_s`` after ``now`` the clock waits for a report
-        on every expected source."""
-        self.unheard_until = (time.time() if now is None else now) + self.unheard_wait_s
+        on every expected source (none when no partition is owned: no trace to hold)."""
         self._due = {p: [] for p in partitions}
+        self.heard = set()
+        self.unheard_until = -math.inf
+        if self._due:
+            self.unheard_until = (time.time() if now is None else now) + self.unheard_wait_s
         self._handed_out = set()
         count = 0
         for key, raw in self.table.items():
@@ -145,25 +149,35 @@ class TraceAssembler:
     def progress(self, positions: dict[str, float], reported: float) -> None:
         """A worker has read each spans source in ``positions`` up to that Kafka time."""
         for source, read in positions.items():
+            self.heard.add(source)
             if reported >= self.read.get(source, (0.0, 0.0))[1]:
                 self.read[source] = (read, reported)
 
     def unheard(self, now: float) -> list[str]:
-        """The expected sources not reported on since a recovery, while the clock waits for
-        them (none once the wait is over: said once in the log)."""
+        """The expected sources not reported on since the last recovery, while the clock
+        waits for them. The wait ends once every one is heard of, or at ``unheard_until``:
+        those still silent then count as read (said once in the log; what an earlier report
+        said of them is forgotten)."""
         if self.unheard_until == -math.inf:
             return []
-        missing = sorted(self.expected - self.read.keys())
-        if now < self.unheard_until or not missing:
+        missing = sorted(self.expected - self.heard)
+        if missing and now < self.unheard_until:
             return missing
-        log.warning(
-            "no worker reported on %s within %.0f s of taking over span-assembly partitions: "
-            "counted as read (is a worker of the group reading it?)",
-            ", ".join(missing),
-            self.unheard_wait_s,
-        )
         self.unheard_until = -math.inf
+        if missing:
+            log.warning(
+                "no worker reported on %s within %.0f s of a recovery of span-assembly "
+                "partitions: counted as read (is a worker of the group reading it?)",
+                ", ".join(missing),
+                self.unheard_wait_s,
+            )
+            for source in missing:
+                self.read.pop(source, None)
         return []
+
+    def waited_since(self) -> float:
+        """When the current wait for reports began (the recovery)."""
+        return self.unheard_until - self.unheard_wait_s
 
     def clock(self, now: float) -> float:
         """``now``, held back by the least read spans source; nothing (-inf) while a source
@@ -174,10 +188,15 @@ class TraceAssembler:
         return min(now, slowest[1]) if slowest else now
 
     def clock_lag(self, now: float) -> float:
-        """Seconds the clock is behind ``now`` (0 when every source is caught up), over the
-        sources reported on (one waited for after a recovery is in ``unheard``)."""
-        slowest = self.slowest()
-        return now - min(now, slowest[1]) if slowest else 0.0
+        """Seconds the clock is behind ``now`` (0 when every source is caught up): while it
+        waits for reports after a recovery, the time since the recovery; a source reported
+        not read yet (a backlog of unknown age) counts from when that was reported."""
+        if self.unheard(now):
+            return max(0.0, now - self.waited_since())
+        if not self.read:
+            return 0.0
+        behind = min(read if read > 0 else reported for read, reported in self.read.values())
+        return max(0.0, now - behind)
 
     def slowest(self) -> tuple[str, float] | None:
         """The least read spans source and the Kafka time it is read up to."""

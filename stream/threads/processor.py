@@ -199,10 +199,11 @@ class PartitionIndex:
     def slowest(self, sources: Iterable[str]) -> str:
         return min(sources, key=lambda s: self.progress.get(s, 0.0))
 
-    def unread(self, sources: Iterable[str], deadline: float, now: float) -> str | None:
+    def unread(self, sources: Iterable[str], deadline: float) -> str | None:
         """The source of ``sources`` read least far, if it is not read up to ``deadline``.
-        A source no report has named counts as unread until ``unheard_until``, then as read."""
-        unheard = 0.0 if now < self.unheard_until else deadline
+        A source no report has named counts as unread while the partition waits for reports
+        after a recovery (``unheard_until``, ended by a tick), then as read."""
+        unheard = 0.0 if self.unheard_until > -math.inf else deadline
         behind = [(r, s) for s in sources if (r := self.read.get(s, unheard)) < deadline]
         return min(behind)[1] if behind else None
 
@@ -235,6 +236,12 @@ class ThreadProcessor:
         # report named them): the same for every partition, and still true after a recovery
         self.topics: dict[str, int] = {}
         self.named: set[str] = set()
+
+    def expect(self, partitions: dict[str, int]) -> None:
+        """The source topics have ``partitions`` each (the consumer's metadata): a pair or a
+        spread thread waits for every one of them, not only those a report has named."""
+        for topic, count in partitions.items():
+            self.topics[topic] = max(self.topics.get(topic, 0), count)
 
     def _new_index(self) -> PartitionIndex:
         return PartitionIndex(partitions=self.topics, named=self.named)
@@ -635,9 +642,10 @@ class ThreadProcessor:
                 yield deadline, key, entry[2]
 
     def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
-        closes = self._close_idle(index, index.wall, now, now)
+        closes = []
         if now >= index.unheard_until > -math.inf:
             closes.extend(self._give_up_unheard(index, now))
+        closes.extend(self._close_idle(index, index.wall, now, now))
         self._compact(index, now)
         if index.resume:
             resume, index.resume = index.resume, set()
@@ -675,11 +683,13 @@ class ThreadProcessor:
         self, index: PartitionIndex, heap: list[tuple[float, bytes]], bound: float, now: float
     ) -> list[ThreadClose]:
         """The threads in ``heap`` whose wall-clock deadline is past ``bound``: each closes,
-        or waits for the source of its that is not read past the deadline yet."""
+        or waits for the source of its that is not read past the deadline yet (queued once
+        ``heap`` is done with: it may be that source's own heap)."""
         closes = []
+        deferred: list[tuple[str, float, bytes]] = []
         for deadline, key, sources in self._due(index, heap, 0, bound):
-            if (behind := index.unread(self._resolve(index, sources), deadline, now)) is not None:
-                heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
+            if (behind := index.unread(self._resolve(index, sources), deadline)) is not None:
+                deferred.append((behind, deadline, key))
                 continue
             state = ThreadState.from_bytes(self.table[key])
             held = bool(state.held)
@@ -693,6 +703,8 @@ class ThreadProcessor:
                 closes.append(self._close(state, reason, closed_at=now))
             if held or reason is not None:
                 self._store(index, key, state)
+        for behind, deadline, key in deferred:
+            heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
         return closes
 
     def _close_by_event_time(self, index: PartitionIndex, source: str) -> list[ThreadClose]:
@@ -765,7 +777,12 @@ class ThreadProcessor:
         if not sources:
             return sources
         if sources[0] == EVERY_TRACE_SOURCE:
-            heard = {*index.progress, *index.read, *sources[1:]}
+            known = (
+                source_name(topic, number)
+                for topic, count in index.partitions.items()
+                for number in range(count)
+            )
+            heard = {*index.progress, *index.read, *known, *sources[1:]}
             return tuple(sorted(s for s in heard if source_topic(s) != self.sessions_topic))
         if not sources[0].endswith(EVERY_PARTITION):
             return sources

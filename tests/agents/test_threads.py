@@ -42,3 +42,37 @@ async def test_a_thread_event_that_fails_is_dead_lettered_and_the_next_is_folded
     assert failed["scorer.error"] == "folding the thread event failed: KeyError: 'conversation/t-1'"
     assert counted(metrics, "scorer_thread_events_total", type="failed") == 2
     assert counted(metrics, "scorer_dlq_messages_total", reason="engine_error") == 1
+
+
+async def test_a_paused_partition_is_not_reported_caught_up(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Faust pauses every partition while its tables recover after a rebalance: no fetch, so
+    the high watermark of the last one says nothing of what arrived since. Such a partition
+    is reported read up to its last message (or not read yet), never up to now."""
+    from faust.types import TP
+
+    from stream.agents.threads import read_positions
+    from stream.threads.sources import SourceLog
+
+    app = worker[0]
+    owned = [TP("llm-traces", 0), TP("llm-traces", 1)]
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: set(owned))
+    consumer = app.consumer
+    monkeypatch.setattr(consumer, "highwater", lambda tp: 10)  # both read to the end
+    monkeypatch.setattr(consumer, "_committed_offset", {tp: 10 for tp in owned})
+    sources = SourceLog()
+    sources.read("llm-traces:0", 9, 100.0, None)
+    now = 1000.0
+    assert read_positions(app, sources, {"llm-traces"}, now) == {
+        "llm-traces:0": (0.0, now),
+        "llm-traces:1": (0.0, now),
+    }
+    monkeypatch.setattr(consumer, "_paused_partitions", set(owned))
+    assert read_positions(app, sources, {"llm-traces"}, now) == {
+        "llm-traces:0": (0.0, 100.0),  # its last message
+        "llm-traces:1": (0.0, 0.0),  # nothing read: a backlog of unknown age
+    }
+    monkeypatch.setattr(consumer, "_paused_partitions", set())
+    monkeypatch.setattr(app, "rebalancing", True)
+    assert read_positions(app, sources, {"llm-traces"}, now)["llm-traces:0"] == (0.0, 100.0)

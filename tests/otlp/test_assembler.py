@@ -175,7 +175,7 @@ def test_after_a_recovery_a_trace_waits_for_a_report_on_every_spans_partition() 
     assert after.rebuild([0], now=NOW + 10) == 1
     after.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
     assert ready(after, NOW + 20) == [] and after.unheard(NOW + 20) == ["otlp_spans:1"]
-    assert after.clock_lag(NOW + 20) == 0.0  # of the sources heard of
+    assert after.clock_lag(NOW + 20) == 10.0  # waiting since the recovery
     add(after, NOW + 2, span("c1", "r"))  # out of otlp_spans:1's backlog
     after.progress({"otlp_spans:1": NOW + 21}, reported=NOW + 21)
     (whole,) = ready(after, NOW + 21)
@@ -193,6 +193,48 @@ def test_a_spans_partition_never_reported_on_counts_as_read_after_the_wait(caplo
     (whole,) = ready(after, NOW + 70)
     assert whole.trace_id == TRACE
     assert "no worker reported on otlp_spans:1 within 60 s" in caplog.text
+
+
+def test_a_source_heard_of_before_a_recovery_is_waited_for_after_it(caplog) -> None:
+    """What a report said before the recovery may be stale (its owner since gone): the clock
+    waits for a report since; one never sent is forgotten when the wait ends."""
+    assembler = TraceAssembler({}, grace_s=5.0, unheard_wait_s=60.0)
+    assembler.expect(["otlp_spans:0", "otlp_spans:1"])
+    assembler.progress({"otlp_spans:0": NOW, "otlp_spans:1": NOW}, reported=NOW)
+    assembler.rebuild([0], now=NOW + 10)
+    add(assembler, NOW + 11, span("r"))
+    assembler.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    assert assembler.unheard(NOW + 20) == ["otlp_spans:1"] and ready(assembler, NOW + 20) == []
+    assert [w.trace_id for w in ready(assembler, NOW + 70)] == [TRACE]
+    assert "no worker reported on otlp_spans:1" in caplog.text
+    assert assembler.clock(NOW + 70) == NOW + 20  # otlp_spans:0's report; 1's forgotten
+
+
+def test_a_worker_without_assembly_partitions_waits_for_nothing(caplog) -> None:
+    assembler = TraceAssembler({}, unheard_wait_s=60.0)
+    assembler.expect(["otlp_spans:0", "otlp_spans:1"])
+    assembler.rebuild([], now=NOW)
+    assert assembler.unheard(NOW + 1) == [] and assembler.unheard(NOW + 61) == []
+    assert "no worker reported" not in caplog.text
+
+
+def test_the_wait_ends_once_every_source_is_heard_of() -> None:
+    assembler = TraceAssembler({}, unheard_wait_s=60.0)
+    assembler.expect(["otlp_spans:0"])
+    assembler.rebuild([0], now=NOW)
+    assembler.progress({"otlp_spans:0": NOW + 1}, reported=NOW + 1)
+    assert assembler.unheard(NOW + 1) == []
+    assembler.expect(["otlp_spans:0", "otlp_spans:1"])  # the topic grew: no recovery yet
+    assert assembler.unheard(NOW + 2) == [] and assembler.clock(NOW + 2) == NOW + 1
+
+
+def test_a_source_not_read_yet_lags_from_when_that_was_reported() -> None:
+    """A new owner that has read nothing of a partition reports it read up to 0 (a backlog of
+    unknown age): the clock stays put, and the lag counts from the report, not from 1970."""
+    assembler = TraceAssembler({})
+    assembler.progress({"otlp_spans:0": NOW + 50, "otlp_spans:1": 0.0}, reported=NOW + 50)
+    assert assembler.clock(NOW + 60) == 0.0
+    assert assembler.clock_lag(NOW + 60) == 10.0
 
 
 def test_without_a_recovery_no_report_is_waited_for() -> None:

@@ -256,3 +256,23 @@ def test_a_member_over_the_turn_cap_loses_its_spans_then_its_longest_texts() -> 
     assert kept["input"] == document["input"]
     small = trace("t-a", "A")
     assert capped_document(small, 16_000) == (small, 0)
+
+
+def test_after_a_recovery_a_pair_waits_for_every_partition_of_the_traces_topic() -> None:
+    """Its partner may come through any partition of the traces topic. After a recovery the
+    consumer's metadata says llm-traces has 2 partitions: a report on llm-traces:0 alone does
+    not close the pair while llm-traces:1 (no owner yet, in a rebalance) is unheard."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, member("t-a", "A", arrival=WALL - WINDOW))
+    after = processor(table)
+    after.expect({"llm-traces": 2, "coaching-sessions": 2})
+    after.rebuild([0])
+    assert after.apply(0, tick(WALL + 1)) == []
+    progress = ThreadEvent(
+        type="progress", arrival=WALL + 2, positions={"llm-traces:0": (0.0, WALL + 2)}
+    )
+    assert after.apply(0, progress) == []
+    both = {"llm-traces:0": (0.0, WALL + 3), "llm-traces:1": (0.0, WALL + 3)}
+    (close,) = after.apply(0, ThreadEvent(type="progress", arrival=WALL + 3, positions=both))
+    assert (close.thread_id, close.pending.reason) == ("cmp-1", "inactivity")

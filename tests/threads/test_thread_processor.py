@@ -231,6 +231,27 @@ def test_after_a_recovery_a_source_never_reported_on_counts_as_read_after_the_wa
     assert closes_of(after.apply(0, tick(WALL + 60))) == [("a", 1, "inactivity")]
 
 
+def test_after_a_recovery_a_spread_thread_waits_for_partitions_the_table_does_not_name() -> None:
+    """The table names traces:0 and traces:1 only; the consumer's metadata says traces has 4
+    partitions. Reports on the first two do not close the spread threads while traces:2 and
+    traces:3 (no owner yet) are unheard: an earlier turn may be there."""
+    table: dict[bytes, bytes] = {}
+    before = processor(table)
+    before.apply(0, spread(chat("a", 0, arrival=WALL - GAP, at=at(0)), "traces:0"))
+    before.apply(0, spread(chat("b", 0, arrival=WALL - GAP, at=at(0)), "traces:1"))
+    after = processor(table)
+    after.expect({"traces": 4})
+    after.rebuild([0])
+    assert after.apply(0, tick(WALL + 1)) == []
+    read = (at(0).timestamp(), WALL + 2)
+    assert after.apply(0, report(WALL + 2, None, traces_0=read, traces_1=read)) == []
+    assert after.apply(0, tick(WALL + 3)) == [] and after.open_threads() == 2
+    read = (at(0).timestamp(), WALL + 4)
+    closes = after.apply(0, report(WALL + 4, None, traces_2=read, traces_3=read))
+    closes += after.apply(0, tick(WALL + 5))
+    assert sorted(closes_of(closes)) == [("a", 1, "inactivity"), ("b", 1, "inactivity")]
+
+
 def test_a_processor_that_never_recovered_waits_for_no_report() -> None:
     """Without a recovery (a worker's first events on a partition it has always had) there is
     no one to hear from first: a source never reported on counts as read."""
