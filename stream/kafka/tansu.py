@@ -14,18 +14,30 @@ group's first generation there; Kafka starts at 1). aiokafka sends LeaveGroup on
 generation above 0, so the first worker of a group never left: a worker restarted after it
 joined at once, then rejoined when the old member's session timed out (two joins, about
 50 s with the default 30 s session timeout).
+
+And a stopping worker does not leave a group that is rebalancing (``leave_unless_rebalancing``).
+Tansu's coordinator (tansu-broker/src/coordinator/group/administrator.rs at 510f3e2, the
+build shipped: the forming state's ``leave`` removes the member without clearing the group's
+leader, and only the leader's SyncGroup completes a rebalance) keeps a leader that left
+mid-rebalance as the leader for ever: every JoinGroup of the survivors names it, no SyncGroup
+completes, the group consumes nothing (seen as 90-100 s stalls in the chaos runs, and groups
+that never formed again in the hand-over tests). Not reported upstream yet (the project is
+now nisshi-io/nisshi; no issue there names it). A member the broker expires at its session
+timeout has the leader cleared, so a worker that finds the group rebalancing (a Heartbeat
+answered REBALANCE_IN_PROGRESS, or no answer) does not send LeaveGroup and is expired
+instead: its partitions wait one session timeout, where they would otherwise wait for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.group import LeaveGroupRequest
+from aiokafka.protocol.group import HeartbeatRequest, LeaveGroupRequest
 from faust.transport import drivers
 from faust.transport.drivers.aiokafka import (
     AIOKafkaConsumerThread,
@@ -101,6 +113,33 @@ async def leave_generation_zero(coordinator: Any) -> None:
     coordinator.reset_generation()
 
 
+async def group_is_stable(coordinator: Any) -> bool:
+    """A Heartbeat of this member's generation is answered without error: the group is not
+    rebalancing (Tansu answers REBALANCE_IN_PROGRESS while it forms)."""
+    if not coordinator.member_id:
+        return False
+    request = HeartbeatRequest(coordinator.group_id, coordinator.generation, coordinator.member_id)
+    try:
+        response = await coordinator._send_req(request)
+    except KafkaError:
+        return False
+    return bool(response.error_code == 0)
+
+
+async def leave_unless_rebalancing(coordinator: Any, leave: Callable[[], Awaitable[None]]) -> None:
+    """``leave`` the group (aiokafka's LeaveGroup) only while it is stable; else leave it
+    to the broker to expire this member (the module docstring: Tansu's ghost leader)."""
+    if await group_is_stable(coordinator):
+        await leave()
+        return
+    log.warning(
+        "not leaving group %s: it is rebalancing, and the embedded broker would keep this "
+        "member as its leader for ever; the broker expires it at its session timeout instead",
+        coordinator.group_id,
+    )
+    coordinator.reset_generation()
+
+
 class FetchCorrectedConsumerThread(MendedConsumerThread):
     """The consumer thread (mended, ``consumer.py``) with
     ``highwaters`` (used by table recovery) corrected, and a group left at stop whatever its
@@ -119,9 +158,12 @@ class FetchCorrectedConsumerThread(MendedConsumerThread):
         if coordinator is not None and hasattr(coordinator, "_maybe_leave_group"):
             leave = coordinator._maybe_leave_group
 
-            async def maybe_leave_group() -> None:  # aiokafka calls it last in close()
+            async def leave_any_generation() -> None:
                 await leave_generation_zero(coordinator)
                 await leave()
+
+            async def maybe_leave_group() -> None:  # aiokafka calls it last in close()
+                await leave_unless_rebalancing(coordinator, leave_any_generation)
 
             coordinator._maybe_leave_group = maybe_leave_group
         await super().on_thread_stop()
