@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
@@ -49,16 +48,6 @@ async def assigned(consumer: AIOKafkaConsumer, timeout: float) -> bool:
         if consumer.assignment():
             return True
     return False
-
-
-async def group_state(bootstrap: str, group: str) -> str:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        (described,) = await admin.describe_consumer_groups([group])
-        return str(described.groups[0][2])  # (error_code, group_id, state, ...)
-    finally:
-        await admin.close()
 
 
 def mend(consumer: AIOKafkaConsumer) -> None:
@@ -119,7 +108,9 @@ async def test_a_member_of_a_stable_group_leaves_it_at_once(
     await second.start()
     polling = asyncio.create_task(assigned(second, 60))
     assert await assigned(first, 30) and await polling
-    while await group_state(broker.bootstrap, names.group) != "Stable":
+    deadline = time.monotonic() + 30
+    while not await group_is_stable(first._coordinator):
+        assert time.monotonic() < deadline, "the group of two did not settle"
         await asyncio.sleep(0.1)
     with caplog.at_level(logging.INFO):
         await first.stop()
