@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import orjson
@@ -401,15 +402,23 @@ async def test_replay_command_produces_an_opik_export_that_gets_scored(
     assert [s["status"] for s in formats] == ["ok", "ok"]
 
 
-def tansu_processes() -> int:
-    found = subprocess.run(["pgrep", "-fc", "tansu.* broker"], capture_output=True, text=True)
-    return int(found.stdout.strip() or 0)
+def marked_processes(mark: str) -> list[str]:
+    """The command lines of the processes whose environment holds ``mark`` (children of a
+    command run with it: other jobs' brokers and workers on the machine are not counted)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if mark.encode() in (proc / "environ").read_bytes():
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # not a process, gone, or not ours to read
+            continue
+    return found
 
 
 @pytest.mark.parametrize("sample_count", [15])
 def test_demo_command_scores_every_sample(sample_count: int) -> None:
     """The README's run command, as a user runs it; it leaves no process behind."""
-    before = tansu_processes()
+    mark = f"DEMO_TEST_RUN={uuid.uuid4().hex}"
     result = subprocess.run(
         [sys.executable, "-m", "stream.cli", "demo", "--timeout", "90"],
         capture_output=True,
@@ -419,7 +428,8 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
             k: v
             for k, v in __import__("os").environ.items()
             if not k.startswith(("KAFKA_", "OPENAI_", "SCORER_"))
-        },
+        }
+        | dict([mark.split("=")]),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"produced {sample_count} sample traces" in result.stdout
@@ -434,11 +444,13 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
     )
     assert "OPENAI_BASE_URL" in result.stdout  # says how to configure a judge
     assert "metrics: http://127.0.0.1:" in result.stdout
-    assert tansu_processes() == before  # the demo's broker is gone
-    workers_left = subprocess.run(
-        ["pgrep", "-fc", "stream.cli worker"], capture_output=True, text=True
+    assert marked_processes(mark) == []  # the demo's worker is gone
+    bootstrap = re.search(r"\(Tansu\) on (\S+)", result.stdout)
+    assert bootstrap, result.stdout
+    brokers = subprocess.run(
+        ["pgrep", "-f", f"tansu.* broker .*tcp://{bootstrap[1]} "], capture_output=True, text=True
     )
-    assert workers_left.stdout.strip() == "0"
+    assert brokers.stdout == ""  # and its broker (its environment is not passed on)
 
 
 async def test_a_restarted_worker_joins_its_group_once(
