@@ -114,12 +114,28 @@ def read_positions(
     def highwater(tp: TP) -> int | None:
         return consumer.highwater(tp) if fetching and tp not in paused else None
 
+    owned = [tp for tp in app.assignor.assigned_actives() if tp.topic in topics]
     assigned = {
-        source_name(tp.topic, tp.partition): (highwater(tp), committed.get(tp))
-        for tp in app.assignor.assigned_actives()
-        if tp.topic in topics
+        source_name(tp.topic, tp.partition): (highwater(tp), committed.get(tp)) for tp in owned
     }
-    return sources.positions(assigned, now)
+    return sources.positions(assigned, now, last_fetched(consumer, owned))
+
+
+def last_fetched(consumer: Consumer, partitions: list[TP]) -> dict[str, float]:
+    """When aiokafka last had a fetch answered for each partition (epoch seconds), where
+    known: the moment its high watermark is from."""
+    client = getattr(getattr(consumer, "_thread", None), "_consumer", None)
+    if client is None:
+        return {}
+    fetched = {}
+    for tp in partitions:
+        try:
+            stamp = client.last_poll_timestamp(tp)
+        except (AssertionError, AttributeError):  # not assigned to aiokafka (yet), or gone
+            continue
+        if stamp is not None:
+            fetched[source_name(tp.topic, tp.partition)] = stamp / 1000
+    return fetched
 
 
 def inactivity_gap(ruleset: RuleSet, kind: str, settings: Settings) -> float:

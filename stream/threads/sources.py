@@ -74,23 +74,31 @@ class SourceLog:
         self.last[source] = SourceRead(offset, arrival, event_time)
 
     def positions(
-        self, assigned: Mapping[str, tuple[int | None, int | None]], now: float
+        self,
+        assigned: Mapping[str, tuple[int | None, int | None]],
+        now: float,
+        fetched: Mapping[str, float] | None = None,
     ) -> Positions:
         """The position of each source in ``assigned`` (source -> (high watermark of the
         last fetch, committed offset), either unknown as None); sources no longer assigned
-        are forgotten (their new owner speaks for them)."""
+        are forgotten (their new owner speaks for them). A source caught up is read up to
+        when the fetch that gave its high watermark was answered (``fetched``, if known),
+        not up to now: a worker stopped for a while (a pause, a long GC) has not fetched
+        what arrived meanwhile."""
+        fetched = fetched or {}
         for source in set(self.last) - set(assigned):
             del self.last[source]
         positions = Positions(arrived={s: self.last[s].arrival for s in assigned if s in self.last})
         for source, (highwater, committed) in assigned.items():
             last = self.last.get(source)
             event_time = last.event_time if last else 0.0
+            up_to = min(now, fetched.get(source, now))
             if highwater is not None and last is not None and last.offset + 1 >= highwater:
-                read = now  # caught up
+                read = max(up_to, last.arrival)  # caught up
             elif last is not None:
                 read = last.arrival
             elif highwater is not None and (committed or 0) >= highwater:
-                read = now  # nothing to read (an empty partition has nothing committed)
+                read = up_to  # nothing to read (an empty partition has nothing committed)
             else:
                 read = 0.0  # not read yet: a backlog of unknown age
             positions[source] = (event_time, read)

@@ -61,3 +61,16 @@ def test_positions_say_when_each_sources_last_message_arrived_and_progress_carri
     event = ThreadEvent.from_bytes(progress(NOW, positions))
     assert event.positions == {"traces:0": (NOW - 3600, NOW), "traces:1": (0.0, NOW)}
     assert event.arrived == {"traces:0": NOW - 30}
+
+
+def test_a_caught_up_source_is_read_only_up_to_its_last_fetch() -> None:
+    """A worker that was stopped (SIGSTOP, a long pause) and resumes reports before its next
+    fetch: its high watermark is from before the pause, so what arrived since is unread. The
+    source is read up to when that fetch was answered, not up to now."""
+    log = SourceLog()
+    log.read("traces:0", 41, NOW - 30, None)
+    assigned = {"traces:0": (42, 40), "traces:1": (7, 7)}  # traces:1: nothing to read
+    fetched = {"traces:0": NOW - 25, "traces:1": NOW - 20}
+    positions = log.positions(assigned, NOW, fetched)
+    assert positions == {"traces:0": (0.0, NOW - 25), "traces:1": (0.0, NOW - 20)}
+    assert log.positions(assigned, NOW) == {"traces:0": (0.0, NOW), "traces:1": (0.0, NOW)}
