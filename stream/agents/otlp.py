@@ -159,7 +159,7 @@ def register_otlp_agents(
                     for outcome, count in outcomes.items():
                         observer.on_otlp_spans(outcome, count)
                 elif item.type == "progress":
-                    assembler.progress(item.positions, item.arrival)
+                    assembler.progress(partition, item.positions, item.arrival)
                 elif wholes := assembler.due(partition, item.arrival):
                     await publish(wholes)
             except Exception as exc:

@@ -17,11 +17,17 @@ the wall clock held back by how far the spans topic has been read: every worker 
 for each spans partition it reads, the Kafka time it has read up to (the present when it
 is caught up), and the clock is the least of those. So a restart's backlog, or a replay
 of the spans topic, assembles each trace from all of its spans, as live did: a late child
-still unread in some partition's backlog holds its trace back. After a recovery (a worker
-taking assembly partitions), the clock waits until every partition of the spans topic
-(``expect``) has been reported on, for ``unheard_wait_s`` at most: in a rebalance a spans
-partition may have no owner yet, and its backlog may hold the rest of a trace. Past the
-wait, a partition no worker reports on counts as read.
+still unread in some partition's backlog holds its trace back.
+
+A report is written into every assembly partition after the spans it speaks of, so it is
+true of the partition it is read from, at the point it is read: the spans it covers are
+before it there. Read from another partition it may not be (that partition is read further
+ahead, after a recovery most of all), so each assembly partition has its own clock, from
+the reports read from it. After a recovery (a worker taking assembly partitions, each read
+again from its committed offset) a partition's clock waits until every partition of the
+spans topic (``expect``) has been reported on in it, for ``unheard_wait_s`` at most: in a
+rebalance a spans partition may have no owner yet, and its backlog may hold the rest of a
+trace. Past the wait, a partition no worker reports on counts as read.
 
 Spans are deduplicated by span id (a redelivered batch changes nothing) and bounded per
 trace, in count (``max_spans``) and bytes (``max_bytes``: a span that does not fit loses
@@ -118,11 +124,11 @@ class TraceAssembler:
         # per partition: (when to look at the trace again, trace key); stale ones skipped
         self._due: dict[int, list[tuple[float, bytes]]] = {}
         self._handed_out: set[bytes] = set()  # whole, not yet published
+        # per assembly partition, from the reports read from it since the last recovery:
         # spans source (topic:partition) -> (Kafka time read up to, when that was reported)
-        self.read: dict[str, tuple[float, float]] = {}
+        self.read: dict[int, dict[str, tuple[float, float]]] = {}
         self.expected: set[str] = set()  # every spans source (topic:partition)
-        self.heard: set[str] = set()  # the sources reported on since the last recovery
-        self.unheard_until = -math.inf  # the clock waits for reports on them until then
+        self.unheard_until = -math.inf  # the clocks wait for reports on them until then
 
     def expect(self, sources: Iterable[str]) -> None:
         """The spans topic's partitions are ``sources`` (topic:partition)."""
@@ -130,10 +136,11 @@ class TraceAssembler:
 
     def rebuild(self, partitions: Iterable[int], now: float | None = None) -> int:
         """Index the traces of ``partitions`` (after a recovery at wall-clock ``now``);
-        returns how many. Until ``unheard_wait_s`` after ``now`` the clock waits for a report
+        returns how many. Each is read again from its committed offset, so what its reports
+        said is forgotten; until ``unheard_wait_s`` after ``now`` its clock waits for a report
         on every expected source (none when no partition is owned: no trace to hold)."""
         self._due = {p: [] for p in partitions}
-        self.heard = set()
+        self.read = {p: {} for p in partitions}
         self.unheard_until = -math.inf
         if self._due:
             self.unheard_until = (time.time() if now is None else now) + self.unheard_wait_s
@@ -146,21 +153,22 @@ class TraceAssembler:
                 count += 1
         return count
 
-    def progress(self, positions: dict[str, float], reported: float) -> None:
-        """A worker has read each spans source in ``positions`` up to that Kafka time."""
-        for source, read in positions.items():
-            self.heard.add(source)
-            if reported >= self.read.get(source, (0.0, 0.0))[1]:
-                self.read[source] = (read, reported)
+    def progress(self, partition: int, positions: dict[str, float], reported: float) -> None:
+        """A report read from assembly ``partition``: a worker has read each spans source in
+        ``positions`` up to that Kafka time."""
+        read = self.read.setdefault(partition, {})
+        for source, up_to in positions.items():
+            if reported >= read.get(source, (0.0, 0.0))[1]:
+                read[source] = (up_to, reported)
 
     def unheard(self, now: float) -> list[str]:
-        """The expected sources not reported on since the last recovery, while the clock
-        waits for them. The wait ends once every one is heard of, or at ``unheard_until``:
-        those still silent then count as read (said once in the log; what an earlier report
-        said of them is forgotten)."""
+        """The expected sources not reported on, since the last recovery, in some partition
+        this assembler owns, while the clocks wait for them. The wait ends once every one is
+        heard of in every partition, or at ``unheard_until``: those still silent then count
+        as read (said once in the log)."""
         if self.unheard_until == -math.inf:
             return []
-        missing = sorted(self.expected - self.heard)
+        missing = sorted(set().union(*(self._missing(p) for p in self._due)))
         if missing and now < self.unheard_until:
             return missing
         self.unheard_until = -math.inf
@@ -171,20 +179,21 @@ class TraceAssembler:
                 ", ".join(missing),
                 self.unheard_wait_s,
             )
-            for source in missing:
-                self.read.pop(source, None)
         return []
+
+    def _missing(self, partition: int) -> set[str]:
+        return self.expected - set(self.read.get(partition, {}))
 
     def waited_since(self) -> float:
         """When the current wait for reports began (the recovery)."""
         return self.unheard_until - self.unheard_wait_s
 
-    def clock(self, now: float) -> float:
-        """``now``, held back by the least read spans source; nothing (-inf) while a source
-        is not reported on since a recovery."""
-        if self.unheard(now):
+    def clock(self, partition: int, now: float) -> float:
+        """``now``, held back by the least read spans source as reported in ``partition``;
+        nothing (-inf) while a source is not reported on there since a recovery."""
+        if self.unheard(now) and self._missing(partition):
             return -math.inf
-        slowest = self.slowest()
+        slowest = self.slowest(partition)
         return min(now, slowest[1]) if slowest else now
 
     def clock_lag(self, now: float) -> float:
@@ -193,17 +202,22 @@ class TraceAssembler:
         not read yet (a backlog of unknown age) counts from when that was reported."""
         if self.unheard(now):
             return max(0.0, now - self.waited_since())
-        if not self.read:
+        reads = [position for read in self.read.values() for position in read.values()]
+        if not reads:
             return 0.0
-        behind = min(read if read > 0 else reported for read, reported in self.read.values())
+        behind = min(read if read > 0 else reported for read, reported in reads)
         return max(0.0, now - behind)
 
-    def slowest(self) -> tuple[str, float] | None:
-        """The least read spans source and the Kafka time it is read up to."""
-        if not self.read:
-            return None
-        source = min(self.read, key=lambda s: self.read[s][0])
-        return source, self.read[source][0]
+    def slowest(self, partition: int | None = None) -> tuple[str, float] | None:
+        """The least read spans source and the Kafka time it is read up to, as reported in
+        ``partition`` (in any partition: None)."""
+        reads = [
+            (source, position[0])
+            for p, read in self.read.items()
+            if partition is None or p == partition
+            for source, position in read.items()
+        ]
+        return min(reads, key=lambda read: read[1]) if reads else None
 
     def add(
         self, partition: int, trace_id: str, spans: list[dict[str, Any]], arrival: float
@@ -243,7 +257,7 @@ class TraceAssembler:
         heap = self._due.get(partition)
         if not heap:
             return []
-        clock = self.clock(now)
+        clock = self.clock(partition, now)
         wholes = []
         while heap and heap[0][0] <= clock:
             _, key = heapq.heappop(heap)

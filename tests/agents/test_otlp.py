@@ -80,7 +80,7 @@ async def test_an_assembly_event_that_fails_is_dead_lettered_and_the_next_is_app
     assembler = register_otlp_agents(app, topics, settings, metrics)
     applied: list[dict[str, float]] = []
 
-    def apply_progress(positions: dict[str, float], arrival: float) -> None:
+    def apply_progress(partition: int, positions: dict[str, float], arrival: float) -> None:
         if not positions:
             raise KeyError("otlp_spans:0")  # a bug the event meets
         applied.append(positions)

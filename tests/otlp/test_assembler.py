@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -153,12 +154,12 @@ def test_a_backlog_holds_a_trace_until_every_spans_partition_is_read_past_it() -
     add(assembler, NOW, span("r"), span("c1", "r"))
     # partition 1 of the spans topic is read only up to NOW + 3 (a backlog after a restart):
     # a late child of the trace may be there
-    assembler.progress({"otlp_spans:0": NOW + 100, "otlp_spans:1": NOW + 3}, reported=NOW + 100)
+    assembler.progress(0, {"otlp_spans:0": NOW + 100, "otlp_spans:1": NOW + 3}, reported=NOW + 100)
     assert ready(assembler, NOW + 100) == []
     add(assembler, NOW + 4, span("c2", "r"))  # it was
-    assembler.progress({"otlp_spans:1": NOW + 8}, reported=NOW + 101)
+    assembler.progress(0, {"otlp_spans:1": NOW + 8}, reported=NOW + 101)
     assert ready(assembler, NOW + 101) == []  # read up to 8 s: 4 + 5 s of grace not passed
-    assembler.progress({"otlp_spans:1": NOW + 102}, reported=NOW + 102)  # caught up
+    assembler.progress(0, {"otlp_spans:1": NOW + 102}, reported=NOW + 102)  # caught up
     (whole,) = ready(assembler, NOW + 102)
     assert sorted(s.span_id for s in whole.spans) == ["c1", "c2", "r"]
 
@@ -173,11 +174,11 @@ def test_after_a_recovery_a_trace_waits_for_a_report_on_every_spans_partition() 
     after = TraceAssembler(table, grace_s=5.0)
     after.expect(["otlp_spans:0", "otlp_spans:1"])
     assert after.rebuild([0], now=NOW + 10) == 1
-    after.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    after.progress(0, {"otlp_spans:0": NOW + 20}, reported=NOW + 20)
     assert ready(after, NOW + 20) == [] and after.unheard(NOW + 20) == ["otlp_spans:1"]
     assert after.clock_lag(NOW + 20) == 10.0  # waiting since the recovery
     add(after, NOW + 2, span("c1", "r"))  # out of otlp_spans:1's backlog
-    after.progress({"otlp_spans:1": NOW + 21}, reported=NOW + 21)
+    after.progress(0, {"otlp_spans:1": NOW + 21}, reported=NOW + 21)
     (whole,) = ready(after, NOW + 21)
     assert sorted(s.span_id for s in whole.spans) == ["c1", "r"]
 
@@ -188,7 +189,7 @@ def test_a_spans_partition_never_reported_on_counts_as_read_after_the_wait(caplo
     after = TraceAssembler(table, grace_s=5.0, unheard_wait_s=60.0)
     after.expect(["otlp_spans:0", "otlp_spans:1"])
     after.rebuild([0], now=NOW + 10)
-    after.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    after.progress(0, {"otlp_spans:0": NOW + 20}, reported=NOW + 20)
     assert ready(after, NOW + 69) == []
     (whole,) = ready(after, NOW + 70)
     assert whole.trace_id == TRACE
@@ -200,14 +201,14 @@ def test_a_source_heard_of_before_a_recovery_is_waited_for_after_it(caplog) -> N
     waits for a report since; one never sent is forgotten when the wait ends."""
     assembler = TraceAssembler({}, grace_s=5.0, unheard_wait_s=60.0)
     assembler.expect(["otlp_spans:0", "otlp_spans:1"])
-    assembler.progress({"otlp_spans:0": NOW, "otlp_spans:1": NOW}, reported=NOW)
+    assembler.progress(0, {"otlp_spans:0": NOW, "otlp_spans:1": NOW}, reported=NOW)
     assembler.rebuild([0], now=NOW + 10)
     add(assembler, NOW + 11, span("r"))
-    assembler.progress({"otlp_spans:0": NOW + 20}, reported=NOW + 20)
+    assembler.progress(0, {"otlp_spans:0": NOW + 20}, reported=NOW + 20)
     assert assembler.unheard(NOW + 20) == ["otlp_spans:1"] and ready(assembler, NOW + 20) == []
     assert [w.trace_id for w in ready(assembler, NOW + 70)] == [TRACE]
     assert "no worker reported on otlp_spans:1" in caplog.text
-    assert assembler.clock(NOW + 70) == NOW + 20  # otlp_spans:0's report; 1's forgotten
+    assert assembler.clock(0, NOW + 70) == NOW + 20  # otlp_spans:0's report; 1's forgotten
 
 
 def test_a_worker_without_assembly_partitions_waits_for_nothing(caplog) -> None:
@@ -222,18 +223,18 @@ def test_the_wait_ends_once_every_source_is_heard_of() -> None:
     assembler = TraceAssembler({}, unheard_wait_s=60.0)
     assembler.expect(["otlp_spans:0"])
     assembler.rebuild([0], now=NOW)
-    assembler.progress({"otlp_spans:0": NOW + 1}, reported=NOW + 1)
+    assembler.progress(0, {"otlp_spans:0": NOW + 1}, reported=NOW + 1)
     assert assembler.unheard(NOW + 1) == []
     assembler.expect(["otlp_spans:0", "otlp_spans:1"])  # the topic grew: no recovery yet
-    assert assembler.unheard(NOW + 2) == [] and assembler.clock(NOW + 2) == NOW + 1
+    assert assembler.unheard(NOW + 2) == [] and assembler.clock(0, NOW + 2) == NOW + 1
 
 
 def test_a_source_not_read_yet_lags_from_when_that_was_reported() -> None:
     """A new owner that has read nothing of a partition reports it read up to 0 (a backlog of
     unknown age): the clock stays put, and the lag counts from the report, not from 1970."""
     assembler = TraceAssembler({})
-    assembler.progress({"otlp_spans:0": NOW + 50, "otlp_spans:1": 0.0}, reported=NOW + 50)
-    assert assembler.clock(NOW + 60) == 0.0
+    assembler.progress(0, {"otlp_spans:0": NOW + 50, "otlp_spans:1": 0.0}, reported=NOW + 50)
+    assert assembler.clock(0, NOW + 60) == 0.0
     assert assembler.clock_lag(NOW + 60) == 10.0
 
 
@@ -244,11 +245,45 @@ def test_without_a_recovery_no_report_is_waited_for() -> None:
     assert [w.trace_id for w in ready(assembler, NOW + 5)] == [TRACE]
 
 
+def test_a_report_moves_only_the_clock_of_the_partition_it_is_read_from() -> None:
+    """Seen in the chaos run: after a recovery, assembly partition 1 was read further ahead
+    than partition 0, and a report read from 1 (every spans partition read past the trace)
+    ended a trace of partition 0 at a tick read there before the trace's second span record,
+    which its forwarder had written to partition 0 before that report."""
+    assembler = TraceAssembler({}, grace_s=1.0)
+    assembler.expect(["otlp_spans:0", "otlp_spans:1"])
+    assembler.rebuild([0, 1], now=NOW)
+    add(assembler, NOW, span("r"), partition=0)  # its child is in a later record of 0
+    later = {"otlp_spans:0": NOW + 10, "otlp_spans:1": NOW + 10}
+    assembler.progress(1, later, reported=NOW + 10)  # read from partition 1
+    assert assembler.clock(1, NOW + 10) == NOW + 10
+    assert assembler.clock(0, NOW + 5) == -math.inf  # nothing reported in partition 0 yet
+    assert ready(assembler, NOW + 5, partition=0) == []  # the tick before the child
+    add(assembler, NOW, span("c", "r"), partition=0)
+    assembler.progress(0, later, reported=NOW + 10)
+    (whole,) = ready(assembler, NOW + 10, partition=0)
+    assert sorted(s.span_id for s in whole.spans) == ["c", "r"]
+
+
+def test_a_recovery_forgets_the_reports_of_the_partitions_it_reads_again() -> None:
+    """A partition is read again from its committed offset after a recovery: the reports
+    read past that before say nothing of where it is read now."""
+    assembler = TraceAssembler({}, grace_s=1.0, unheard_wait_s=60.0)
+    assembler.expect(["otlp_spans:0"])
+    assembler.progress(0, {"otlp_spans:0": NOW + 50}, reported=NOW + 50)
+    assembler.rebuild([0], now=NOW + 51)
+    add(assembler, NOW, span("r"), partition=0)
+    assert assembler.clock(0, NOW + 52) == -math.inf
+    assert ready(assembler, NOW + 52) == []
+    assembler.progress(0, {"otlp_spans:0": NOW + 2}, reported=NOW + 52)
+    assert assembler.clock(0, NOW + 52) == NOW + 2
+
+
 def test_an_older_report_does_not_move_a_source_back() -> None:
     assembler = TraceAssembler({})
-    assembler.progress({"otlp_spans:0": NOW + 50}, reported=NOW + 50)
-    assembler.progress({"otlp_spans:0": NOW + 10}, reported=NOW + 10)  # a stale worker's
-    assert assembler.clock(NOW + 60) == NOW + 50
+    assembler.progress(0, {"otlp_spans:0": NOW + 50}, reported=NOW + 50)
+    assembler.progress(0, {"otlp_spans:0": NOW + 10}, reported=NOW + 10)  # a stale worker's
+    assert assembler.clock(0, NOW + 60) == NOW + 50
 
 
 def test_traces_are_handed_out_by_the_partition_that_holds_them() -> None:
