@@ -12,14 +12,16 @@ agent, and the message, never acked, would hold its partition back for good.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import faust
 from faust.streams import Stream
-from faust.types import AgentT, Message, StreamT, TopicT
+from faust.types import TP, AgentT, Message, StreamT, TopicT
 
+from ..delivery.acking import Pending
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.ordered import OrderedDelivery
 from ..delivery.publisher import Publisher, Send
@@ -52,7 +54,9 @@ def register_forwarder(
     async def forward(stream: StreamT[bytes]) -> None:
         await publisher.declare(outputs)
         manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(publisher, manual.ack, max_in_flight, observer)
+        delivery = OrderedDelivery(
+            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+        )
         delivery.start()
         try:
             async for event in manual.events():
@@ -62,6 +66,7 @@ def register_forwarder(
                     sends, moment = convert(message)
                 except Exception as exc:  # a bug met this message: never leave it unacked
                     sends, moment = dead_letters.engine_failure(message, exc, doing), None
+                entry.moment = moment
                 await delivery.deliver(tp, entry, sends, [])
                 if sources:
                     source = source_name(message.topic, message.partition)
@@ -70,3 +75,30 @@ def register_forwarder(
             delivery.stop()
 
     return app.agent(topic, concurrency=1, name=name)(forward)
+
+
+def held_while_retried(sources: SourceLog | None) -> Callable[[TP, Pending, bool], None] | None:
+    """For ``OrderedDelivery``: a source is read only up to just before a message of it
+    whose sends are being retried (``SourceLog.hold``), until they are delivered."""
+    if sources is None:
+        return None
+    held = sources
+
+    def retrying(tp: TP, entry: Pending, started: bool) -> None:
+        source = source_name(tp.topic, tp.partition)
+        if started:
+            held.hold(source, entry.offset, entry.event.message.timestamp, entry.moment)
+        else:
+            held.release(source, entry.offset)
+
+    return retrying
+
+
+def on_failure(future: Any, then: Callable[[], None]) -> None:
+    """Call ``then`` if ``future`` (a delivery) fails."""
+
+    def check(done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            then()
+
+    future.add_done_callback(check)

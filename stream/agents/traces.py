@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -22,6 +23,7 @@ from ..models import Trace, TraceDecisions, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
+from .forward import held_while_retried, on_failure
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
@@ -64,7 +66,9 @@ def register_trace_agent(
     async def score_traces(stream: StreamT[bytes]) -> None:
         await publisher.declare(topics.outputs())
         manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(publisher, manual.ack, max_in_flight, observer)
+        delivery = OrderedDelivery(
+            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+        )
         observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
         deliver = delivery.deliver
 
@@ -115,11 +119,13 @@ def register_trace_agent(
                         sources.read(source, message.offset, message.timestamp, None)
                     continue
                 early: Early | None = None
+                entry.moment = trace.start_time or trace.end_time
                 if early_sends:
                     early = (early_sends, await publisher.send(early_sends))
+                    for future in early[1]:  # a turn whose send fails holds its source back
+                        on_failure(future, partial(delivery.failed, tp, entry))
                 if sources:
-                    moment = trace.start_time or trace.end_time
-                    sources.read(source, message.offset, message.timestamp, moment)
+                    sources.read(source, message.offset, message.timestamp, entry.moment)
                 entry.engine_seconds = time.perf_counter() - started
                 if plan.judge_jobs:
                     delivery.spawn(judged(tp, entry, plan, trace, early))

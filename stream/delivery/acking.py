@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from faust.types import TP, EventT
@@ -26,6 +27,7 @@ class Pending:
     offset: int
     done: bool = False
     engine_seconds: float = 0.0  # time spent in the engine before any judge call
+    moment: datetime | None = None  # the event time of what it carries, if any
 
 
 @dataclass

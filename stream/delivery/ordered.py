@@ -24,7 +24,9 @@ class OrderedDelivery:
     it and every earlier offset of its partition is acked too (at-least-once, in order).
 
     At most ``max_in_flight`` messages are in flight; a failed send is retried in the
-    background until it succeeds (the offset stays unacked meanwhile).
+    background until it succeeds (the offset stays unacked meanwhile). ``retrying`` is told
+    when a message's retries begin (True) and when they have delivered (False): later
+    messages go on meanwhile, so what was sent after it is no sign that it was.
     """
 
     def __init__(
@@ -33,8 +35,10 @@ class OrderedDelivery:
         ack: Callable[[EventT[bytes]], Awaitable[Any]],
         max_in_flight: int,
         observer: Observer | None = None,
+        retrying: Callable[[TP, Pending, bool], None] | None = None,
     ) -> None:
         self.publisher = publisher
+        self.retrying = retrying
         self.observer = observer or Observer()
         self.acker = InOrderAcker(ack)
         self.slots = asyncio.Semaphore(max_in_flight)
@@ -86,6 +90,7 @@ class OrderedDelivery:
         delivery: asyncio.Future[Any],
     ) -> None:
         if delivery.cancelled() or delivery.exception() is not None:
+            self.failed(tp, entry)
             self.spawn(self._redeliver(tp, entry, sends, scores))
             return
         self.observer.on_publish_latency(time.perf_counter() - handed)
@@ -95,7 +100,15 @@ class OrderedDelivery:
         self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
     ) -> None:
         await self.publisher.send_until_delivered(sends)
+        if self.retrying:
+            self.retrying(tp, entry, False)
         self._published(tp, entry, scores)
+
+    def failed(self, tp: TP, entry: Pending) -> None:
+        """A send of ``entry`` failed: it will be sent again (say so before anything else
+        runs, so that no report sent meanwhile counts it as delivered)."""
+        if self.retrying:
+            self.retrying(tp, entry, True)
 
     async def deliver(
         self,
@@ -113,6 +126,7 @@ class OrderedDelivery:
         except asyncio.CancelledError:
             raise
         except Exception:
+            self.failed(tp, entry)
             self.spawn(self._redeliver(tp, entry, early_sends + sends, scores))
             return
         delivery = asyncio.gather(*early_futures, *futures)

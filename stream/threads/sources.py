@@ -12,6 +12,10 @@ has been read, in the two clocks threads close by:
   source is caught up (its last message read is the last one there), else the Kafka time
   of the last message read.
 
+A message whose sends failed is sent again in the background while later ones go on
+(``OrderedDelivery``): until it is delivered (``hold``, ``release``), its source is read
+only up to just before it, in both clocks.
+
 With them goes the Kafka time of the last message read of each source (``Positions.arrived``):
 how far behind its arrival a source's event time runs, so that a source that is caught up
 can be taken to move on with the clock (``PartitionIndex.reported``).
@@ -19,7 +23,7 @@ can be taken to move on with the clock (``PartitionIndex.reported``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -60,18 +64,30 @@ class SourceLog:
 
     def __init__(self) -> None:
         self.last: dict[str, SourceRead] = {}
+        self.held: dict[str, dict[int, SourceRead]] = {}  # sends being retried, by offset
 
     def read(self, source: str, offset: int, arrival: float, moment: datetime | None) -> None:
         """The message at ``offset`` of ``source`` (Kafka time ``arrival``) is read and what
         it sends is handed to the producer."""
-        event_time = 0.0
-        if moment is not None:
-            aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-            event_time = min(aware.timestamp(), arrival)
+        event_time = _event_time(moment, arrival)
         before = self.last.get(source)
         if before is not None:
             event_time = max(event_time, before.event_time)
         self.last[source] = SourceRead(offset, arrival, event_time)
+
+    def hold(self, source: str, offset: int, arrival: float, moment: datetime | None) -> None:
+        """What the message at ``offset`` of ``source`` sends failed and is being sent again:
+        until ``release``, the source is read only up to just before it."""
+        self.held.setdefault(source, {})[offset] = SourceRead(
+            offset, arrival, _event_time(moment, arrival)
+        )
+
+    def release(self, source: str, offset: int) -> None:
+        """The message at ``offset`` of ``source`` is delivered after all."""
+        held = self.held.get(source, {})
+        held.pop(offset, None)
+        if not held:
+            self.held.pop(source, None)
 
     def positions(
         self,
@@ -88,6 +104,8 @@ class SourceLog:
         fetched = fetched or {}
         for source in set(self.last) - set(assigned):
             del self.last[source]
+        for source in set(self.held) - set(assigned):
+            del self.held[source]  # its new owner reads it again from the last commit
         positions = Positions(arrived={s: self.last[s].arrival for s in assigned if s in self.last})
         for source, (highwater, committed) in assigned.items():
             last = self.last.get(source)
@@ -101,5 +119,25 @@ class SourceLog:
                 read = up_to  # nothing to read (an empty partition has nothing committed)
             else:
                 read = 0.0  # not read yet: a backlog of unknown age
+            if held := self.held.get(source):
+                event_time, read = _before(held.values(), read, event_time)
             positions[source] = (event_time, read)
         return positions
+
+
+def _event_time(moment: datetime | None, arrival: float) -> float:
+    """A message's event time (epoch s), never ahead of its Kafka time; 0.0: none."""
+    if moment is None:
+        return 0.0
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return min(aware.timestamp(), arrival)
+
+
+def _before(held: Iterable[SourceRead], read: float, event_time: float) -> Position:
+    """``read`` and ``event_time`` held back to just before the earliest message held (in
+    each clock; Kafka times are in milliseconds)."""
+    messages = list(held)
+    read = min(read, min(m.arrival for m in messages) - 0.001) if read > 0 else read
+    if times := [m.event_time for m in messages if m.event_time > 0]:
+        event_time = min(event_time, min(times) - 0.001)
+    return max(event_time, 0.0), max(read, 0.0)

@@ -3,14 +3,18 @@ one message dead-letters that message, and the partition moves on."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
+from typing import Any
 
-from agent_tools import Worker, counted, dead_letters, settled
+import pytest
+from agent_tools import RecordingPublisher, Worker, counted, dead_letters, settled
 from faust.types import Message
 
 from stream.agents.forward import register_forwarder
 from stream.delivery.dead_letter import DeadLetters
 from stream.delivery.publisher import Send
+from stream.threads.sources import SourceLog
 
 
 async def test_a_message_its_converter_raises_on_is_dead_lettered_and_the_rest_go_on(
@@ -51,3 +55,57 @@ async def test_a_message_its_converter_raises_on_is_dead_lettered_and_the_rest_g
     )
     assert letter["scorer.source.offset"] == "1"
     assert counted(metrics, "scorer_dlq_messages_total", reason="engine_error") == 1
+
+
+async def test_a_message_whose_send_fails_holds_its_source_back_until_it_is_delivered(
+    worker: Worker, sent: list[Send], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send of one message fails (a broker hiccup): while it is sent again, the next
+    messages go on, and the source is reported read only up to just before it, so that no
+    progress report lets a thread close or a trace be assembled without it."""
+    app, topics, _, metrics = worker
+    source, out = app.topic("coaching-sessions"), app.topic("out")
+    gate = asyncio.Event()
+
+    async def send(self: Any, sends: list[Send], timestamp: float | None = None) -> list[Any]:
+        self.sent.extend(sends)
+        done = asyncio.get_running_loop().create_future()
+        if sends[0][2] == b"lost":
+            done.set_exception(RuntimeError("broker hiccup"))
+        else:
+            done.set_result(None)
+        return [done for _ in sends]
+
+    async def send_until_delivered(self: Any, sends: list[Send], timestamp: Any = None) -> None:
+        await gate.wait()
+        self.sent.extend(sends)
+
+    monkeypatch.setattr(RecordingPublisher, "send", send)
+    monkeypatch.setattr(RecordingPublisher, "send_until_delivered", send_until_delivered)
+    sources = SourceLog()
+    agent = register_forwarder(
+        app,
+        source,
+        "forward-test",
+        lambda m: ([(out, m.key, m.value, None)], None),
+        declare=[out],
+        dead_letters=DeadLetters(topics.dlq, metrics),
+        max_in_flight=4,
+        sources=sources,
+        observer=metrics,
+    )
+    async with agent.test_context() as context:
+        events = [await context.put(value, key=b"s-1") for value in (b"a", b"lost", b"b")]
+        await settled(lambda: events[2].message.acked is False and 2 in _offsets(sources))
+        name = f"{events[1].message.topic}:{events[1].message.partition}"
+        assert set(sources.held[name]) == {events[1].message.offset}
+        read = sources.positions({name: (3, 0)}, now=events[2].message.timestamp + 60)
+        assert read[name][1] < events[1].message.timestamp  # not past the one being resent
+        gate.set()
+        await settled(lambda: all(event.message.acked for event in events))
+        assert sources.held == {}
+    assert [value for _, _, value, _ in sent] == [b"a", b"lost", b"b", b"lost"]
+
+
+def _offsets(sources: SourceLog) -> set[int]:
+    return {read.offset for read in sources.last.values()}

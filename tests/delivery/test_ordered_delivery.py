@@ -133,6 +133,45 @@ async def test_a_failed_send_is_retried_in_full_before_its_offset_is_acked() -> 
     delivery.stop()
 
 
+async def test_the_retries_of_a_failed_send_are_told_when_they_begin_and_deliver() -> None:
+    """A source's read position must not pass a message whose sends are being retried while
+    later messages go on (``SourceLog.hold``): ``retrying`` is told at the failure, before
+    the retry runs, and again once the retry has delivered, before the offset is acked."""
+    gate = asyncio.Event()
+    told: list[tuple[Any, int, bool]] = []
+
+    class Slow(FakePublisher):
+        async def send_until_delivered(self, sends: list[Send]) -> None:
+            await gate.wait()
+            told.append(("delivered", 0, True))
+            await super().send_until_delivered(sends)
+
+    acked: list[Any] = []
+
+    async def ack(e: Any) -> None:
+        acked.append((e.message.tp, e.message.offset))
+
+    publisher = Slow()
+    delivery = OrderedDelivery(
+        publisher,  # type: ignore[arg-type]
+        ack,
+        8,
+        Counting(),
+        lambda tp, entry, started: told.append((tp, entry.offset, started)),
+    )
+    delivery.start()
+    tp, entry = await delivery.admit(event(0, 7))
+    await delivery.deliver(tp, entry, [("out", b"k", b"x", None)], [])
+    publisher.broker_has(b"x", RuntimeError("broker down"))
+    await settle()
+    assert told == [("p0", 7, True)] and acked == []  # retrying
+    gate.set()
+    await settle()
+    assert told == [("p0", 7, True), ("delivered", 0, True), ("p0", 7, False)]
+    assert acked == [("p0", 7)]
+    delivery.stop()
+
+
 async def test_admission_waits_for_a_free_slot() -> None:
     delivery, publisher, acked, _ = await delivery_under_test(max_in_flight=1)
     tp, entry = await delivery.admit(event(0, 0))

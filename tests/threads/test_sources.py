@@ -74,3 +74,24 @@ def test_a_caught_up_source_is_read_only_up_to_its_last_fetch() -> None:
     positions = log.positions(assigned, NOW, fetched)
     assert positions == {"traces:0": (0.0, NOW - 25), "traces:1": (0.0, NOW - 20)}
     assert log.positions(assigned, NOW) == {"traces:0": (0.0, NOW), "traces:1": (0.0, NOW)}
+
+
+def test_a_message_whose_sends_are_retried_holds_its_source_back_until_delivered() -> None:
+    """``OrderedDelivery`` retries a failed send in the background while later messages go
+    on: until it is delivered, the source is read only up to just before it (in both clocks),
+    whatever was read after it."""
+    log = SourceLog()
+    log.read("spans:0", 10, NOW - 20, at(-25))
+    log.hold("spans:0", 10, NOW - 20, at(-25))  # its send failed: being sent again
+    log.read("spans:0", 11, NOW - 10, at(-12))
+    assigned = {"spans:0": (12, 9)}  # caught up
+    assert log.positions(assigned, NOW) == {"spans:0": (NOW - 25.001, NOW - 20.001)}
+    log.release("spans:0", 10)
+    assert log.positions(assigned, NOW) == {"spans:0": (NOW - 12, NOW)}
+    assert log.held == {}
+
+
+def test_a_held_message_of_a_source_no_longer_assigned_is_forgotten() -> None:
+    log = SourceLog()
+    log.hold("spans:0", 3, NOW - 5, None)
+    assert log.positions({}, NOW) == {} and log.held == {}
