@@ -44,6 +44,14 @@ mend are in ``tests/integration/test_at_least_once.py`` and ``test_consumer_seek
    committed offset or its start being looked up, as after mend 1's seek) aiokafka asserts
    there is no position, and the ``AssertionError`` crashed the consumer and stopped the
    worker. Here a partition without a position is skipped until it has one.
+8. **A fetch answer is as old as its request.** aiokafka stamps each partition's state with
+   the time a fetch response is *processed* (``last_poll_timestamp``), with the high
+   watermark the broker answered with. A worker stopped for a while (SIGSTOP, a long pause)
+   processes on waking an answer the broker gave before or during the pause, stamped with
+   the present: the sources it reports caught up "up to now" (``stream/threads/sources.py``)
+   were not read past what arrived in the pause, and a thread closed or a trace was assembled
+   without it. Here the stamp is the time the request was sent, which the answer cannot
+   predate (a fetch is answered at most ``fetch_max_wait_ms`` later).
 """
 
 from __future__ import annotations
@@ -201,11 +209,35 @@ class MendedConsumerThread(AIOKafkaConsumerThread):
         super().verify_event_path(now, tp)
         return None
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self._consumer is not None:
+            stamp_fetches_when_sent(self._consumer)
+
     async def seek_now(self, tp: TP, offset: int) -> None:
         """Seek ``tp`` to ``offset`` from the consumer's own thread (a revoked partition is
         left alone)."""
         with contextlib.suppress(IllegalStateError):
             self._ensure_consumer().seek(tp, offset)
+
+
+def stamp_fetches_when_sent(consumer: AIOKafkaConsumer) -> None:
+    """Mend 8: the partitions a fetch answered are stamped (``last_poll_timestamp``) with the
+    time the request was sent, not the time the answer was processed."""
+    fetcher = consumer._fetcher
+    process = fetcher._proc_fetch_request
+
+    async def proc_fetch_request(assignment: Any, node_id: int, request: Any) -> bool:
+        sent_ms = int(1000 * time.time())
+        result: bool = await process(assignment, node_id, request)
+        for topic, partitions in request.topics:
+            for partition, *_ in partitions:
+                state = assignment.state_value(TopicPartition(topic, partition))
+                if state is not None and state.timestamp is not None and state.timestamp > sent_ms:
+                    state.timestamp = sent_ms
+        return result
+
+    fetcher._proc_fetch_request = proc_fetch_request
 
 
 class _NoReadOffsets(dict[TP, int | None]):
