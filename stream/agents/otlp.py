@@ -39,7 +39,7 @@ from ..otlp.spans import Span, decode, trace_document
 from ..settings import Settings
 from ..threads.sources import SourceLog, source_name
 from .forward import register_forwarder
-from .threads import read_positions
+from .threads import partition_count, read_positions
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def register_otlp_agents(
 
     def expect_spans_partitions() -> None:
         """Tell the assembler the spans topic's partitions (from the consumer's metadata)."""
-        count = app.consumer.topic_partitions(spans_name)
+        count = partition_count(app.consumer, spans_name)
         if count:
             assembler.expect(source_name(spans_name, p) for p in range(count))
 

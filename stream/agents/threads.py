@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import faust
 from faust.transport.consumer import Consumer
@@ -121,6 +121,20 @@ def read_positions(
     return sources.positions(assigned, now, last_fetched(consumer, owned))
 
 
+def partition_count(consumer: Any, topic: str) -> int | None:
+    """How many partitions ``topic`` has, from the consumer's cluster metadata (None: not
+    known yet). Not Faust's ``topic_partitions``: it reads aiokafka's snapshot of the group's
+    subscription, which only the group's leader takes (aiokafka ``GroupCoordinator``:
+    ``_metadata_snapshot`` stays empty on every other member), so on every worker but one the
+    sources were never expected and a partition taken over did not wait for them."""
+    client = getattr(getattr(consumer, "_thread", None), "_consumer", None)
+    cluster = getattr(getattr(client, "_client", None), "cluster", None)
+    if cluster is None:
+        return None
+    partitions = cluster.partitions_for_topic(topic)
+    return len(partitions) if partitions else None
+
+
 def last_fetched(consumer: Consumer, partitions: list[TP]) -> dict[str, float]:
     """When aiokafka last had a fetch answered for each partition (epoch seconds), where
     known: the moment its high watermark is from."""
@@ -193,7 +207,7 @@ def register_thread_agent(
 
     def expect_source_partitions() -> None:
         """Tell the processor the source topics' partitions (from the consumer's metadata)."""
-        counts = {topic: app.consumer.topic_partitions(topic) for topic in source_topics}
+        counts = {topic: partition_count(app.consumer, topic) for topic in source_topics}
         processor.expect({topic: count for topic, count in counts.items() if count})
 
     @table.on_recover
