@@ -12,10 +12,9 @@ agent, and the message, never acked, would hold its partition back for good.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 import faust
 from faust.streams import Stream
@@ -92,13 +91,3 @@ def held_while_retried(sources: SourceLog | None) -> Callable[[TP, Pending, bool
             held.release(source, entry.offset)
 
     return retrying
-
-
-def on_failure(future: Any, then: Callable[[], None]) -> None:
-    """Call ``then`` if ``future`` (a delivery) fails."""
-
-    def check(done: asyncio.Future[Any]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            then()
-
-    future.add_done_callback(check)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from functools import partial
 from typing import Any, cast
 
 import faust
@@ -23,7 +22,7 @@ from ..models import Trace, TraceDecisions, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
-from .forward import held_while_retried, on_failure
+from .forward import held_while_retried
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
@@ -122,8 +121,7 @@ def register_trace_agent(
                 entry.moment = trace.start_time or trace.end_time
                 if early_sends:
                     early = (early_sends, await publisher.send(early_sends))
-                    for future in early[1]:  # a turn whose send fails holds its source back
-                        on_failure(future, partial(delivery.failed, tp, entry))
+                    delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
                 if sources:
                     sources.read(source, message.offset, message.timestamp, entry.moment)
                 entry.engine_seconds = time.perf_counter() - started

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from faust.types import TP, EventT
 
@@ -89,7 +89,7 @@ class OrderedDelivery:
         handed: float,
         delivery: asyncio.Future[Any],
     ) -> None:
-        if delivery.cancelled() or delivery.exception() is not None:
+        if _failed(delivery):
             self.failed(tp, entry)
             self.spawn(self._redeliver(tp, entry, sends, scores))
             return
@@ -103,6 +103,14 @@ class OrderedDelivery:
         if self.retrying:
             self.retrying(tp, entry, False)
         self._published(tp, entry, scores)
+
+    def watch(self, tp: TP, entry: Pending, futures: list[Awaitable[Any]]) -> None:
+        """``entry``'s messages sent ahead of ``deliver`` (their delivery ``futures``): one
+        that fails is ``failed`` at once, not only when ``deliver`` gathers them."""
+        for future in futures:
+            cast(asyncio.Future[Any], future).add_done_callback(
+                lambda done: self.failed(tp, entry) if _failed(done) else None
+            )
 
     def failed(self, tp: TP, entry: Pending) -> None:
         """A send of ``entry`` failed: it will be sent again (say so before anything else
@@ -133,3 +141,7 @@ class OrderedDelivery:
         delivery.add_done_callback(
             partial(self._delivered, tp, entry, early_sends + sends, scores, time.perf_counter())
         )
+
+
+def _failed(delivery: asyncio.Future[Any]) -> bool:
+    return delivery.cancelled() or delivery.exception() is not None
