@@ -161,6 +161,13 @@ class ScorerMetrics(Observer):
             "(changelog_write_failed: the worker stops)",
             ("reason",),
         )
+        self.membership_unconfirmed = counter(
+            "membership_unconfirmed",
+            "Records that came while the worker's group membership was unconfirmed (its "
+            "lease lapsed in a long pause): confirmed (processed once the coordinator "
+            "answered), left (the partition was revoked: left to its next owner)",
+            ("outcome",),
+        )
         self.threads_open = gauge(
             "threads_open", "Open threads (conversations and sessions) in this worker's partitions"
         )
@@ -281,6 +288,9 @@ class ScorerMetrics(Observer):
 
     def on_commit_held(self, reason: str) -> None:
         self._child(self.commits_held, reason).inc()
+
+    def on_membership_unconfirmed(self, outcome: str) -> None:
+        self._child(self.membership_unconfirmed, outcome).inc()
 
     def on_consumer_lag(self, topic: str, lag: int) -> None:
         self._child(self.consumer_lag, topic).set(lag)

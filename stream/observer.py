@@ -40,6 +40,11 @@ class Observer:
         """An offset commit was put off (``producer_not_drained``) or refused for good
         (``changelog_write_failed``: the worker stops)."""
 
+    def on_membership_unconfirmed(self, outcome: str) -> None:
+        """A record came while this worker's membership lease had lapsed (a long pause): the
+        coordinator ``confirmed`` the membership and the record was processed, or the record
+        was ``left`` to its partition's next owner."""
+
     def on_consumer_lag(self, topic: str, lag: int) -> None:
         """Messages of ``topic`` in this worker's partitions not yet committed."""
 

@@ -43,7 +43,7 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
     observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
     callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
-    assert len(callbacks) == 24
+    assert len(callbacks) == 25
     assert callbacks <= set(vars(ScorerMetrics))
 
 
@@ -127,6 +127,8 @@ def test_offset_gaps_and_held_commits_are_counted(metrics: ScorerMetrics) -> Non
     assert value(metrics, "offset_gaps_total", topic="traces", outcome="detected") == 2
     assert value(metrics, "offset_gaps_total", topic="traces", outcome="filled") == 1
     assert value(metrics, "commits_held_total", reason="producer_not_drained") == 1
+    metrics.on_membership_unconfirmed("left")
+    assert value(metrics, "membership_unconfirmed_total", outcome="left") == 1
 
 
 def test_spans_and_assembled_traces_are_counted(metrics: ScorerMetrics) -> None:

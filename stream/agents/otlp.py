@@ -32,6 +32,7 @@ from faust.types import Message, StreamT, TopicT
 from ..app import Topics, raw_table
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
+from ..kafka.membership import still_ours
 from ..observer import Observer
 from ..otlp.assembler import TraceAssembler, Whole
 from ..otlp.events import AssemblyEvent, progress, spans_events, tick
@@ -143,6 +144,8 @@ def register_otlp_agents(
         await publisher.declare([assembled, topics.dlq])
         async for event in stream.events():
             message = event.message
+            if not await still_ours(app, message, observer):
+                continue  # a record of a partition this worker may have lost (a long pause)
             partition = message.partition
             # internal events, written by the workers only: one that fails is a bug (or a
             # stranger's record), dead-lettered with the error before the stream acks it (at

@@ -30,6 +30,7 @@ from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send, scored
 from ..engine.outcomes import TraceResult
 from ..engine.planner import Scorer
+from ..kafka.membership import still_ours
 from ..models import ThreadDecisions, TraceDecisions
 from ..observer import Observer
 from ..ruleset.schema import RuleSet
@@ -261,6 +262,8 @@ def register_thread_agent(
         try:
             async for event in stream.events():
                 message = event.message
+                if not await still_ours(app, message, observer):
+                    continue  # a record of a partition this worker may have lost (a long pause)
                 # internal events, written by the workers only: one that fails is a bug (or a
                 # stranger's record), dead-lettered with the error before the stream acks it
                 # (at the next event), so that it is neither lost nor read again for ever

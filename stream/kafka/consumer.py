@@ -80,6 +80,7 @@ from faust.types import TP, Message
 
 from ..observer import Observer
 from .continuity import Action, Admit, ContinuityGuard, GapEvent
+from .membership import MembershipLease, lease_membership
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +171,11 @@ class ChangelogFailures(Sensor):
 
 class MendedConsumerThread(AIOKafkaConsumerThread):
     """Faust's consumer thread with ``seek_to_committed`` mended (mend 1); it also records
-    where each partition was sought (``heads``)."""
+    where each partition was sought (``heads``), stamps fetches when sent (mend 8) and keeps
+    the membership lease (mend 9)."""
 
     heads: dict[TP, int]
+    lease: MembershipLease | None = None
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed: Mapping[TP, int] = await self.call_thread(self._seek_to_committed)
@@ -213,6 +216,11 @@ class MendedConsumerThread(AIOKafkaConsumerThread):
         await super().on_start()
         if self._consumer is not None:
             stamp_fetches_when_sent(self._consumer)
+            coordinator = getattr(self._consumer, "_coordinator", None)
+            if coordinator is not None and hasattr(coordinator, "reset_generation"):
+                session_s = float(self.transport.app.conf.broker_session_timeout)
+                self.lease = MembershipLease(session_s)
+                lease_membership(coordinator, self.lease)
 
     async def seek_now(self, tp: TP, offset: int) -> None:
         """Seek ``tp`` to ``offset`` from the consumer's own thread (a revoked partition is

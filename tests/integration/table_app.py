@@ -6,16 +6,23 @@ repartition by key, or straight from the input topic (keyed already) with
 ``TABLE_REPARTITION=0``. The web page ``/table`` shows whether recovery has completed and the
 table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/consumer.py``)
 makes each changelog write wait before it reaches the producer.
+
+An event with ``"hold_s"`` makes the agent wait that long before it applies the event (it says
+``holding <key>`` on stdout first), so that a test can pause the worker (SIGSTOP) with an event
+taken and not yet applied. With ``TABLE_FENCED=1`` the agent applies an event only while the
+worker is surely a member of its group (``stream.kafka.membership.still_ours``, mend 9).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
 import faust
 
 from stream.app import broker_urls
+from stream.kafka.membership import still_ours
 
 app = faust.App(
     os.environ["TABLE_APP_ID"],
@@ -37,12 +44,19 @@ app = faust.App(
 source = app.topic(os.environ["SOURCE_TOPIC"], value_serializer="json")
 latest = app.Table("latest", default=None, partitions=2)
 repartition = os.environ.get("TABLE_REPARTITION", "1") != "0"
+fenced = os.environ.get("TABLE_FENCED") == "1"
 
 
 @app.agent(source)
 async def remember(stream: Any) -> None:
     events = stream.group_by(lambda e: e["key"], name="by-key") if repartition else stream
     async for event in events:
+        message = events.current_event.message
+        if hold := event.get("hold_s"):
+            print(f"holding {event['key']}", flush=True)
+            await asyncio.sleep(hold)
+        if fenced and not await still_ours(app, message):
+            continue
         latest[event["key"]] = event["value"]
 
 
