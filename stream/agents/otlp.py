@@ -136,8 +136,11 @@ def register_otlp_agents(
             *(publisher.send_until_delivered(as_trace(w), timestamp=w.arrival) for w in wholes)
         )
         for whole in wholes:
-            assembler.done(whole.trace_id)
             observer.on_otlp_trace("missing" if whole.root_missing else "ended")
+
+    def done(wholes: list[Whole]) -> None:
+        for whole in wholes:
+            assembler.done(whole.trace_id)
 
     @app.agent(assembly, concurrency=1, name="assemble-traces")
     async def assemble_traces(stream: StreamT[bytes]) -> None:
@@ -165,6 +168,10 @@ def register_otlp_agents(
                     assembler.progress(partition, item.positions, item.arrival)
                 elif wholes := assembler.due(partition, item.arrival):
                     await publish(wholes)
+                    # marked done (a table write) only if the partition is still this
+                    # worker's after the sends, which can outlast a pause or a rebalance
+                    if await still_ours(app, message, observer):
+                        done(wholes)
             except Exception as exc:
                 failure = dead_letters.engine_failure(message, exc, "assembling traces")
                 await publisher.send_until_delivered(failure)

@@ -11,18 +11,24 @@ new owner read the stale write back at its next recovery and published the trace
 built from one span.
 
 Kafka fences such zombies only with transactions. Here each worker holds a *lease* on its
-membership. When the coordinator answers a Heartbeat, JoinGroup or SyncGroup without error
-(or with REBALANCE_IN_PROGRESS, which still counts the member in), the member was alive when
-the request was sent. The coordinator cannot expire it before that moment plus the session
-timeout. The stateful agents apply a record only while the lease holds (``still_ours``). A
-worker woken from a long pause finds its lease lapsed, so the agent waits for the
-coordinator's next answer. If the record's partition was revoked meanwhile, the record is
-left unacked to the partition's next owner.
+membership. When the coordinator answers a Heartbeat, JoinGroup or SyncGroup without error,
+the member was alive when the request was sent, and the coordinator cannot expire it for
+missed heartbeats before that moment plus the session timeout. (A heartbeat answered
+REBALANCE_IN_PROGRESS renews nothing: a member that has not rejoined when the rebalance
+timeout runs out is removed whatever its heartbeats, and aiokafka rejoins at once anyway.)
+The table-writing agents apply a record only while the lease holds (``still_ours``), with
+no ``await`` between the check and the write. A worker woken from a long pause finds its
+lease lapsed, so the agent waits for the coordinator's next answer. If the record's
+partition was revoked meanwhile, the record is left unacked to the partition's next owner.
 
-What this does not cover: a write decided while the lease held, and caught by the pause
-before the producer sent it, still reaches the broker on waking. That window is the time
-from a table write to its send (well under a millisecond on an idle loop), against the
-seconds of a lapsed session. Only transactions close it.
+The lease is measured on ``CLOCK_BOOTTIME`` where there is one (Linux): it goes on while
+the machine is suspended, as the coordinator's clock does; ``CLOCK_MONOTONIC`` stops.
+
+What this does not cover: table writes handed to the producer while the lease held and not
+yet sent when the pause began (in Faust's buffer or aiokafka's accumulator: milliseconds on
+an idle worker, longer under load) still reach the broker on waking. Only transactions
+close that. Members removed at once (static membership, an administrator removing a member)
+are not covered either.
 """
 
 from __future__ import annotations
@@ -44,14 +50,17 @@ log = logging.getLogger(__name__)
 LEASE_SHARE = 0.9
 # Kafka API keys of the requests whose error-free answer proves membership
 JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 11, 12, 14
-# error codes that still count the member in: none, REBALANCE_IN_PROGRESS (a heartbeat during
-# a rebalance keeps the member until it rejoins)
-KEEPS_MEMBER = frozenset({0, 27})
 POLL_S = 0.05  # how often a waiting agent looks at the lease again
+_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def clock() -> float:
+    """The lease's clock, in seconds: one that goes on while the machine is suspended."""
+    return time.clock_gettime(_CLOCK)
 
 
 class MembershipLease:
-    """How long this worker is certainly a member of its group (``time.monotonic`` seconds).
+    """How long this worker is certainly a member of its group (``clock()`` seconds).
 
     Renewed by the consumer's thread, read by the agents' loop: each side reads or writes
     one float.
@@ -62,7 +71,7 @@ class MembershipLease:
         self._since = -math.inf
 
     def renew(self, sent_at: float) -> None:
-        """The coordinator answered a request sent at ``sent_at`` (monotonic): a member then."""
+        """The coordinator answered a request sent at ``sent_at`` (``clock()``): a member then."""
         if sent_at > self._since:
             self._since = sent_at
 
@@ -71,11 +80,11 @@ class MembershipLease:
         self._since = -math.inf
 
     def holds(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) < self._since + self.length_s
+        return (clock() if now is None else now) < self._since + self.length_s
 
     def lapsed_for(self, now: float | None = None) -> float:
         """Seconds since the lease ran out (0 while it holds; inf if never renewed)."""
-        now = time.monotonic() if now is None else now
+        now = clock() if now is None else now
         return max(0.0, now - (self._since + self.length_s))
 
 
@@ -87,11 +96,13 @@ def lease_membership(coordinator: Any, lease: MembershipLease) -> None:
     reset = coordinator.reset_generation
 
     async def send_req(request: Any) -> Any:
-        sent_at = time.monotonic()
+        sent_at = clock()
         response = await send(request)
         api_key = getattr(request, "API_KEY", None)
-        code = getattr(response, "error_code", None)
-        if api_key in (JOIN_GROUP, HEARTBEAT, SYNC_GROUP) and code in KEEPS_MEMBER:
+        if (
+            api_key in (JOIN_GROUP, HEARTBEAT, SYNC_GROUP)
+            and getattr(response, "error_code", None) == 0
+        ):
             lease.renew(sent_at)
         return response
 
@@ -110,29 +121,30 @@ def lease_of(app: faust.App) -> MembershipLease | None:
     return lease if isinstance(lease, MembershipLease) else None
 
 
-def _current(app: faust.App, message: Message) -> bool:
-    """``message`` belongs to the assignment this worker is working on now."""
+def of_current_assignment(app: faust.App, message: Message) -> bool:
+    """``message`` belongs to the assignment this worker is working on now, as far as this
+    worker knows (Faust's own test when it takes a record from an agent's queue)."""
     return message.generation_id == app.consumer_generation_id and app.flow_control.is_active()
 
 
 async def still_ours(
     app: faust.App, message: Message, observer: Observer | None = None, poll_s: float = POLL_S
 ) -> bool:
-    """Whether this worker may act on ``message``: True at once while the membership lease
-    holds; otherwise waits until the coordinator renews it, or until a rebalance takes the
+    """Whether this worker may act on ``message``, checked right before acting (no ``await``
+    in between): True at once while the membership lease holds; otherwise waits until the coordinator renews it, or until a rebalance takes the
     record's assignment away. In that case the record is left unacked to the partition's
     next owner (``leave``) and False is returned."""
     lease = lease_of(app)
     if lease is None or lease.holds():
-        if _current(app, message):
+        if of_current_assignment(app, message):
             return True
         leave(app, message)
         return False
     lapsed = lease.lapsed_for()
     # polled: the lease is renewed on the consumer's thread, and this wait is rare (a pause)
-    while not lease.holds() and _current(app, message):  # noqa: ASYNC110
+    while not lease.holds() and of_current_assignment(app, message):  # noqa: ASYNC110
         await asyncio.sleep(poll_s)
-    ours = lease.holds() and _current(app, message)
+    ours = lease.holds() and of_current_assignment(app, message)
     outcome = "confirmed" if ours else "left"
     if observer is not None:
         observer.on_membership_unconfirmed(outcome)

@@ -9,8 +9,10 @@ makes each changelog write wait before it reaches the producer.
 
 An event with ``"hold_s"`` makes the agent wait that long before it applies the event (it says
 ``holding <key>`` on stdout first), so that a test can pause the worker (SIGSTOP) with an event
-taken and not yet applied. With ``TABLE_FENCED=1`` the agent applies an event only while the
-worker is surely a member of its group (``stream.kafka.membership.still_ours``, mend 9).
+taken and not yet applied. Right before it applies an event, the agent checks that the event
+is of the assignment it works on (Faust's own test when it takes an event, repeated), and with
+``TABLE_FENCED=1`` also that the worker is surely a member of its group
+(``stream.kafka.membership.still_ours``, mend 9).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import faust
 
 from stream.app import broker_urls
-from stream.kafka.membership import still_ours
+from stream.kafka.membership import of_current_assignment, still_ours
 
 app = faust.App(
     os.environ["TABLE_APP_ID"],
@@ -56,6 +58,8 @@ async def remember(stream: Any) -> None:
             print(f"holding {event['key']}", flush=True)
             await asyncio.sleep(hold)
         if fenced and not await still_ours(app, message):
+            continue
+        if not of_current_assignment(app, message):
             continue
         latest[event["key"]] = event["value"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import faust
 import pytest
-from faust.types import Message
+from faust.types.tuples import ConsumerMessage
 
 import stream.kafka.consumer  # noqa: F401  (kafka:// is the mended transport)
 from stream.kafka.membership import (
@@ -19,6 +19,7 @@ from stream.kafka.membership import (
     JOIN_GROUP,
     SYNC_GROUP,
     MembershipLease,
+    clock,
     lease_membership,
     lease_of,
     still_ours,
@@ -72,7 +73,9 @@ class Coordinator:
     ("api_key", "error_code", "renews"),
     [
         (HEARTBEAT, 0, True),
-        (HEARTBEAT, 27, True),  # REBALANCE_IN_PROGRESS: still a member until it rejoins
+        # REBALANCE_IN_PROGRESS: a member that has not rejoined by the rebalance timeout is
+        # removed whatever its heartbeats (and aiokafka rejoins at once)
+        (HEARTBEAT, 27, False),
         (HEARTBEAT, 25, False),  # UNKNOWN_MEMBER_ID
         (HEARTBEAT, 22, False),  # ILLEGAL_GENERATION
         (JOIN_GROUP, 0, True),
@@ -86,7 +89,7 @@ async def test_answers_that_count_the_member_in_renew_the_lease_from_the_send(
     coordinator = Coordinator(error_code)
     lease = MembershipLease(session_s=6.0)
     lease_membership(coordinator, lease)
-    before = asyncio.get_running_loop().time()
+    before = clock()
     await coordinator._send_req(Request(api_key))
     assert lease.holds() is renews
     if renews:  # from the moment the request was sent, not from the answer
@@ -116,13 +119,19 @@ def worker(lease: MembershipLease) -> faust.App:
     ``on_start`` sets it, its flow running as after a recovery, generation 3."""
     app = faust.App("membership-test", broker="kafka://localhost:1")
     app.consumer._thread.lease = lease
+    # "events" acked as for a subscribed topic (the conductor adds it when it subscribes)
+    app.topics._acking_topics.add("events")
     app.consumer_generation_id = 3
     app.flow_control.resume()
     return app
 
 
-def record(app: faust.App, generation: int = 3) -> Message:
-    message = Message("events", 0, 41, 0.0, 0, [], b"k", b"v", None, generation_id=generation)
+def record(app: faust.App, generation: int = 3) -> ConsumerMessage:
+    """A record as the consumer hands it to a stream: tracked, its final ack recorded by the
+    consumer (``ConsumerMessage.on_final_ack``)."""
+    message = ConsumerMessage(
+        "events", 0, 41, 0.0, 0, [], b"k", b"v", None, generation_id=generation
+    )
     app.consumer.unacked.add(message)
     return message
 
@@ -133,12 +142,14 @@ def recorded_acks(app: faust.App) -> list[int]:
 
 async def test_a_record_is_acted_on_at_once_while_the_lease_holds() -> None:
     lease = MembershipLease(session_s=6.0)
-    lease.renew(asyncio.get_running_loop().time())
+    lease.renew(clock())
     app = worker(lease)
     assert lease_of(app) is lease
     outcomes = Outcomes()
-    assert await still_ours(app, record(app), outcomes)
+    message = record(app)
+    assert await still_ours(app, message, outcomes)
     assert outcomes.seen == []  # nothing to say
+    assert message.ack(app.consumer) and recorded_acks(app) == [41]  # acked as usual
 
 
 async def test_a_record_waits_for_the_coordinator_when_the_lease_lapsed() -> None:
@@ -148,7 +159,7 @@ async def test_a_record_waits_for_the_coordinator_when_the_lease_lapsed() -> Non
     waiting = asyncio.ensure_future(still_ours(app, record(app), outcomes, poll_s=0.01))
     await asyncio.sleep(0.1)
     assert not waiting.done(), "acted on a record with the membership unconfirmed"
-    lease.renew(asyncio.get_running_loop().time())  # a heartbeat answered
+    lease.renew(clock())  # a heartbeat answered
     assert await asyncio.wait_for(waiting, 1)
     assert outcomes.seen == ["confirmed"]
 
@@ -165,7 +176,7 @@ async def test_a_record_of_a_lost_assignment_is_left_unacked(rebalance: str) -> 
         app.flow_control.suspend()
     else:  # ... and the rejoin renewed the lease for a new generation
         app.consumer_generation_id = 4
-        lease.renew(asyncio.get_running_loop().time())
+        lease.renew(clock())
     assert not await asyncio.wait_for(waiting, 1)
     assert outcomes.seen == ["left"]
     # nothing waits for it (a rebalance waits for unacked records), and no commit passes it
