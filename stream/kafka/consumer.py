@@ -27,7 +27,11 @@ mend are in ``tests/integration/test_at_least_once.py`` and ``test_consumer_seek
 4. **The commit never passes a missing offset.** Faust's head-gap check
    (``min(acked) - committed > 1``) is off by one: with the committed offset the next one to
    read, one record missing at the head was committed past once later ones were acked. Here
-   the commit waits while the first acked offset (or recorded gap) is past the head.
+   the commit waits while the first acked offset (or recorded gap) is past the head. And at
+   a revocation Faust forgets a partition's committed offset and acks, then commits the acks
+   made while it waits for the agents: a record Faust skipped and acked (its flow suspended)
+   while an earlier one was still being processed was committed past. Here a partition
+   whose head is not known is not committed.
 5. **A commit only past durable work.** Faust flushed its producer before a commit but gave up
    after 0.1 s without progress (``ProducerBuffer.flush``), so a source offset could be
    committed before the changelog records of what it produced were written; a changelog write
@@ -418,7 +422,11 @@ class MendedConsumer(Consumer):
         head = self._committed_offset[tp]
         if head is None:
             head = self._heads.get(tp)
-        if head is not None and first > head:
+        if head is None:
+            # revoked (Faust forgot the partition's offsets before its last commit): acks
+            # made since say nothing of the offsets below them, which may still be in flight
+            return None
+        if first > head:
             return None  # the record at the head is not done yet
         offset: int | None = super()._new_offset(tp)
         if offset is not None:

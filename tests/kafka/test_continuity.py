@@ -251,3 +251,22 @@ def test_a_commit_put_off_gives_back_the_gaps_it_passed() -> None:
     assert consumer._filter_committable_offsets({tp}) == {tp: 15}
     consumer._give_back({tp: 15})
     assert consumer._filter_committable_offsets({tp}) == {tp: 15}
+
+
+def test_a_revoked_partition_is_not_committed_past_work_in_flight() -> None:
+    """At a revocation Faust forgets the partition's committed offset and acks
+    (``Consumer.on_partitions_revoked``), then commits while it waits for the agents
+    (``wait_empty``). A record its stream skipped and acked there (the flow suspended, or an
+    old generation: faust/streams.py) was committed past an earlier one a background task
+    still processed; the worker killed then, the earlier record was lost."""
+    consumer, tp = bare_consumer(), faust_types.TP("traces", 0)
+    consumer._heads[tp] = 40
+    ack(consumer, tp, range(40, 41))
+    assert consumer._filter_committable_offsets({tp}) == {tp: 41}
+    # revoked: offset 41 in flight in a background task, 42 skipped and acked by Faust
+    consumer._committed_offset.pop(tp, None)
+    consumer._heads.pop(tp, None)
+    consumer._acked.pop(tp, None)
+    consumer._acked_index.pop(tp, None)
+    ack(consumer, tp, range(42, 43))
+    assert consumer._filter_committable_offsets({tp}) == {}
