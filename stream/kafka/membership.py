@@ -149,8 +149,10 @@ async def still_ours(
     if observer is not None:
         observer.on_membership_unconfirmed(outcome)
     log.info(
-        "membership lease lapsed %.1f s before a record of %s[%d]@%d: %s",
-        lapsed,
+        "membership %s before a record of %s[%d]@%d: %s",
+        "voided (the coordinator dropped this member)"
+        if math.isinf(lapsed)
+        else f"lease lapsed {lapsed:.1f} s",
         message.topic,
         message.partition,
         message.offset,
