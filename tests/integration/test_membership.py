@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
 from stream.kafka.membership import MembershipLease, lease_membership
 
-from .harness import Names, read
+from .harness import Names, committed, read
 from .test_table_recovery import log_path, start_app, wait_for
 
 SESSION_S = 6.0
@@ -121,11 +122,12 @@ def said(path: Path, line: str) -> int:
         return 0
 
 
-async def send(bootstrap: str, topic: str, key: str, event: dict) -> None:
+async def send(bootstrap: str, topic: str, key: str, event: dict) -> RecordMetadata:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        await producer.send_and_wait(topic, key=key.encode(), value=json.dumps(event).encode())
+        value = json.dumps(event).encode()
+        return await producer.send_and_wait(topic, key=key.encode(), value=value)
     finally:
         await producer.stop()
 
@@ -166,11 +168,22 @@ async def test_a_worker_woken_after_its_session_writes_nothing_to_a_lost_partiti
         # the next worker takes both partitions once the first one's session expires,
         # applies the held event again, then a newer value
         second, second_port = start_app(broker, names, "tansu", tmp_path, **extra)
-        await send(broker.bootstrap, names.traces, "k", {"key": "k", "value": "new"})
+        new = await send(broker.bootstrap, names.traces, "k", {"key": "k", "value": "new"})
         taken = await asyncio.to_thread(
             wait_for, second_port, lambda t: t["table"].get("k") == "new", 120.0
         )
         assert taken["table"].get("k") == "new", "the second worker did not take over"
+        # and committed it: the rebalance the first one's return brings reads nothing again
+        # (a repeat of the held event and the newer value would hide or fake a stale write)
+
+        async def committed_new() -> bool:
+            done = await committed(broker.bootstrap, names.group, names.traces, new.partition)
+            return (done or 0) > new.offset
+
+        deadline = time.monotonic() + 30
+        while not await committed_new():
+            assert time.monotonic() < deadline, "the second worker did not commit"
+            await asyncio.sleep(0.3)
 
         # the first wakes: its held event is stale; it rejoins the group
         assigned = said(first_log, "Executing _on_partitions_assigned")
