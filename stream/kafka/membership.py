@@ -41,6 +41,7 @@ from typing import Any
 
 import faust
 from faust.types import Message
+from mode.utils.futures import notify
 
 from ..observer import Observer
 
@@ -169,4 +170,8 @@ def leave(app: faust.App, message: Message) -> None:
     passes it. The partition is sought back to its committed offset at the next assignment
     (Faust's seek, mend 1), and whoever owns it then reads the record again."""
     message.acked = True
-    app.consumer.unacked.discard(message)
+    consumer = app.consumer
+    consumer.unacked.discard(message)
+    # a rebalance waiting for the agents (Faust's ``wait_empty``) looks again now, not at its
+    # next 1 s timeout, as an ack would have it (``Consumer.ack`` notifies the same future)
+    notify(getattr(consumer, "_waiting_for_ack", None))

@@ -171,6 +171,8 @@ async def test_a_record_of_a_lost_assignment_is_left_unacked(rebalance: str) -> 
     message = record(app)
     outcomes = Outcomes()
     waiting = asyncio.ensure_future(still_ours(app, message, outcomes, poll_s=0.01))
+    # a rebalance waiting for the agents' acks (Faust's Consumer.wait_empty arms this future)
+    app.consumer._waiting_for_ack = asyncio.get_running_loop().create_future()
     await asyncio.sleep(0.05)
     if rebalance == "revoked":  # the coordinator dropped the member: Faust suspends the flow
         app.flow_control.suspend()
@@ -181,5 +183,6 @@ async def test_a_record_of_a_lost_assignment_is_left_unacked(rebalance: str) -> 
     assert outcomes.seen == ["left"]
     # nothing waits for it (a rebalance waits for unacked records), and no commit passes it
     assert message not in app.consumer.unacked
+    assert app.consumer._waiting_for_ack.done(), "a waiting rebalance was not told"
     assert not message.ack(app.consumer)
     assert recorded_acks(app) == []
