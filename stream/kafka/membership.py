@@ -132,9 +132,10 @@ async def still_ours(
     app: faust.App, message: Message, observer: Observer | None = None, poll_s: float = POLL_S
 ) -> bool:
     """Whether this worker may act on ``message``, checked right before acting (no ``await``
-    in between): True at once while the membership lease holds; otherwise waits until the coordinator renews it, or until a rebalance takes the
-    record's assignment away. In that case the record is left unacked to the partition's
-    next owner (``leave``) and False is returned."""
+    in between): True at once while the membership lease holds; otherwise waits until the
+    coordinator renews it, or until a rebalance takes the record's assignment away. In that
+    case the record is left unacked to the partition's next owner (``leave``) and False is
+    returned."""
     lease = lease_of(app)
     if lease is None or lease.holds():
         if of_current_assignment(app, message):
