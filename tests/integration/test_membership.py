@@ -143,7 +143,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-@pytest.mark.parametrize("fenced", [False, True], ids=["assignment-checked", "lease-checked"])
+@pytest.mark.parametrize(
+    "fenced",
+    [
+        # the defect is a race between the woken agent and aiokafka's revocation: the stale
+        # write came in 3 of 4 runs (one a suite on two processes), so it runs with the chaos
+        # runs (`make test-chaos`), not in the suite; the lease-checked case never writes
+        pytest.param(False, id="assignment-checked", marks=pytest.mark.chaos),
+        pytest.param(True, id="lease-checked"),
+    ],
+)
 async def test_a_worker_woken_after_its_session_writes_nothing_to_a_lost_partition(
     broker: EmbeddedBroker, names: Names, tmp_path: Path, fenced: bool
 ) -> None:
@@ -200,8 +209,8 @@ async def test_a_worker_woken_after_its_session_writes_nothing_to_a_lost_partiti
             assert values.count("stale") == 1, values  # the second worker's own
         else:
             # the defect: the woken worker wrote its stale value after the newer one, though it
-            # checked the event was of its assignment right before (nothing had told it yet).
-            # If this ever fails, the window closed elsewhere and the lease needs a look.
+            # checked the event was of its assignment right before (nothing had told it yet);
+            # unless aiokafka's revocation reached the agent first (the race)
             assert values[-1] == "stale", values
     finally:
         stop(first)
