@@ -147,7 +147,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     "fenced",
     [
         # the defect is a race between the woken agent and aiokafka's revocation: the stale
-        # write came in 3 of 4 runs (one a suite on two processes), so it runs with the chaos
+        # write came in 4 of 5 runs (not in one suite on two processes), so it runs with the chaos
         # runs (`make test-chaos`), not in the suite; the lease-checked case never writes
         pytest.param(False, id="assignment-checked", marks=pytest.mark.chaos),
         pytest.param(True, id="lease-checked"),
