@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import RecordMetadata
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
 from stream.kafka.membership import MembershipLease, lease_membership
 
-from .harness import Names, committed, read
+from .harness import Names, committed, produce, read
 from .test_table_recovery import log_path, start_app, wait_for
 
 SESSION_S = 6.0
@@ -45,12 +45,9 @@ async def until(predicate, timeout: float, step: float = 0.05) -> bool:
     return predicate()
 
 
-async def test_the_lease_holds_while_the_coordinator_counts_the_member_in(
-    broker: EmbeddedBroker, names: Names
-) -> None:
-    topic = f"lease-{names.suffix}"
-    await ensure_topics(broker.bootstrap, [topic], 1)
-    consumer = AIOKafkaConsumer(
+def member(broker: EmbeddedBroker, names: Names, topic: str) -> AIOKafkaConsumer:
+    """A consumer of ``topic`` in the test's group, with the workers' session and heartbeat."""
+    return AIOKafkaConsumer(
         topic,
         bootstrap_servers=broker.bootstrap,
         group_id=names.group,
@@ -58,6 +55,14 @@ async def test_the_lease_holds_while_the_coordinator_counts_the_member_in(
         session_timeout_ms=int(SESSION_S * 1000),
         heartbeat_interval_ms=2000,
     )
+
+
+async def test_the_lease_holds_while_the_coordinator_counts_the_member_in(
+    broker: EmbeddedBroker, names: Names
+) -> None:
+    topic = f"lease-{names.suffix}"
+    await ensure_topics(broker.bootstrap, [topic], 1)
+    consumer = member(broker, names, topic)
     lease = MembershipLease(SESSION_S)
     await consumer.start()
     try:
@@ -98,14 +103,7 @@ async def test_the_lease_holds_while_the_coordinator_counts_the_member_in(
 
 async def join_and_take(broker: EmbeddedBroker, names: Names, topic: str) -> None:
     """Another member of the group, on its own thread: joins, is given the partition, leaves."""
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=broker.bootstrap,
-        group_id=names.group,
-        enable_auto_commit=False,
-        session_timeout_ms=int(SESSION_S * 1000),
-        heartbeat_interval_ms=2000,
-    )
+    consumer = member(broker, names, topic)
     await consumer.start()
     try:
         deadline = time.monotonic() + 30
@@ -123,13 +121,9 @@ def said(path: Path, line: str) -> int:
 
 
 async def send(bootstrap: str, topic: str, key: str, event: dict) -> RecordMetadata:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        value = json.dumps(event).encode()
-        return await producer.send_and_wait(topic, key=key.encode(), value=value)
-    finally:
-        await producer.stop()
+    """One JSON event, keyed; where it landed."""
+    landed = await produce(bootstrap, topic, [(key.encode(), json.dumps(event).encode())])
+    return landed[0]
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
