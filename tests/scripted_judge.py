@@ -253,24 +253,30 @@ class MockJudge:
         self.stop()
 
 
+def demo_answers(judge: MockJudge) -> MockJudge:
+    """Script answers for the demo's samples: the critique pack's rubric and response
+    comparison (the demo's pair) get answers of their own shape; every other prompt the
+    default one."""
+    dimensions = ("requirements_compliance", "technical_accuracy", "code_quality")
+    dimensions += ("completeness_focus", "presentation_clarity", "safety")
+    ratings = {d: {"reason": "scripted", "rating": 3} for d in dimensions}
+    canary = {**ratings, "presentation_clarity": {"reason": "pleasantries", "rating": 1}}
+    notes = {"key_strengths": ["scripted"], "key_weaknesses": []}
+    judge.script("rating one AI-generated response", orjson.dumps(ratings | notes).decode())
+    comparison = {"response_a": ratings, "response_b": canary, "preference": 1}
+    comparison["justification"] = "A is somewhat better: B opens and closes with pleasantries."
+    comparison["key_differentiators"] = ["B's pleasantries", "B names no number"]
+    judge.script("comparing two AI-generated responses", orjson.dumps(comparison).decode())
+    return judge
+
+
 def main() -> None:  # pragma: no cover - a convenience for trying the worker by hand
     """Run a mock judge on a fixed port: ``python tests/scripted_judge.py 8099``."""
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8099
     with MockJudge(port=port) as judge:
-        # the critique pack's rubric and response comparison (the demo's pair) get answers
-        # of their own shape; every other prompt the default one
-        dimensions = ("requirements_compliance", "technical_accuracy", "code_quality")
-        dimensions += ("completeness_focus", "presentation_clarity", "safety")
-        ratings = {d: {"reason": "scripted", "rating": 3} for d in dimensions}
-        canary = {**ratings, "presentation_clarity": {"reason": "pleasantries", "rating": 1}}
-        notes = {"key_strengths": ["scripted"], "key_weaknesses": []}
-        judge.script("rating one AI-generated response", orjson.dumps(ratings | notes).decode())
-        comparison = {"response_a": ratings, "response_b": canary, "preference": 1}
-        comparison["justification"] = "A is somewhat better: B opens and closes with pleasantries."
-        comparison["key_differentiators"] = ["B's pleasantries", "B names no number"]
-        judge.script("comparing two AI-generated responses", orjson.dumps(comparison).decode())
+        demo_answers(judge)
         print(f"mock judge on {judge.base_url}", flush=True)
         threading.Event().wait()
 
