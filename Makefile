@@ -39,7 +39,7 @@ test-fast: install
 	$(BIN)/pytest -q -m "not integration"
 
 # the chaos runs (bench/chaos.py, a short one) and the three-worker hand-over: see
-# docs/benchmarks.md for the embedded broker's group defect they meet now and then
+# docs/limitations.md for the embedded broker's group defect they meet now and then
 test-chaos: install
 	$(BIN)/pytest -q -m chaos
 

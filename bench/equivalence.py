@@ -149,7 +149,11 @@ def run(bootstrap: str, tmp: Path, mode: str, judge_url: str | None) -> list[str
         asyncio.run(produce(bootstrap, names["sessions"], lines(SESSIONS)))
         time.sleep(8)  # past the conversations' inactivity gap
         topics = [names["scores"], names["decisions"], names["dlq"]]
-        return close_ids_named(asyncio.run(drain(bootstrap, topics, timeout=180)))
+        rows = close_ids_named(asyncio.run(drain(bootstrap, topics, timeout=180)))
+        if worker.poll() is not None or not rows:
+            tail = (tmp / f"worker-{mode}.log").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"the worker ({mode}) published nothing or died:\n{tail}")
+        return rows
     finally:
         worker.send_signal(signal.SIGTERM)
         try:

@@ -56,7 +56,9 @@ def silent_limit(rpm: float, calls: int) -> None:
 
     async def run(judge: MockJudge) -> float:
         client = JudgeClient(
-            settings(openai_base_url=judge.base_url, openai_api_key="k", judge_max_attempts=100)
+            settings(
+                openai_base_url=judge.base_url, openai_api_key="k", judge_max_attempts=100
+            ).judge_config()
         )
         rule = next(r for r in fretcoach_rules().rules if r.id == "hub_answer_correctness")
         assert isinstance(rule, LLMJudgeRule)

@@ -5,7 +5,7 @@ Runs ``scorer worker`` as a user does, against: a TLS listener whose certificate
 signed, the same listener reached by a name its certificate does not carry, and a port where
 nothing listens. Prints the exit code, the wall time from launch to exit (Python start-up and
 rule loading included) and the line that says why. SASL failures cannot be produced here (see
-the README's "Secured clusters"): no broker with users can be run on this machine.
+docs/operations.md, "Secured clusters"): no broker with users can be run on this machine.
 
     python bench/startup_check.py [--runs 3]
 """

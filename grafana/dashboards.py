@@ -4,7 +4,7 @@ current).
 
 Three dashboards: quality (scores against their baseline, low scores, thread rules), judge
 health (latency, errors, retries, tokens, cost) and pipeline health (throughput, lag, DLQ,
-decisions, threads). Every query reads the metrics of stream/metrics.py or the recording
+decisions, threads). Every query reads the metrics of stream/metrics/ or the recording
 rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against a real
 Prometheus that scraped a working worker.
 """

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from .errors import ScorerError
+from .ruleset.loader import deployment_rules
 from .settings import Settings
 
 app = typer.Typer(help="Kafka-native streaming scorer for LLM traces.", no_args_is_help=True)
@@ -108,7 +109,7 @@ def explain(
     from .kafka.io import message_value, read_traces
 
     settings = Settings()
-    ruleset = settings.ruleset()
+    ruleset = deployment_rules(settings)
     shown = 0
     for item in read_traces(file):
         if trace_id is not None and not (isinstance(item, dict) and item.get("id") == trace_id):

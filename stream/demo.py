@@ -18,11 +18,12 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from .engine.judge import NO_JUDGE_REASON
-from .engine.planner import primary_shape
+from .engine.scorer import primary_shape
+from .engine.verdicts import NO_JUDGE_REASON
 from .kafka.broker import EmbeddedBroker, free_port
 from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
+from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
 from .threads.router import Pairing, ThreadRouter
@@ -136,7 +137,7 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
     )
     sessions = read_traces(SESSION_SAMPLES) if traces_file is None else []
     packs = settings.packs if settings.packs is not None else DEMO_PACKS
-    ruleset = settings.ruleset(packs)
+    ruleset = deployment_rules(settings, packs)
     expected = expected_scores(ruleset, items, settings.traces_topic)
     expected += expected_session_scores(ruleset, sessions, settings.sessions_topic)
     broker: EmbeddedBroker | None = None

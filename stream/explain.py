@@ -1,6 +1,6 @@
 """``scorer explain``: what every rule would decide for a trace, and why, offline.
 
-The same planner the worker runs (filters, sampling, variable lookups, checks, prompt
+The same scorer the worker plans with (filters, sampling, variable lookups, checks, prompt
 rendering), with no broker and no judge call: a rule that would be judged shows the prompt
 it would send instead of a score.
 """
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.judge import ToolBox, Verdict
-from .engine.planner import Scorer
+from .engine.scorer import Scorer
+from .engine.verdicts import ToolBox, Verdict
 from .models import Trace, parse_trace
 from .ruleset.schema import PromptedRule, RuleSet
 from .threads.router import NotPaired, ThreadRouter
@@ -43,7 +43,7 @@ def explain_trace(
     """The trace's id and every trace rule's decision (raises ``ValueError`` for a message
     the worker would dead-letter, with the same message)."""
     trace, document = parse_trace(raw)
-    # a judge that is never called: the planner plans judge calls as the worker's does
+    # a judge that is never called: the scorer plans judge calls as the worker's does
     scorer = Scorer(ruleset, _NoCall(), default_model=default_model)
     plan = scorer.plan(trace, document, topic)
     explained = []
@@ -101,7 +101,7 @@ def _pairs(ruleset: RuleSet, trace: Trace, document: Any, topic: str | None) -> 
 
 
 class _NoCall:
-    """Stands in for a judge so that the planner plans judge calls; never called."""
+    """Stands in for a judge so that the scorer plans judge calls; never called."""
 
     async def judge(
         self,

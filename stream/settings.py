@@ -5,68 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .engine.spend import DEFAULT_JUDGE_PRICES, Budget, ModelPrice, judge_cost
+from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
-from .ruleset.loader import load_rules
-from .ruleset.schema import RuleSet
 
 REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
-
-
-class ModelPrice(BaseModel):
-    """What a judge model costs, in US dollars per million tokens."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
-
-
-# List prices (USD per million tokens) of common judge models, for the estimated-cost metric.
-# SCORER_JUDGE_PRICES (JSON) replaces this table; a local model costs what its GPU costs,
-# so it has no entry and no cost is estimated for it.
-DEFAULT_JUDGE_PRICES = {
-    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
-    "gpt-4o": ModelPrice(input=2.50, output=10.00),
-    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),
-    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
-    "gpt-4.1": ModelPrice(input=2.00, output=8.00),
-}
-
-
-WINDOW_S = {"hour": 3600, "day": 86_400}
-
-
-class Budget(BaseModel):
-    """One budget: for a rule or for a model, in USD or tokens, per hour or day."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rule: str | None = None
-    model: str | None = None
-    usd: float | None = Field(default=None, gt=0)
-    tokens: int | None = Field(default=None, gt=0)
-    window: Literal["hour", "day"] = "day"
-
-    @model_validator(mode="after")
-    def _one_of_each(self) -> Budget:
-        if (self.rule is None) == (self.model is None):
-            raise ValueError("a budget is for a rule or for a model: give exactly one")
-        if (self.usd is None) == (self.tokens is None):
-            raise ValueError("a budget counts usd or tokens: give exactly one")
-        return self
-
-    def describe(self) -> str:
-        whose = f"rule {self.rule}" if self.rule else f"model {self.model}"
-        amount = f"${self.usd:g}" if self.usd is not None else f"{self.tokens} tokens"
-        return f"{whose}: {amount} per {self.window}"
 
 
 class Settings(BaseSettings):
@@ -190,11 +138,20 @@ class Settings(BaseSettings):
 
     def judge_cost(self, model: str, usage: TokenUsage) -> float | None:
         """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
-        price = self.judge_prices.get(model)
-        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
+        return judge_cost(self.judge_prices, model, usage)
 
-    def ruleset(self, packs: list[str] | None = None) -> RuleSet:
-        """The rule set this deployment runs: the packs' rule files (``packs``, or the
-        configured ones), with the deployment's pack filters over their own."""
-        loaded = load_rules(self.rules_dir, packs if packs is not None else self.packs)
-        return loaded.with_pack_filters(self.pack_filters)
+    def judge_config(self) -> JudgeConfig:
+        """What the judge client needs of this deployment."""
+        return JudgeConfig(
+            base_url=self.openai_base_url,
+            api_key=self.openai_api_key,
+            model=self.judge_model,
+            timeout_s=self.judge_timeout_s,
+            max_attempts=self.judge_max_attempts,
+            backoff_base_s=self.judge_backoff_base_s,
+            backoff_max_s=self.judge_backoff_max_s,
+            max_concurrency=self.judge_max_concurrency,
+            outage_max_s=self.judge_outage_max_s,
+            structured_output=self.judge_structured_output,
+            prices=dict(self.judge_prices),
+        )

@@ -15,10 +15,10 @@ from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
 from .app import create_app
-from .engine.judge import NO_JUDGE_REASON
-from .engine.planner import Scorer
+from .engine.scorer import Scorer
 from .engine.silence import Silence, SilenceWatch
 from .engine.spend import SpendLedger
+from .engine.verdicts import NO_JUDGE_REASON
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
 from .kafka.io import check_cluster
@@ -26,6 +26,7 @@ from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
 from .metrics import ScorerMetrics
 from .observer import Observer
+from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
 from .threads.router import ThreadRouter
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> faust.Worker:
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
     metrics = ScorerMetrics.default()
-    ruleset = settings.ruleset()
-    judge = JudgeClient(settings, metrics) if settings.judge_configured else None
+    ruleset = deployment_rules(settings)
+    judge = JudgeClient(settings.judge_config(), metrics) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap, metrics)
     ledger = spend_ledger(settings, metrics)
     scorer = Scorer(

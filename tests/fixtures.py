@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from stream.engine.planner import Scorer
+from stream.engine.scorer import Scorer
 from stream.judge.client import JudgeClient
 from stream.metrics import ScorerMetrics
 from stream.models import Trace
@@ -68,7 +68,7 @@ def scorer(
         **overrides,
     )
     metrics = ScorerMetrics.default()
-    judge = JudgeClient(cfg, metrics) if judge_url else None
+    judge = JudgeClient(cfg.judge_config(), metrics) if judge_url else None
     return Scorer(
         ruleset or fretcoach_rules(),
         judge,

@@ -16,7 +16,7 @@ import yaml
 from conftest import require_tool
 
 from stream.demo import SAMPLES, SESSION_SAMPLES
-from stream.schema import SCHEMA_PATH
+from stream.event_schema import SCHEMA_PATH
 from stream.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent

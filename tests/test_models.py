@@ -26,7 +26,7 @@ from strategies import (
     texts,
 )
 
-from stream.engine.planner import Scorer
+from stream.engine.scorer import Scorer
 from stream.models import parse_trace
 from stream.ruleset.loader import load_rules
 from stream.threads.sources import SourceLog

@@ -5,12 +5,12 @@ from __future__ import annotations
 import orjson
 from fixtures import as_trace, live_trace, scorer
 
-from stream.schema import SCHEMA_PATH, score_event_schema
+from stream.event_schema import SCHEMA_PATH, score_event_schema
 
 
 def test_published_schema_is_current() -> None:
     assert orjson.loads(SCHEMA_PATH.read_bytes()) == score_event_schema(), (
-        "run `python -m stream.schema` to regenerate stream/schemas/score-event.schema.json"
+        "run `python -m stream.event_schema` to regenerate stream/schemas/score-event.schema.json"
     )
 
 

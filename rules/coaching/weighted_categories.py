@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stream.models import Scale
-from stream.ruleset.aggregators import (
+from stream.pack import (
     AggregateParams,
     CriterionAnswer,
     RubricInput,
     RubricScore,
+    Scale,
     aggregate,
     unknown_criteria,
 )

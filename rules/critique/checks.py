@@ -9,8 +9,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from stream.ruleset.checks import CheckParams, CheckResult, check
-from stream.text.values import render_value
+from stream.pack import CheckParams, CheckResult, check, render_value
 
 
 class PleasantryParams(CheckParams):

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stream.models import Scale
-from stream.ruleset.aggregators import AggregateParams, RubricInput, RubricScore, aggregate
+from stream.pack import AggregateParams, RubricInput, RubricScore, Scale, aggregate
 
 
 class IssueRow(BaseModel):

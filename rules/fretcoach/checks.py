@@ -16,8 +16,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from stream.ruleset.checks import CheckParams, CheckResult, NotApplicable, check
-from stream.text.measures import mentions, sentences, words
+from stream.pack import CheckParams, CheckResult, NotApplicable, check, mentions, sentences, words
 
 
 @dataclass(frozen=True, slots=True)

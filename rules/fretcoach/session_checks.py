@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from stream.ruleset.checks import CheckParams, CheckResult, NotApplicable, check
+from stream.pack import CheckParams, CheckResult, NotApplicable, check
 
 
 class ImprovementParams(CheckParams):

@@ -1,6 +1,8 @@
-"""An agent that forwards each message of an input topic, converted, in order.
+"""The per-record loop with in-order acks, written once (``register_in_order``), and the
+agents that forward each message of an input topic, converted, in order.
 
-The session agent and the spans agent are the same loop: read a message, turn it into the
+The trace agent, the session agent and the spans agent run the same loop; the last two are
+the same forwarder: read a message, turn it into the
 messages to send (or a dead letter), hand them to the producer, ack offsets in order once
 they are on the broker, and record how far the source partition is read.
 
@@ -12,7 +14,7 @@ agent, and the message, never acked, would hold its partition back for good.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import cast
 
@@ -31,6 +33,48 @@ from ..threads.sources import SourceLog, source_name
 Convert = Callable[[Message], tuple[list[Send], datetime | None]]
 
 
+# one record of an in-order agent: what it sends for it (``OrderedDelivery.deliver``)
+Handle = Callable[[OrderedDelivery, TP, Pending, Message], Awaitable[None]]
+
+
+def register_in_order(
+    app: faust.App,
+    topic: TopicT,
+    name: str,
+    handle: Handle,
+    *,
+    declare: Iterable[TopicT],
+    max_in_flight: int,
+    sources: SourceLog | None = None,
+    observer: Observer | None = None,
+    watch_in_flight: bool = False,
+) -> AgentT[bytes]:
+    """An agent on ``topic`` handing each record to ``handle`` with its place in the
+    in-order acks: offsets are acked in order per partition, once what ``handle`` delivered
+    for each record is on the broker (the loop every agent that publishes per record runs)."""
+    observer = observer or Observer()
+    publisher = Publisher(app)
+    outputs = list(declare)
+
+    async def run(stream: StreamT[bytes]) -> None:
+        await publisher.declare(outputs)
+        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
+        delivery = OrderedDelivery(
+            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+        )
+        if watch_in_flight:
+            observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
+        delivery.start()
+        try:
+            async for event in manual.events():
+                tp, entry = await delivery.admit(event)
+                await handle(delivery, tp, entry, event.message)
+        finally:
+            delivery.stop()
+
+    return app.agent(topic, concurrency=1, name=name)(run)
+
+
 def register_forwarder(
     app: faust.App,
     topic: TopicT,
@@ -45,35 +89,29 @@ def register_forwarder(
 ) -> AgentT[bytes]:
     """An agent on ``topic`` sending ``convert(message)`` for each message, in order; a
     message ``convert`` raises on goes to ``dead_letters`` with the error."""
-    observer = observer or Observer()
-    publisher = Publisher(app)
-    outputs = list(declare)
     doing = f"converting the message ({name})"
 
-    async def forward(stream: StreamT[bytes]) -> None:
-        await publisher.declare(outputs)
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(
-            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
-        )
-        delivery.start()
+    async def forward(delivery: OrderedDelivery, tp: TP, entry: Pending, message: Message) -> None:
         try:
-            async for event in manual.events():
-                tp, entry = await delivery.admit(event)
-                message = event.message
-                try:
-                    sends, moment = convert(message)
-                except Exception as exc:  # a bug met this message: never leave it unacked
-                    sends, moment = dead_letters.engine_failure(message, exc, doing), None
-                entry.moment = moment
-                await delivery.deliver(tp, entry, sends, [])
-                if sources:
-                    source = source_name(message.topic, message.partition)
-                    sources.read(source, message.offset, message.timestamp, moment)
-        finally:
-            delivery.stop()
+            sends, moment = convert(message)
+        except Exception as exc:  # a bug met this message: never leave it unacked
+            sends, moment = dead_letters.engine_failure(message, exc, doing), None
+        entry.moment = moment
+        await delivery.deliver(tp, entry, sends, [])
+        if sources:
+            source = source_name(message.topic, message.partition)
+            sources.read(source, message.offset, message.timestamp, moment)
 
-    return app.agent(topic, concurrency=1, name=name)(forward)
+    return register_in_order(
+        app,
+        topic,
+        name,
+        forward,
+        declare=declare,
+        max_in_flight=max_in_flight,
+        sources=sources,
+        observer=observer,
+    )
 
 
 def held_while_retried(sources: SourceLog | None) -> Callable[[TP, Pending, bool], None] | None:

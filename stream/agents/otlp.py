@@ -27,20 +27,23 @@ from datetime import datetime
 
 import faust
 import orjson
-from faust.types import Message, StreamT, TopicT
+from faust.types import Message, TopicT
 
-from ..app import Topics, raw_table
+from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
+from ..kafka.faust_state import partition_count, read_positions
 from ..kafka.membership import still_ours
 from ..observer import Observer
 from ..otlp.assembler import TraceAssembler, Whole
+from ..otlp.decode import decode
+from ..otlp.document import trace_document
 from ..otlp.events import AssemblyEvent, progress, spans_events, tick
-from ..otlp.spans import Span, decode, trace_document
+from ..otlp.spans import Span
 from ..settings import Settings
 from ..threads.sources import SourceLog, source_name
 from .forward import register_forwarder
-from .threads import partition_count, read_positions
+from .keyed_table import KeyedTable
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +70,19 @@ def register_otlp_agents(
     assert topics.otlp and topics.otlp_assembly and topics.otlp_traces, "OTLP input is off"
     spans_topic, assembly, assembled = topics.otlp, topics.otlp_assembly, topics.otlp_traces
     observer = observer or Observer()
-    table = raw_table(app, TABLE_NAME, settings.topic_partitions)
+    publisher = Publisher(app)
+    dead_letters = DeadLetters(topics.dlq, observer)
+    traces: KeyedTable[AssemblyEvent] = KeyedTable(
+        app,
+        table_name=TABLE_NAME,
+        events=assembly,
+        partitions=settings.topic_partitions,
+        publisher=publisher,
+        dead_letters=dead_letters,
+        observer=observer,
+    )
     assembler = TraceAssembler(
-        table,
+        traces.table,
         grace_s=settings.otlp_grace_s,
         max_wait_s=settings.otlp_max_wait_s,
         max_spans=settings.otlp_max_spans,
@@ -78,14 +91,9 @@ def register_otlp_agents(
         unheard_wait_s=settings.unheard_source_wait_s,
     )
     observer.watch_otlp(assembler.gathering, lambda: assembler.clock_lag(time.time()))
-    publisher = Publisher(app)
-    dead_letters = DeadLetters(topics.dlq, observer)
     sources = SourceLog()
-    assembly_name = assembly.get_topic_name()
     spans_name = spans_topic.get_topic_name()
-
-    def owned() -> set[int]:
-        return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == assembly_name}
+    owned = traces.owned
 
     def expect_spans_partitions() -> None:
         """Tell the assembler the spans topic's partitions (from the consumer's metadata)."""
@@ -93,9 +101,7 @@ def register_otlp_agents(
         if count:
             assembler.expect(source_name(spans_name, p) for p in range(count))
 
-    @table.on_recover
-    async def rebuild_index() -> None:
-        partitions = owned()
+    def rebuild(partitions: set[int]) -> None:
         expect_spans_partitions()
         count = assembler.rebuild(partitions, time.time())
         log.info("traces being gathered from spans: %d in partitions %s", count, sorted(partitions))
@@ -125,8 +131,12 @@ def register_otlp_agents(
             document["otlp"] = whole.summary()
             value = orjson.dumps(document)
         except Exception as exc:  # a bug: keep the spans, with the error
+            log.exception("reading the spans of trace %s as a trace failed", whole.trace_id)
             stored = [span.stored() for span in whole.spans]
-            return dead_letters.assembly_failure(whole.trace_id, stored, exc, spans_name)
+            kept = orjson.dumps({"trace_id": whole.trace_id, "spans": stored})
+            return dead_letters.kept(
+                whole.trace_id, kept, spans_name, "reading spans as a trace", exc
+            )
         return [(assembled, whole.trace_id.encode(), value, None)]
 
     async def publish(wholes: list[Whole]) -> None:
@@ -142,54 +152,39 @@ def register_otlp_agents(
         for whole in wholes:
             assembler.done(whole.trace_id)
 
-    @app.agent(assembly, concurrency=1, name="assemble-traces")
-    async def assemble_traces(stream: StreamT[bytes]) -> None:
-        await publisher.declare([assembled, topics.dlq])
-        async for event in stream.events():
-            message = event.message
-            if not await still_ours(app, message, observer):
-                continue  # a record of a partition this worker may have lost (a long pause)
-            partition = message.partition
-            # internal events, written by the workers only: one that fails is a bug (or a
-            # stranger's record), dead-lettered with the error before the stream acks it (at
-            # the next event), so that it is neither lost nor read again for ever
-            try:
-                item = AssemblyEvent.from_bytes(event.value)
-            except ValueError as exc:
-                invalid = dead_letters.invalid(message, exc, what="assembly event")
-                await publisher.send_until_delivered(invalid)
-                continue
-            try:
-                if item.type == "spans":
-                    outcomes = assembler.add(partition, item.trace_id, item.spans, item.arrival)
-                    for outcome, count in outcomes.items():
-                        observer.on_otlp_spans(outcome, count)
-                elif item.type == "progress":
-                    assembler.progress(partition, item.positions, item.arrival)
-                elif wholes := assembler.due(partition, item.arrival):
-                    await publish(wholes)
-                    # marked done (a table write) only if the partition is still this
-                    # worker's after the sends, which can outlast a pause or a rebalance
-                    if await still_ours(app, message, observer):
-                        done(wholes)
-            except Exception as exc:
-                failure = dead_letters.engine_failure(message, exc, "assembling traces")
-                await publisher.send_until_delivered(failure)
+    async def assemble(message: Message, item: AssemblyEvent) -> None:
+        partition = message.partition
+        if item.type == "spans":
+            outcomes = assembler.add(partition, item.trace_id, item.spans, item.arrival)
+            for outcome, count in outcomes.items():
+                observer.on_otlp_spans(outcome, count)
+        elif item.type == "progress":
+            assembler.progress(partition, item.positions, item.arrival)
+        elif wholes := assembler.due(partition, item.arrival):
+            await publish(wholes)
+            # marked done (a table write) only if the partition is still this worker's
+            # after the sends, which can outlast a pause or a rebalance
+            if await still_ours(app, message, observer):
+                done(wholes)
 
-    all_partitions = range(assembly.partitions or settings.topic_partitions)
-
-    @app.timer(settings.thread_tick_s)
-    async def send_assembly_ticks() -> None:
-        """How far this worker has read its spans partitions, into every assembly partition;
-        then the wall clock, into every assembly partition this worker owns."""
-        now = time.time()
+    def positions(now: float) -> bytes | None:
         expect_spans_partitions()
-        positions = read_positions(app, sources, {spans_name}, now)
-        if positions:
-            read = {source: position[1] for source, position in positions.items()}
-            await publisher.to_partitions(assembly_name, progress(now, read), all_partitions)
-        await publisher.to_partitions(assembly_name, tick(now), sorted(owned()))
-        report_backlog(now)
+        if read := read_positions(app, sources, {spans_name}, now):
+            return progress(now, {source: position[1] for source, position in read.items()})
+        return None
+
+    traces.on_recover(rebuild)
+    traces.agent(
+        "assemble-traces",
+        decode=AssemblyEvent.from_bytes,
+        what="assembly event",
+        apply=assemble,
+        doing="assembling traces",
+        declare=[assembled, topics.dlq],
+    )
+    traces.clock(
+        settings.thread_tick_s, progress=positions, tick=tick, after=lambda now: report_backlog(now)
+    )
 
     said = [0.0]
 

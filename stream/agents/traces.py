@@ -4,36 +4,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import Any, cast
+from typing import Any
 
 import faust
-from faust.streams import Stream
-from faust.types import TP, AgentT, StreamT
+from faust.types import TP, AgentT, Message
 from pydantic import ValidationError
 
 from ..app import Topics
 from ..delivery.acking import Pending
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.ordered import OrderedDelivery
-from ..delivery.publisher import Publisher, Send, scored
+from ..delivery.publisher import Publisher, Send, sends_of
 from ..engine.outcomes import TraceResult
-from ..engine.planner import Scorer, TracePlan
-from ..models import Trace, TraceDecisions, parse_trace
+from ..engine.records import trace_records
+from ..engine.scorer import Plan, Scorer
+from ..models import Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
-from .forward import held_while_retried
+from .forward import register_in_order
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
-
-
-def trace_outputs(topics: Topics, result: TraceResult, trace: Trace) -> list[Send]:
-    """A trace's score events and its decision record."""
-    record = TraceDecisions(
-        trace_id=trace.id, project_name=trace.project_name, decisions=result.decisions
-    )
-    return scored(topics.scores, topics.decisions, trace.id, result.scores, record)
 
 
 def register_trace_agent(
@@ -61,83 +53,83 @@ def register_trace_agent(
     router = router if router is not None and router.wants_traces else None
     sources = sources if router is not None else None
 
-    @app.agent(topics.traces, concurrency=1, name="score-traces")
-    async def score_traces(stream: StreamT[bytes]) -> None:
-        await publisher.declare(topics.outputs())
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(
-            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
-        )
-        observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
-        deliver = delivery.deliver
-
-        async def judged(
-            tp: TP, entry: Pending, plan: TracePlan, trace: Trace, early: Early | None
-        ) -> None:
-            try:
-                result = await scorer.finish(plan)
-                engine_started = time.perf_counter()
-                sends = trace_outputs(topics, result, trace)
-                observer.on_scoring_overhead(
-                    entry.engine_seconds + time.perf_counter() - engine_started
-                )
-            except Exception as exc:
-                await deliver(tp, entry, dead_letters.engine_failure(entry.event.message, exc), [])
-                return
-            await deliver(tp, entry, sends, result.scores, early)
-
-        delivery.start()
+    async def judged(
+        delivery: OrderedDelivery,
+        tp: TP,
+        entry: Pending,
+        plan: Plan,
+        trace: Trace,
+        early: Early | None,
+    ) -> None:
         try:
-            async for event in manual.events():
-                tp, entry = await delivery.admit(event)
-                message = event.message
-                topic = topics.input_topic(message.topic)  # assembled from spans: their topic
-                observer.on_trace_consumed(topic)
-                started = time.perf_counter()
-                source = source_name(message.topic, message.partition)
-                try:
-                    trace, document = parse_trace(message.value)
-                except (ValueError, ValidationError) as exc:
-                    await deliver(tp, entry, dead_letters.invalid(message, exc), [])
-                    if sources:
-                        sources.read(source, message.offset, message.timestamp, None)
-                    continue
-                try:
-                    plan = scorer.plan(trace, document, topic)
-                    routed = (
-                        router.events_for_trace(
-                            trace, document, topic, message.timestamp, source, message.key
-                        )
-                        if router
-                        else []
-                    )
-                    early_sends = [topics.to_threads(event) for event in routed]
-                except Exception as exc:
-                    await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
-                    if sources:
-                        sources.read(source, message.offset, message.timestamp, None)
-                    continue
-                early: Early | None = None
-                entry.moment = trace.start_time or trace.end_time
-                if early_sends:
-                    early = (early_sends, await publisher.send(early_sends))
-                    delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
-                if sources:
-                    sources.read(source, message.offset, message.timestamp, entry.moment)
-                entry.engine_seconds = time.perf_counter() - started
-                if plan.judge_jobs:
-                    delivery.spawn(judged(tp, entry, plan, trace, early))
-                else:
-                    result = TraceResult(plan.outcomes)
-                    try:
-                        sends = trace_outputs(topics, result, trace)
-                    except Exception as exc:  # a bug: its turn (early) goes all the same
-                        failure = dead_letters.engine_failure(message, exc)
-                        await deliver(tp, entry, failure, [], early)
-                        continue
-                    observer.on_scoring_overhead(time.perf_counter() - started)
-                    await deliver(tp, entry, sends, result.scores, early)
-        finally:
-            delivery.stop()
+            result = await scorer.finish(plan)
+            engine_started = time.perf_counter()
+            sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
+            observer.on_scoring_overhead(
+                entry.engine_seconds + time.perf_counter() - engine_started
+            )
+        except Exception as exc:
+            failure = dead_letters.engine_failure(entry.event.message, exc)
+            await delivery.deliver(tp, entry, failure, [])
+            return
+        await delivery.deliver(tp, entry, sends, result.scores, early)
 
-    return score_traces
+    async def score(delivery: OrderedDelivery, tp: TP, entry: Pending, message: Message) -> None:
+        deliver = delivery.deliver
+        topic = topics.input_topic(message.topic)  # assembled from spans: their topic
+        observer.on_trace_consumed(topic)
+        started = time.perf_counter()
+        source = source_name(message.topic, message.partition)
+        try:
+            trace, document = parse_trace(message.value)
+        except (ValueError, ValidationError) as exc:
+            await deliver(tp, entry, dead_letters.invalid(message, exc), [])
+            if sources:
+                sources.read(source, message.offset, message.timestamp, None)
+            return
+        try:
+            plan = scorer.plan(trace, document, topic)
+            routed = (
+                router.events_for_trace(
+                    trace, document, topic, message.timestamp, source, message.key
+                )
+                if router
+                else []
+            )
+            early_sends = [topics.to_threads(event) for event in routed]
+        except Exception as exc:
+            await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
+            if sources:
+                sources.read(source, message.offset, message.timestamp, None)
+            return
+        early: Early | None = None
+        entry.moment = trace.start_time or trace.end_time
+        if early_sends:
+            early = (early_sends, await publisher.send(early_sends))
+            delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
+        if sources:
+            sources.read(source, message.offset, message.timestamp, entry.moment)
+        entry.engine_seconds = time.perf_counter() - started
+        if plan.judge_jobs:
+            delivery.spawn(judged(delivery, tp, entry, plan, trace, early))
+            return
+        result = TraceResult(plan.outcomes)
+        try:
+            sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
+        except Exception as exc:  # a bug: its turn (early) goes all the same
+            await deliver(tp, entry, dead_letters.engine_failure(message, exc), [], early)
+            return
+        observer.on_scoring_overhead(time.perf_counter() - started)
+        await deliver(tp, entry, sends, result.scores, early)
+
+    return register_in_order(
+        app,
+        topics.traces,
+        "score-traces",
+        score,
+        declare=topics.outputs(),
+        max_in_flight=max_in_flight,
+        sources=sources,
+        observer=observer,
+        watch_in_flight=True,
+    )

@@ -8,14 +8,12 @@ score them once fixed; headers say where they came from and what went wrong.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import orjson
 from faust.types import Message, TopicT
 from pydantic import ValidationError
 
 from ..observer import Observer
-from ..threads.state import ThreadClose
 from .publisher import Send
 
 log = logging.getLogger(__name__)
@@ -68,23 +66,19 @@ class DeadLetters:
         error = f"{doing} failed: {type(exc).__name__}: {exc}"
         return self._message(message, "engine_error", error)
 
-    def close_failure(self, close: ThreadClose, exc: Exception, source_topic: str) -> list[Send]:
-        """A bug met this thread close: keep what it would have judged, with the error."""
-        error = f"scoring thread close failed: {type(exc).__name__}: {exc}"
-        value = close.pending.model_dump_json().encode()
-        where = {"scorer.thread.close_seq": str(close.pending.close_seq)}
-        return self._send(
-            close.thread_id.encode(), value, source_topic, "engine_error", error, where
-        )
-
-    def assembly_failure(
-        self, trace_id: str, spans: list[dict[str, Any]], exc: Exception, source_topic: str
+    def kept(
+        self,
+        key: str,
+        value: bytes,
+        source_topic: str,
+        doing: str,
+        exc: Exception,
+        where: dict[str, str] | None = None,
     ) -> list[Send]:
-        """A bug met a trace assembled from spans: keep its spans, with the error."""
-        log.exception("reading the spans of trace %s as a trace failed", trace_id)
-        error = f"reading spans as a trace failed: {type(exc).__name__}: {exc}"
-        value = orjson.dumps({"trace_id": trace_id, "spans": spans})
-        return self._send(trace_id.encode(), value, source_topic, "engine_error", error, {})
+        """A bug met something the worker built itself (a thread close, a trace assembled
+        from spans) while ``doing`` it: keep it (``value``), with the error."""
+        error = f"{doing} failed: {type(exc).__name__}: {exc}"
+        return self._send(key.encode(), value, source_topic, "engine_error", error, where or {})
 
     def _message(self, message: Message, reason: str, error: str) -> list[Send]:
         where = {

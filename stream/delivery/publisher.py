@@ -10,6 +10,8 @@ from typing import Any
 import faust
 from faust.types import TopicT
 
+from ..engine import records
+from ..engine.records import Records
 from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
 log = logging.getLogger(__name__)
@@ -20,19 +22,27 @@ PUBLISH_BACKOFF_MAX_S = 30.0
 Send = tuple[TopicT, bytes | None, bytes, dict[str, bytes] | None]
 
 
+def sends_of(scores_topic: TopicT, decisions_topic: TopicT, records: Records) -> list[Send]:
+    """The messages that publish ``records``: score events, then decision records."""
+    sends: list[Send] = [
+        (scores_topic, key, score.to_bytes(), None) for key, score in records.scores
+    ]
+    sends.extend(
+        (decisions_topic, key, record.to_bytes(), None) for key, record in records.decisions
+    )
+    return sends
+
+
 def scored(
     scores_topic: TopicT,
     decisions_topic: TopicT,
     key: str,
-    scores: Iterable[ScoreEvent],
+    scores: list[ScoreEvent],
     record: TraceDecisions | ThreadDecisions,
 ) -> list[Send]:
     """What one scored target publishes: its score events, then its decision record, all
     keyed by the target id (so they share a partition)."""
-    raw_key = key.encode()
-    sends: list[Send] = [(scores_topic, raw_key, score.to_bytes(), None) for score in scores]
-    sends.append((decisions_topic, raw_key, record.to_bytes(), None))
-    return sends
+    return sends_of(scores_topic, decisions_topic, records.scored(key, scores, record))
 
 
 class Publisher:

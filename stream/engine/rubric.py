@@ -8,8 +8,8 @@ from typing import Any
 
 from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
 from ..ruleset.schema import CriteriaRule
-from .judge import Verdict
 from .outcomes import Measured, ScoreShape
+from .verdicts import Verdict
 
 
 def rubric_input(rule: CriteriaRule, verdict: Verdict, forced: dict[str, str]) -> RubricInput:

@@ -10,12 +10,72 @@ budget is per worker, as the judge's concurrency is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..models import TokenUsage
-from ..settings import WINDOW_S, Budget
+
+
+class ModelPrice(BaseModel):
+    """What a judge model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
+# List prices (USD per million tokens) of common judge models, for the estimated-cost metric.
+# SCORER_JUDGE_PRICES (JSON) replaces this table; a local model costs what its GPU costs,
+# so it has no entry and no cost is estimated for it.
+DEFAULT_JUDGE_PRICES = {
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
+    "gpt-4o": ModelPrice(input=2.50, output=10.00),
+    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),
+    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
+    "gpt-4.1": ModelPrice(input=2.00, output=8.00),
+}
+
+
+WINDOW_S = {"hour": 3600, "day": 86_400}
+
+
+class Budget(BaseModel):
+    """One budget: for a rule or for a model, in USD or tokens, per hour or day."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: str | None = None
+    model: str | None = None
+    usd: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+    window: Literal["hour", "day"] = "day"
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> Budget:
+        if (self.rule is None) == (self.model is None):
+            raise ValueError("a budget is for a rule or for a model: give exactly one")
+        if (self.usd is None) == (self.tokens is None):
+            raise ValueError("a budget counts usd or tokens: give exactly one")
+        return self
+
+    def describe(self) -> str:
+        whose = f"rule {self.rule}" if self.rule else f"model {self.model}"
+        amount = f"${self.usd:g}" if self.usd is not None else f"{self.tokens} tokens"
+        return f"{whose}: {amount} per {self.window}"
+
+
+def judge_cost(prices: Mapping[str, ModelPrice], model: str, usage: TokenUsage) -> float | None:
+    """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
+    price = prices.get(model)
+    return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..otlp.spans import input_messages, output_messages
+from ..otlp.messages import input_messages, output_messages
 
 MAX_CHARS = 20_000  # the most one tool answer carries
 MAX_MATCHES = 50

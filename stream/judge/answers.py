@@ -1,21 +1,21 @@
-"""The answer format the engine owns: the JSON schema asked of the judge, and parsing.
+"""The answer format the engine owns, for a rule with one verdict (a score or a label): the
+JSON schema asked of the judge, and parsing its answer; and what every parser shares (which
+verdicts are the judge's own, the JSON objects in a text, checking a verdict against its spec).
 
 Structured output first; for judges that ignore it, text parsing that takes the *last*
 match, so a score quoted earlier in the answer (or injected through the trace) cannot win.
+Rubrics and comparisons (many criteria in one answer) are ``criteria.py``'s.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import orjson
 
-from ..engine.judge import ComparisonAnswers, ParsedAnswer, RubricAnswers
-from ..ruleset.aggregators import CriterionAnswer
-from ..ruleset.schema import ComparisonRule, CriteriaRule, PromptedRule, RubricRule
+from ..engine.verdicts import ParsedAnswer
 from ..ruleset.specs import OutputSpec
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
@@ -30,15 +30,27 @@ class InvalidAnswer(ValueError):  # noqa: N818 - a kind of answer, as the error 
     """The judge answered, but not with a usable verdict."""
 
 
-def _verdict_schema(spec: OutputSpec) -> tuple[str, dict[str, Any]]:
+def verdict_schema(spec: OutputSpec) -> tuple[str, dict[str, Any]]:
+    """The verdict's field name and its JSON schema (one of the labels, or a number)."""
     if spec.type == "choice":
         assert spec.choices
         return spec.verdict_field or "choice", {"type": "string", "enum": list(spec.choices)}
     return spec.verdict_field or "score", {"type": "integer" if spec.integer else "number"}
 
 
-def _verdict_object(spec: OutputSpec, *, no_na: bool = False) -> dict[str, Any]:
-    key, verdict = _verdict_schema(spec)
+def closed_object(properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema object with exactly ``properties``, every one required."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def verdict_object(spec: OutputSpec, *, no_na: bool = False) -> dict[str, Any]:
+    """The schema of one verdict with its reason (``no_na``: NA is not an allowed label)."""
+    key, verdict = verdict_schema(spec)
     if no_na and "enum" in verdict:
         verdict = {**verdict, "enum": [c for c in verdict["enum"] if c != "NA"]}
     reason = {"type": "string"}
@@ -48,12 +60,7 @@ def _verdict_object(spec: OutputSpec, *, no_na: bool = False) -> dict[str, Any]:
         if spec.verdict_field
         else {key: verdict, spec.reason_field: reason}
     )
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
+    return closed_object(properties)
 
 
 def response_schema(spec: OutputSpec) -> dict[str, Any] | None:
@@ -64,14 +71,9 @@ def response_schema(spec: OutputSpec) -> dict[str, Any] | None:
     """
     if spec.answer_format == "score_lines":
         return None
-    schema = _verdict_object(spec)
+    schema = verdict_object(spec)
     if spec.answer_key:
-        return {
-            "type": "object",
-            "properties": {spec.answer_key: schema},
-            "required": [spec.answer_key],
-            "additionalProperties": False,
-        }
+        return closed_object({spec.answer_key: schema})
     return schema
 
 
@@ -119,12 +121,12 @@ def _fold(text: str) -> str:
 _NOT_WORD = re.compile(r"[^\w.]+")
 
 
-def _unquoted(found: list[tuple[T, str]], quoted: Quoted) -> list[T]:
+def unquoted(found: list[tuple[T, str]], quoted: Quoted) -> list[T]:
     """The candidates whose text the judge wrote itself."""
     return [item for item, text in found if not quoted.copied(text)]
 
 
-def _json_objects(text: str) -> list[tuple[dict[str, Any], str]]:
+def json_objects(text: str) -> list[tuple[dict[str, Any], str]]:
     """Every top-level JSON object embedded in ``text``, in order, with its own text."""
     found = []
     decoder_starts = [m.start() for m in re.finditer(r"\{", text)]
@@ -225,7 +227,7 @@ def parse_answer(spec: OutputSpec, content: str, quoted: Quoted = NOTHING_QUOTED
     """
     if spec.answer_format == "score_lines":
         return parse_score_lines(spec, content, quoted)
-    objects = _unquoted(_json_objects(content), quoted)
+    objects = unquoted(json_objects(content), quoted)
     if spec.verdict_field:
         for obj in reversed(objects):
             if spec.verdict_field in obj:
@@ -249,14 +251,14 @@ def parse_answer(spec: OutputSpec, content: str, quoted: Quoted = NOTHING_QUOTED
         pattern = r"\b(" + "|".join(re.escape(c) for c in spec.choices) + r")\b"
         # a choice word is judged with the words before it on its line ("finally: no"), so
         # a sentence quoted from the trace that happens to hold the word is told apart
-        choices = _unquoted(
+        choices = unquoted(
             [(m.group(1), _words_before(content, m)) for m in re.finditer(pattern, content, re.I)],
             quoted,
         )
         if choices:
             return validate(spec, choices[-1], content.strip())
         raise quoted.none_of_its_own(f"no choice among {list(spec.choices)} in the answer")
-    scores = _unquoted([(m.group(1), m.group(0)) for m in _SCORE_LINE.finditer(content)], quoted)
+    scores = unquoted([(m.group(1), m.group(0)) for m in _SCORE_LINE.finditer(content)], quoted)
     matches = scores or _BARE_NUMBER.findall(content)
     if not matches:
         raise quoted.none_of_its_own("no score in the answer")
@@ -292,133 +294,10 @@ def parse_score_lines(
     the justification is the text after the ``justification:`` label that follows it, to the
     end of the answer.
     """
-    scores = _unquoted([(m, m.group(0)) for m in _SCORE_LINE_EXACT.finditer(content)], quoted)
+    scores = unquoted([(m, m.group(0)) for m in _SCORE_LINE_EXACT.finditer(content)], quoted)
     if not scores:
         raise quoted.none_of_its_own("no 'score: <number>' line in the answer")
     last = scores[-1]
     justification = _JUSTIFICATION_LINE.search(content, last.end())
     reason = justification.group(1).strip() if justification else None
     return validate(spec, last.group(1), reason)
-
-
-def _criteria_schema(rule: CriteriaRule) -> dict[str, Any]:
-    return {c.id: _verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
-
-
-def _notes_schema(rule: CriteriaRule) -> dict[str, Any]:
-    return {note: {"type": "array", "items": {"type": "string"}} for note in rule.notes}
-
-
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
-
-
-def rubric_schema(rule: CriteriaRule) -> dict[str, Any]:
-    """Structured output for a rubric: one verdict object per criterion, every one required."""
-    return _object({**_criteria_schema(rule), **_notes_schema(rule)})
-
-
-# the answer's objects holding each response's ratings (a comparison)
-RESPONSE_FIELDS = {"a": "response_a", "b": "response_b"}
-
-
-def comparison_schema(rule: ComparisonRule) -> dict[str, Any]:
-    """Structured output for a comparison, in the order of the seed's report: each response's
-    ratings, then the preference and its justification, then the remarks asked for."""
-    preference = _verdict_object(rule.preference)["properties"]
-    verdict = rule.preference.verdict_field
-    assert verdict is not None  # required by the rule (load time)
-    responses = {name: _object(_criteria_schema(rule)) for name in RESPONSE_FIELDS.values()}
-    ordered = {verdict: preference[verdict], rule.preference.reason_field: {"type": "string"}}
-    return _object({**responses, **ordered, **_notes_schema(rule)})
-
-
-def _criterion_answers(rule: CriteriaRule, obj: dict[str, Any]) -> RubricAnswers:
-    """The answers per criterion in ``obj``: None for one outside the allowed values, absent
-    for one left out."""
-    spec = rule.output
-    key, _ = _verdict_schema(spec)
-    answers = RubricAnswers()
-    for criterion in rule.criteria:
-        item = obj.get(criterion.id)
-        if not isinstance(item, dict):
-            continue
-        try:
-            parsed = validate(spec, item.get(key), item.get(spec.reason_field))
-        except InvalidAnswer:
-            answers[criterion.id] = None
-        else:
-            answers[criterion.id] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
-    return answers
-
-
-def parse_rubric(
-    rule: CriteriaRule, content: str, quoted: Quoted = NOTHING_QUOTED
-) -> RubricAnswers:
-    """Per-criterion answers from the last JSON object that answers any criterion.
-
-    An answer that does not fit the output spec is kept as None (the seeds' ERROR); a
-    criterion the judge left out is absent. No criterion answered at all is unusable.
-    """
-    ids = [c.id for c in rule.criteria]
-    for obj in reversed(_unquoted(_json_objects(content), quoted)):
-        if not any(isinstance(obj.get(cid), dict) for cid in ids):
-            continue
-        answers = _criterion_answers(rule, obj)
-        answers.notes = _notes(rule, obj)
-        return answers
-    raise quoted.none_of_its_own(f"no JSON object answering the criteria {ids}")
-
-
-def parse_comparison(
-    rule: ComparisonRule, content: str, quoted: Quoted = NOTHING_QUOTED
-) -> ComparisonAnswers:
-    """Both responses' answers and the preference, from the last JSON object that rates both
-    responses. A preference missing or outside its scale is kept as None with why (the
-    ratings still count); no object rating both responses is unusable."""
-    fields = list(RESPONSE_FIELDS.values())
-    spec = rule.preference
-    verdict = spec.verdict_field
-    for obj in reversed(_unquoted(_json_objects(content), quoted)):
-        if not all(isinstance(obj.get(name), dict) for name in fields):
-            continue
-        responses = {
-            slot: _criterion_answers(rule, obj[name]) for slot, name in RESPONSE_FIELDS.items()
-        }
-        preference, error = None, None
-        try:
-            preference = validate(spec, obj.get(verdict), obj.get(spec.reason_field))
-        except InvalidAnswer as exc:
-            error = f"the judge's {verdict} is unusable: {exc}"
-        return ComparisonAnswers(responses, preference, error, _notes(rule, obj))
-    raise quoted.none_of_its_own(f"no JSON object rating both responses ({fields})")
-
-
-def _notes(rule: CriteriaRule, obj: dict[str, Any]) -> dict[str, list[str]]:
-    """The remarks the rule asks for, as the judge gave them (a list of strings, or one)."""
-    notes = {}
-    for name in rule.notes:
-        value = obj.get(name)
-        if isinstance(value, str) and value.strip():
-            value = [value]
-        if isinstance(value, list) and (items := [str(v) for v in value if str(v).strip()]):
-            notes[name] = items
-    return notes
-
-
-AnswerParser = Callable[[str, Quoted], ParsedAnswer | RubricAnswers | ComparisonAnswers]
-
-
-def answer_contract(rule: PromptedRule) -> tuple[dict[str, Any] | None, AnswerParser]:
-    """What the engine asks of the judge for ``rule`` (a JSON schema, or None for a text
-    answer) and how it reads the answer back (given what of the trace it was shown)."""
-    if isinstance(rule, ComparisonRule):
-        return comparison_schema(rule), partial(parse_comparison, rule)
-    if isinstance(rule, RubricRule):
-        return rubric_schema(rule), partial(parse_rubric, rule)
-    return response_schema(rule.output), partial(parse_answer, rule.output)

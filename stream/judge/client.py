@@ -1,6 +1,10 @@
-"""The judge client: any OpenAI-compatible endpoint, with retries and adaptive pacing.
+"""The judge client: the policy around one chat endpoint, one implementation of the engine's
+``Judge`` protocol.
 
-One implementation of the engine's ``Judge`` protocol.
+The HTTP is the transport's (``openai_api.py``: any OpenAI-compatible endpoint). Here:
+attempts and backoff (honouring Retry-After), pacing (``AdaptiveLimiter``), the judge's
+availability (``JudgeHealth``), reading answers and asking again, the tool loop's bounds,
+metrics through the observer, and the API key kept out of every message.
 """
 
 from __future__ import annotations
@@ -13,26 +17,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import openai
-from openai import AsyncOpenAI
-
-from ..engine.judge import ToolBox, Verdict
+from ..engine.verdicts import ToolBox, Verdict
 from ..errors import JudgeError
 from ..models import TokenUsage
 from ..observer import Observer
 from ..ruleset.schema import PromptedRule
-from ..settings import Settings
-from .answers import AnswerParser, InvalidAnswer, Quoted, answer_contract
+from .answers import InvalidAnswer, Quoted
+from .config import JudgeConfig
+from .contract import AnswerParser, answer_contract
 from .health import PROVIDER_WIDE, JudgeHealth
-from .limiter import AdaptiveLimiter, retry_after_seconds
+from .limiter import AdaptiveLimiter
+from .openai_api import OpenAIChatAPI
+from .transport import Answered, ChatAPI, ChatRequest, Failed
 
 log = logging.getLogger(__name__)
-
-
-def rejects_structured_output(exc: openai.APIStatusError) -> bool:
-    """A 400/422 that names the response format: the endpoint does not do structured output."""
-    text = f"{exc.message} {exc.body}".lower()
-    return exc.status_code in (400, 422) and ("response_format" in text or "json_schema" in text)
 
 
 @dataclass
@@ -44,6 +42,26 @@ class ToolRequest:
     calls: list[dict[str, Any]]
 
 
+@dataclass
+class Tally:
+    """One ``judge`` call's attempts so far, by what became of them."""
+
+    attempts: int = 0
+    trouble: int = 0  # provider-wide failures in a row
+    streak_started: float = 0.0  # when this call's run of provider-wide failures began
+    unusable: int = 0  # answers that were no verdict
+    tool_calls: int = 0
+    spent: TokenUsage | None = None  # every answered attempt's tokens, unusable ones too
+
+    def spend(self, usage: TokenUsage | None) -> None:
+        if usage is not None:
+            self.spent = usage if self.spent is None else self.spent + usage
+
+    def error(self, message: str, kind: str) -> JudgeError:
+        """The call fails: ``message``, with the attempts made and the tokens they used."""
+        return JudgeError(message, kind=kind, attempts=self.attempts, usage=self.spent)
+
+
 def tool_bound(rule: PromptedRule, tool_calls: int, spent: TokenUsage | None) -> str | None:
     """Which of the rule's tool-loop bounds ``tool_calls`` calls and ``spent`` tokens passed."""
     if tool_calls > rule.judge.max_tool_calls:
@@ -53,51 +71,57 @@ def tool_bound(rule: PromptedRule, tool_calls: int, spent: TokenUsage | None) ->
     return None
 
 
-def answer_tools(request: dict[str, Any], asked: ToolRequest, tools: ToolBox) -> list[str]:
-    """Add the judge's tool calls and their results to the conversation; returns the results."""
-    request["messages"].append(asked.message)
+def answer_tools(
+    rule: PromptedRule, request: ChatRequest, asked: ToolRequest, tools: ToolBox, tally: Tally
+) -> list[str]:
+    """Add the judge's tool calls and their results to the conversation, within the rule's
+    bounds (past them the call fails as ``tool_budget``); returns the results."""
+    tally.tool_calls += len(asked.calls)
+    if bound := tool_bound(rule, tally.tool_calls, tally.spent):
+        raise tally.error(f"the judge's tool loop stopped: {bound}", "tool_budget")
+    request.messages.append(asked.message)
     results = []
     for call in asked.calls:
         result = tools.call(call["function"]["name"], call["function"].get("arguments"))
-        request["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        request.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         results.append(result)
     return results
 
 
 class JudgeClient:
-    """Calls an OpenAI-compatible chat endpoint and returns validated verdicts."""
+    """Asks a chat endpoint (OpenAI-compatible unless ``api`` says otherwise) for verdicts and
+    returns validated ones."""
 
-    def __init__(self, settings: Settings, observer: Observer | None = None) -> None:
+    def __init__(
+        self, config: JudgeConfig, observer: Observer | None = None, api: ChatAPI | None = None
+    ) -> None:
         self.observer = observer or Observer()
-        self.default_model = settings.judge_model
-        self.max_attempts = settings.judge_max_attempts
-        self.backoff_base = settings.judge_backoff_base_s
-        self.backoff_max = settings.judge_backoff_max_s
-        self.structured = settings.judge_structured_output
-        self.limiter = AdaptiveLimiter(settings.judge_max_concurrency)
+        self.default_model = config.model
+        self.max_attempts = config.max_attempts
+        self.backoff_base = config.backoff_base_s
+        self.backoff_max = config.backoff_max_s
+        self.structured = config.structured_output
+        self.limiter = AdaptiveLimiter(config.max_concurrency)
         self.health = JudgeHealth(
-            outage_max_s=settings.judge_outage_max_s,
-            probe_base_s=max(settings.judge_backoff_base_s, 0.01),
-            probe_max_s=settings.judge_backoff_max_s,
+            outage_max_s=config.outage_max_s,
+            probe_base_s=max(config.backoff_base_s, 0.01),
+            probe_max_s=config.backoff_max_s,
         )
-        observer = self.observer
-        observer.watch_judge(
+        self.observer.watch_judge(
             lambda: 1.0 if self.health.available else 0.0, self.health.unavailable_seconds
         )
-        self.cost = settings.judge_cost
-        self._secret = (
-            settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        )
-        self._client = AsyncOpenAI(
-            base_url=settings.openai_base_url,
-            # local servers (Ollama, vLLM) need no key, but the SDK insists on one
-            api_key=self._secret or "not-needed",
-            timeout=settings.judge_timeout_s,
-            max_retries=0,  # retries are ours: they honour Retry-After and feed the limiter
+        self.cost = config.cost
+        self._secret = config.api_key.get_secret_value() if config.api_key else None
+        self.api = (
+            api
+            if api is not None
+            else OpenAIChatAPI(
+                base_url=config.base_url, api_key=self._secret, timeout_s=config.timeout_s
+            )
         )
 
     async def close(self) -> None:
-        await self._client.close()
+        await self.api.close()
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
@@ -137,174 +161,158 @@ class JudgeClient:
         to the rule's ``judge.max_tool_calls`` calls and ``max_tool_tokens`` tokens, past
         which the evaluation fails saying which bound it met.
         """
-        model = rule.judge.model or self.default_model
         schema, parse = answer_contract(rule)
-        request = self._request(rule, model, prompt, system, schema)
-        if tools is not None:
-            request["tools"] = tools.definitions
-        tool_calls = 0
+        request = self._request(rule, prompt, system, schema, tools)
         shown_texts = list(quoted)
         shown = Quoted(shown_texts)  # folded once, whatever the attempts
-        trouble = unusable = attempts = 0
-        streak_started = 0.0  # when this call's run of provider-wide failures began
-        spent: TokenUsage | None = None  # every answered attempt's tokens, unusable ones too
+        tally = Tally()
         while True:
             probe = await self.health.admit()
-            attempts += 1
-            outcome, retry_after, usage = await self._attempt(model, request, parse, shown.fresh())
-            if usage is not None:
-                spent = usage if spent is None else spent + usage
+            tally.attempts += 1
+            outcome, retry_after, usage = await self._attempt(request, parse, shown.fresh())
+            tally.spend(usage)
             if isinstance(outcome, Verdict):
                 self.health.answered(probe)
-                return replace(outcome, attempts=attempts, usage=spent or outcome.usage)
+                return replace(outcome, attempts=tally.attempts, usage=tally.spent or outcome.usage)
             if isinstance(outcome, ToolRequest):
                 self.health.answered(probe)
-                assert tools is not None, "tool calls are only parsed when tools are offered"
-                tool_calls += len(outcome.calls)
-                if bound := tool_bound(rule, tool_calls, spent):
-                    raise JudgeError(
-                        f"the judge's tool loop stopped: {bound}",
-                        kind="tool_budget",
-                        attempts=attempts,
-                        usage=spent,
-                    )
-                shown_texts += answer_tools(request, outcome, tools)
+                assert tools is not None, "tool calls are only read when tools are offered"
+                shown_texts += answer_tools(rule, request, outcome, tools, tally)
                 shown = Quoted(shown_texts)  # what the tools showed is the trace's text too
                 continue
-            error = outcome
-            if error.kind in PROVIDER_WIDE:
-                if trouble == 0:
-                    streak_started = self.health.clock()  # the clock answered_since reads
-                trouble += 1
-                if trouble >= self.max_attempts and self.health.answered_since(streak_started):
-                    # the provider answers other calls: the trouble is this request's own,
-                    # unless it is a 429: the provider rations, the request is fine, and it
-                    # waits its turn (paced by the limiter) for an outage's length at most
-                    waited = self.health.clock() - streak_started
-                    if error.kind != "rate_limited" or waited >= self.health.outage_max_s:
-                        raise JudgeError(
-                            f"{error} (after {attempts} attempts in {waited:.0f} s)",
-                            kind=error.kind,
-                            attempts=attempts,
-                            usage=spent,
-                        )
-                else:
-                    exhausted = trouble >= self.max_attempts
-                    self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
-                    if exhausted:
-                        trouble = 0
-                    if not self.health.available:
-                        continue  # hold at the gate until the judge answers again
-                step = trouble
+            if outcome.kind in PROVIDER_WIDE:
+                step = self._after_trouble(outcome, probe, tally)
             else:
-                self.health.answered(probe)
-                if error.kind == "structured_output":
-                    continue  # asked again at once, without response_format
-                if error.kind == "client_error":
-                    raise JudgeError(str(error), kind=error.kind, attempts=attempts, usage=spent)
-                unusable += 1
-                if unusable >= self.max_attempts:
-                    raise JudgeError(
-                        f"{error} (after {attempts} attempts)",
-                        kind=error.kind,
-                        attempts=attempts,
-                        usage=spent,
-                    )
-                step = unusable
-            self.observer.on_judge_retry(model, error.kind)
+                step = self._after_refusal(outcome, probe, tally)
+            if step is None:
+                continue
+            self.observer.on_judge_retry(request.model, outcome.kind)
             await asyncio.sleep(self._backoff(step, retry_after))
+
+    def _after_trouble(self, error: JudgeError, probe: bool, tally: Tally) -> int | None:
+        """Provider-wide trouble (connection, timeout, 5xx, 429): the backoff step before the
+        next attempt, or None to hold at the gate until the judge answers again. Raises when,
+        with other calls answered meanwhile, the trouble is this request's own."""
+        if tally.trouble == 0:
+            tally.streak_started = self.health.clock()  # the clock answered_since reads
+        tally.trouble += 1
+        if tally.trouble >= self.max_attempts and self.health.answered_since(tally.streak_started):
+            # the provider answers other calls: the trouble is this request's own, unless it
+            # is a 429: the provider rations, the request is fine, and it waits its turn
+            # (paced by the limiter) for an outage's length at most
+            waited = self.health.clock() - tally.streak_started
+            if error.kind != "rate_limited" or waited >= self.health.outage_max_s:
+                message = f"{error} (after {tally.attempts} attempts in {waited:.0f} s)"
+                raise tally.error(message, error.kind)
+        else:
+            exhausted = tally.trouble >= self.max_attempts
+            self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
+            if exhausted:
+                tally.trouble = 0
+            if not self.health.available:
+                return None
+        return tally.trouble
+
+    def _after_refusal(self, error: JudgeError, probe: bool, tally: Tally) -> int | None:
+        """The provider answered, but with no verdict: the backoff step before asking again,
+        or None to ask again at once (without structured output). Raises for a refused
+        request (4xx) and for unusable answers past the attempt budget."""
+        self.health.answered(probe)
+        if error.kind == "structured_output":
+            return None
+        if error.kind == "client_error":
+            raise tally.error(str(error), error.kind)
+        tally.unusable += 1
+        if tally.unusable >= self.max_attempts:
+            raise tally.error(f"{error} (after {tally.attempts} attempts)", error.kind)
+        return tally.unusable
 
     def _request(
         self,
         rule: PromptedRule,
-        model: str,
         prompt: str,
         system: str | None,
         schema: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        messages = [{"role": "system", "content": system}] if system is not None else []
+        tools: ToolBox | None,
+    ) -> ChatRequest:
+        messages: list[dict[str, Any]] = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        request: dict[str, Any] = {
-            "model": model,
-            "messages": messages,
-            "temperature": rule.judge.temperature,
-        }
-        if rule.judge.max_tokens:
-            request["max_tokens"] = rule.judge.max_tokens
-        if self.structured and schema is not None:
-            request["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
-            }
-        return request
+        return ChatRequest(
+            model=rule.judge.model or self.default_model,
+            messages=messages,
+            temperature=rule.judge.temperature,
+            max_tokens=rule.judge.max_tokens,
+            schema=schema if self.structured else None,
+            tools=tools.definitions if tools is not None else None,
+        )
 
     async def _attempt(
-        self, model: str, request: dict[str, Any], parse: AnswerParser, quoted: Quoted
+        self, request: ChatRequest, parse: AnswerParser, quoted: Quoted
     ) -> tuple[Verdict | ToolRequest | JudgeError, float | None, TokenUsage | None]:
-        """One call, counted once with its outcome: the verdict, or the error (classified by
-        kind); the Retry-After the provider asked for; the tokens it used, if answered."""
+        """One call, counted once with its outcome: the verdict, the tools asked for, or the
+        error (classified by kind); the Retry-After the provider asked for; the tokens it
+        used, if answered."""
+        result, elapsed = await self._call(request)
+        if isinstance(result, Failed):
+            return self._failed(request, result, elapsed), result.retry_after, None
+        return self._read(request, result, parse, quoted, elapsed), None, result.usage
+
+    async def _call(self, request: ChatRequest) -> tuple[Answered | Failed, float]:
+        """One request in its turn (the limiter paces it and learns from what came back), and
+        how long it took."""
         slot = await self.limiter.acquire()
         started = time.perf_counter()
         try:
-            raw = await self._client.chat.completions.with_raw_response.create(**request)
-            completion = raw.parse()
-        except openai.RateLimitError as exc:
-            retry_after = retry_after_seconds(exc.response.headers)
-            self.limiter.on_rate_limited(retry_after, exc.response.headers, slot)
-            message = f"rate limited (429): {exc.message}"
-            return self._failed(model, "rate_limited", message, started), retry_after, None
-        except openai.APITimeoutError:
-            return self._failed(model, "timeout", "judge call timed out", started), None, None
-        except openai.APIConnectionError as exc:
-            message = f"cannot reach the judge: {exc}"
-            return self._failed(model, "connection", message, started), None, None
-        except openai.APIStatusError as exc:
-            if "response_format" in request and rejects_structured_output(exc):
-                self._drop_structured_output(request, exc.status_code)
-                message = f"structured output rejected ({exc.status_code})"
-                self._failed(model, "client_error", message, started)
-                return JudgeError(message, kind="structured_output"), None, None
-            if exc.status_code < 500 and exc.status_code not in (408, 409):
-                message = f"judge refused the request ({exc.status_code}): {exc.message}"
-                return self._failed(model, "client_error", message, started), None, None
-            message = f"judge server error ({exc.status_code}): {exc.message}"
-            failed = self._failed(model, "server_error", message, started)
-            return failed, retry_after_seconds(exc.response.headers), None
+            result = await self.api.complete(request)
+            elapsed = time.perf_counter() - started
+            if isinstance(result, Failed) and result.kind == "rate_limited":
+                self.limiter.on_rate_limited(result.retry_after, result.headers, slot)
         finally:
             await self.limiter.release()
-        elapsed = time.perf_counter() - started
-        self.limiter.on_success(raw.headers, slot)
-        usage = TokenUsage(
-            prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
-            total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
-        )
-        reply = completion.choices[0].message if completion.choices else None
-        if "tools" in request and reply is not None and reply.tool_calls:
+        if isinstance(result, Answered):
+            self.limiter.on_success(result.headers, slot)
+        return result, elapsed
+
+    def _read(
+        self,
+        request: ChatRequest,
+        answer: Answered,
+        parse: AnswerParser,
+        quoted: Quoted,
+        elapsed: float,
+    ) -> Verdict | ToolRequest | JudgeError:
+        """What an answer is: tool calls (when tools were offered), a verdict, or unusable."""
+        model, usage = request.model, answer.usage
+        if request.tools is not None and answer.tool_calls:
             self._observe_call(model, "ok", elapsed, usage)
-            calls = [call.model_dump() for call in reply.tool_calls]
-            asked = {"role": "assistant", "content": reply.content, "tool_calls": calls}
-            return ToolRequest(asked, calls), None, usage
-        content = (reply.content if reply is not None else None) or ""
+            calls = answer.tool_calls
+            asked = {"role": "assistant", "content": answer.content, "tool_calls": calls}
+            return ToolRequest(asked, calls)
+        content = answer.content or ""
         try:
-            answer = parse(content, quoted)
+            parsed = parse(content, quoted)
         except InvalidAnswer as exc:
             self._observe_call(model, "invalid_answer", elapsed, usage)
             message = f"unusable answer: {exc}; the answer was {content[:300]!r}"
-            return JudgeError(self._redact(message), kind="invalid_answer"), None, usage
+            return JudgeError(self._redact(message), kind="invalid_answer")
         self._observe_call(model, "ok", elapsed, usage)
-        verdict = Verdict(answer, completion.model or model, elapsed * 1000.0, usage, 1)
-        return verdict, None, usage
+        return Verdict(parsed, answer.model, elapsed * 1000.0, usage, 1)
 
-    def _failed(self, model: str, kind: str, message: str, started: float) -> JudgeError:
+    def _failed(self, request: ChatRequest, failure: Failed, elapsed: float) -> JudgeError:
         """A call that got no answer: counted and timed, its message without the API key."""
-        self._observe_call(model, kind, time.perf_counter() - started)
-        return JudgeError(self._redact(message), kind=kind)
+        if failure.kind == "structured_output":
+            self._drop_structured_output(request, failure.status)
+            self._observe_call(request.model, "client_error", elapsed)  # a refusal, counted so
+            return JudgeError(failure.message, kind=failure.kind)
+        self._observe_call(request.model, failure.kind, elapsed)
+        return JudgeError(self._redact(failure.message), kind=failure.kind)
 
-    def _drop_structured_output(self, request: dict[str, Any], status: int) -> None:
+    def _drop_structured_output(self, request: ChatRequest, status: int | None) -> None:
         """Older vLLM / Ollama builds and some gateways refuse response_format: ask again
         without it, and from now on rely on parsing the text answer (said once)."""
-        del request["response_format"]
+        request.schema = None
         if self.structured:
             self.structured = False
             log.warning(

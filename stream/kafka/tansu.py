@@ -47,7 +47,8 @@ from faust.transport.drivers.aiokafka import (
 from faust.types import TP
 from yarl import URL
 
-from .consumer import MendedConsumer, MendedConsumerThread, MendedTransport
+from .consumer import MendedConsumer, MendedTransport
+from .consumer_thread import MendedConsumerThread
 
 SCHEME = "tansu"
 FETCH_TIMEOUT_S = 10.0

@@ -5,13 +5,15 @@ Adding a pack is adding a folder."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 from pydantic import ValidationError
 
 from ..errors import RuleFileError
+from .filters import PackFilter
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
 from .schema import RULE_ADAPTER, AnyRule, ComparisonRule, PackCode, RuleSet
 
@@ -147,3 +149,21 @@ def load_rules(rules_dir: Path, packs: Iterable[str] | None = None) -> RuleSet:
     if not ruleset.rules:
         raise RuleFileError(str(rules_dir), ["no rule files found"])
     return ruleset
+
+
+class RulesConfig(Protocol):
+    """Where a deployment's rules come from (``Settings`` is one)."""
+
+    @property
+    def rules_dir(self) -> Path: ...
+    @property
+    def packs(self) -> list[str] | None: ...
+    @property
+    def pack_filters(self) -> Mapping[str, PackFilter]: ...
+
+
+def deployment_rules(config: RulesConfig, packs: list[str] | None = None) -> RuleSet:
+    """The rule set a deployment runs: the packs' rule files (``packs``, or the configured
+    ones), with the deployment's pack filters over their own."""
+    loaded = load_rules(config.rules_dir, packs if packs is not None else config.packs)
+    return loaded.with_pack_filters(config.pack_filters)

@@ -29,7 +29,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .sources import Position, Positions
-from .state import ThreadKind, Turn
+from .state import ThreadKind
+from .turns import Turn
 
 EventType = Literal["turn", "end", "tick", "published", "progress"]
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .state import ThreadState, Turn
+from .state import ThreadState
+from .turns import Turn
 
 MAX_IGNORED = 10  # a pair's ignored traces listed (in its decision records)
 

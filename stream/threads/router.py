@@ -19,7 +19,7 @@ from ..observer import Observer
 from ..ruleset.paths import compile_path
 from ..ruleset.schema import RuleSet
 from .events import SessionEvent, ThreadEvent
-from .state import PairMember, Turn, capped_document
+from .turns import PairMember, Turn, capped_document
 
 # a turn's text past this is cut in the middle (SCORER_TURN_MAX_BYTES): one turn can neither
 # fill its thread's byte cap nor make a message the producer may not send

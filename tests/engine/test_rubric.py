@@ -6,8 +6,8 @@ from functools import cache
 
 from fixtures import RULES_DIR
 
-from stream.engine.judge import RubricAnswers, Verdict
 from stream.engine.rubric import measured_scores, rubric_input
+from stream.engine.verdicts import RubricAnswers, Verdict
 from stream.models import Scale, TokenUsage
 from stream.ruleset.aggregators import CriterionAnswer, RubricScore
 from stream.ruleset.loader import load_rule_file

@@ -9,7 +9,7 @@ import pytest
 from fixtures import as_trace, fretcoach_rules, hub_trace
 from prometheus_client import CollectorRegistry
 
-from stream.engine.planner import Scorer
+from stream.engine.scorer import Scorer
 from stream.engine.silence import Silence, SilenceWatch
 from stream.metrics import ScorerMetrics, sample_value
 from stream.models import Trace

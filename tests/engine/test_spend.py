@@ -7,9 +7,8 @@ from fixtures import as_trace, live_trace, scorer
 from pydantic import ValidationError
 from scripted_judge import MockJudge
 
-from stream.engine.spend import SpendLedger
+from stream.engine.spend import Budget, SpendLedger
 from stream.models import TokenUsage
-from stream.settings import Budget
 
 USAGE = TokenUsage(prompt_tokens=900, completion_tokens=100, total_tokens=1000)
 

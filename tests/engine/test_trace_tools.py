@@ -58,7 +58,8 @@ def test_the_definitions_are_openai_function_tools() -> None:
 def test_spans_from_opentelemetry_input_are_read_as_they_are_stored() -> None:
     from datetime import UTC, datetime
 
-    from stream.otlp.spans import Span, trace_document
+    from stream.otlp.document import trace_document
+    from stream.otlp.spans import Span
 
     start = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
     messages = '[{"role": "user", "parts": [{"type": "text", "content": "Why do I rush?"}]}]'

@@ -4,7 +4,7 @@ Each input event ``{"key", "value"}`` sets ``latest[key] = value`` (idempotent, 
 redelivered input cannot hide a record missing from the recovered changelog), through a
 repartition by key, or straight from the input topic (keyed already) with
 ``TABLE_REPARTITION=0``. The web page ``/table`` shows whether recovery has completed and the
-table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/consumer.py``)
+table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/testhooks.py``)
 makes each changelog write wait before it reaches the producer.
 
 An event with ``"hold_s"`` makes the agent wait that long before it applies the event (it says

@@ -1,5 +1,5 @@
 """The downstream-consumer contract: score events keyed by their target on the scores topic,
-valid against the published JSON Schema, and the README's example consumer stores each score
+valid against the published JSON Schema, and the example consumer (docs/operations.md) stores each score
 once however often it is delivered."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import orjson
 from fixtures import live_trace
 from scripted_judge import MockJudge
 
+from stream.event_schema import SCHEMA_PATH
 from stream.kafka.broker import EmbeddedBroker
-from stream.schema import SCHEMA_PATH
 
 from .harness import Names, Worker, produce, read
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from aiokafka import AIOKafkaConsumer
 
-from stream.agents.threads import partition_count
 from stream.kafka.broker import EmbeddedBroker
+from stream.kafka.faust_state import partition_count
 from stream.kafka.io import ensure_topics
 
 from .harness import Names

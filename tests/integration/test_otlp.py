@@ -26,7 +26,7 @@ from otlp_records import as_otlp_json
 from scripted_judge import MockJudge
 
 from stream.kafka.broker import EmbeddedBroker
-from stream.otlp.spans import NO_CONTENT
+from stream.otlp.document import NO_CONTENT
 
 from .harness import Names, Worker, produce, read, read_scores
 

@@ -457,7 +457,7 @@ async def test_two_workers_hand_threads_over_without_losing_a_turn(
     assert "Traceback" not in second.log()
 
 
-@pytest.mark.chaos  # the embedded broker's group gets stuck in about 1 run in 30 (README)
+@pytest.mark.chaos  # the embedded broker's group gets stuck in about 1 run in 30 (docs/limitations.md)
 @pytest.mark.parametrize("kind", ["tansu", "kafka"])
 async def test_three_workers_hand_threads_over_without_losing_a_turn(
     broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, kind: str
@@ -478,7 +478,7 @@ async def test_three_workers_hand_threads_over_without_losing_a_turn(
     ready = [ready_count(w) for w in (second, third)]
     await asyncio.gather(asyncio.to_thread(first.stop), hand_over.turns_during(range(9, 15), 6))
     # kill -9 once the group has settled: a member killed between its JoinGroup and its
-    # SyncGroup leaves the embedded broker's group stuck for good (its defect, see the README;
+    # SyncGroup leaves the embedded broker's group stuck for good (its defect, see docs/design/03-embedded-broker.md;
     # the chaos run kills at any moment)
     await until_ready_again(dict(zip((second, third), ready, strict=True)))
     second.kill()

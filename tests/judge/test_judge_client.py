@@ -147,7 +147,9 @@ async def test_unreachable_judge_is_an_error_score_not_a_crash() -> None:
 
 async def test_concurrency_is_bounded() -> None:
     with MockJudge(latency_s=0.05) as server:
-        client = JudgeClient(settings(openai_base_url=server.base_url, judge_max_concurrency=3))
+        client = JudgeClient(
+            settings(openai_base_url=server.base_url, judge_max_concurrency=3).judge_config()
+        )
         rule = scorer(None).ruleset.rules[0]
         assert isinstance(rule, LLMJudgeRule)
         import asyncio
@@ -159,7 +161,7 @@ async def test_concurrency_is_bounded() -> None:
 
 async def judge_failure(server: MockJudge, **overrides: object) -> JudgeError:
     """Call the judge client directly with the first LLM rule; return the error it raises."""
-    client = JudgeClient(settings(openai_base_url=server.base_url, **overrides))
+    client = JudgeClient(settings(openai_base_url=server.base_url, **overrides).judge_config())
     rule = next(r for r in scorer(None).ruleset.rules if isinstance(r, LLMJudgeRule))
     with pytest.raises(JudgeError) as info:
         await client.judge(rule, "p")
@@ -260,7 +262,7 @@ async def test_rationed_429s_past_the_attempt_budget_wait_their_turn_while_other
         client = JudgeClient(
             settings(
                 openai_base_url=server.base_url, judge_max_attempts=3, judge_backoff_base_s=0.01
-            )
+            ).judge_config()
         )
         rule = next(r for r in fretcoach_rules().rules if r.id == "hub_answer_correctness")
         assert isinstance(rule, LLMJudgeRule)

@@ -10,7 +10,8 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP
 
 from stream.app import broker_urls
-from stream.kafka.consumer import MendedConsumerThread, MendedTransport
+from stream.kafka.consumer import MendedTransport
+from stream.kafka.consumer_thread import MendedConsumerThread
 from stream.kafka.tansu import FetchCorrectedConsumerThread, TansuTransport
 
 

@@ -7,7 +7,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from stream.otlp.assembler import TraceAssembler, Whole
-from stream.otlp.spans import Span, trace_document
+from stream.otlp.document import trace_document
+from stream.otlp.spans import Span
 
 T0 = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)
 NOW = 1_800_000_000.0

@@ -30,8 +30,10 @@ from strategies import (
     texts,
 )
 
+from stream.otlp.decode import decode
+from stream.otlp.document import NO_CONTENT, trace_document
 from stream.otlp.events import spans_events
-from stream.otlp.spans import NO_CONTENT, Span, decode, trace_document
+from stream.otlp.spans import Span
 
 
 def record(build: Callable[[Any], None], service: str = "fretcoach-api") -> bytes:

@@ -31,14 +31,8 @@ from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInp
 from stream.ruleset.checks import NotApplicable
 from stream.ruleset.loader import load_rule_file, load_rules
 from stream.ruleset.schema import CheckRule, RubricRule
-from stream.threads.state import (
-    ThreadClose,
-    ThreadLimits,
-    Turn,
-    close_thread,
-    fold_turn,
-    new_thread,
-)
+from stream.threads.state import ThreadClose, ThreadLimits, close_thread, fold_turn, new_thread
+from stream.threads.turns import Turn
 
 SEED_SCORE = compute_score()
 

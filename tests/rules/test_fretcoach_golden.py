@@ -188,7 +188,9 @@ THREAD_RULES = [r for r in seed_rules().values() if r.number >= 9]
 def hub_thread_document() -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
-    from stream.threads.state import ThreadLimits, Turn, fold_turn, new_thread, thread_document
+    from stream.threads.document import thread_document
+    from stream.threads.state import ThreadLimits, fold_turn, new_thread
+    from stream.threads.turns import Turn
 
     state = new_thread("thread-hub-001", "conversation", "fretcoach")
     for n, (user, assistant) in enumerate(

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from stream.errors import ScorerError
 from stream.models import Trace
 from stream.ruleset.filters import PackFilter, RuleFilter, sampled
+from stream.ruleset.loader import deployment_rules
 from stream.settings import Settings
 
 TRACE = Trace(
@@ -112,7 +113,7 @@ def test_pack_filters_come_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(
         "SCORER_PACK_FILTERS", '{"fretcoach": {"trace_names": {"studio-live-coach": ["live"]}}}'
     )
-    ruleset = Settings().ruleset()
+    ruleset = deployment_rules(Settings())
     live = {r.id: r for r in ruleset.rules}["studio_live_coach_feedback_quality"]
     assert live.filter.trace_names == ["live"]
 

@@ -293,8 +293,8 @@ def test_cli_rules_check_fails_clearly_on_a_broken_pack_copy(
     assert message in " ".join(result.output.split()), result.output
 
 
-def test_the_readme_lists_every_shipped_rule() -> None:
-    readme = (RULES_DIR.parent / "README.md").read_text(encoding="utf-8")
+def test_docs_rules_md_lists_every_shipped_rule() -> None:
+    readme = (RULES_DIR.parent / "docs" / "rules.md").read_text(encoding="utf-8")
     table = readme.split("### Shipped rules", 1)[1].split("\n\n", 2)[1]
     listed = {row.split("|")[2].strip().strip("`") for row in table.splitlines()[2:]}
     assert listed == {r.id for r in load_rules(RULES_DIR).rules}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures import ROOT, RULES_DIR
 
-from stream.engine.planner import Scorer
+from stream.engine.scorer import Scorer
 from stream.errors import RuleFileError
 from stream.models import Trace
 from stream.ruleset.checks import CheckSpec, check
@@ -32,7 +32,7 @@ def support_trace(reply: str) -> dict:
 
 @pytest.fixture
 def rules_with_example(tmp_path: Path) -> Path:
-    """The shipped packs plus the README's example pack: adding a pack is adding a folder."""
+    """The shipped packs plus docs/rules.md's example pack: adding a pack is adding a folder."""
     rules = tmp_path / "rules"
     shutil.copytree(RULES_DIR, rules, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(EXAMPLE_PACK, rules / "support")

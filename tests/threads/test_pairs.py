@@ -18,7 +18,8 @@ from stream.ruleset.schema import RuleSet
 from stream.threads.events import ThreadEvent, published
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
-from stream.threads.state import TURN_CUT_MARKER, ThreadLimits, capped_document
+from stream.threads.state import ThreadLimits
+from stream.threads.turns import TURN_CUT_MARKER, capped_document
 
 WINDOW = 600.0
 WALL = 1_800_000_000.0

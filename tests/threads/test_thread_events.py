@@ -35,7 +35,7 @@ from stream.threads.events import (
     tick,
 )
 from stream.threads.router import ThreadRouter
-from stream.threads.state import Turn
+from stream.threads.turns import Turn
 
 T0 = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 

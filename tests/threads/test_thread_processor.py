@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from stream.threads.events import ThreadEvent, published
 from stream.threads.processor import ThreadProcessor
-from stream.threads.state import ThreadClose, ThreadLimits, ThreadState, Turn
+from stream.threads.state import ThreadClose, ThreadLimits, ThreadState
+from stream.threads.turns import Turn
 
 T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 GAP = 900.0

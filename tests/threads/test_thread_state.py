@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from stream.threads.document import thread_document
 from stream.threads.state import (
     HeldEvent,
     IndexEntry,
     ThreadLimits,
     ThreadState,
-    Turn,
     close_reason,
     close_thread,
     fold_turn,
@@ -21,8 +21,8 @@ from stream.threads.state import (
     mark_published,
     new_thread,
     next_held,
-    thread_document,
 )
+from stream.threads.turns import Turn
 
 T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 LIMITS = ThreadLimits()

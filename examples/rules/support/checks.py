@@ -7,9 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from stream.ruleset.checks import CheckParams, CheckResult, NotApplicable, check
-from stream.text.measures import words
-from stream.text.values import render_value
+from stream.pack import CheckParams, CheckResult, NotApplicable, check, render_value, words
 
 
 class BudgetParams(CheckParams):

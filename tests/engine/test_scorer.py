@@ -1,4 +1,4 @@
-"""The planner without a judge: skipped and filtered outcomes, decisions, missing variables."""
+"""The scorer without a judge: skipped and filtered outcomes, decisions, missing variables."""
 
 from __future__ import annotations
 

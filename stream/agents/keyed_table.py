@@ -1,0 +1,138 @@
+"""One skeleton for a keyed table closed by clocks: the thread table and the span assembly.
+
+Each is a changelog-backed table written by one agent only, co-partitioned with the internal
+topic the agent reads (its events, keyed by what the table is keyed by), so each worker
+keeps only the keys of the partitions it owns:
+
+- the table's index is rebuilt from the table after every recovery (``on_recover``);
+- the agent applies each event while the worker is surely still a member of its group
+  (``still_ours``); an event that cannot be read, or meets a bug when applied, is
+  dead-lettered with the error before the stream acks it (at the next event), so that it is
+  neither lost nor read again for ever (these are internal events, written by the workers:
+  one that fails is a bug, or a stranger's record);
+- a timer on every worker tells every partition how far this worker has read the sources
+  that feed the table (``progress``), then sends the wall clock (``tick``) to each partition
+  it owns, each behind what is queued there.
+
+What the table holds and decides (``ThreadProcessor``, ``TraceAssembler``) is pure and
+lives in ``threads/`` and ``otlp/``; the two agents configure this skeleton.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Generic, TypeVar
+
+import faust
+from faust.types import Message, StreamT, TopicT
+
+from ..app import raw_table
+from ..delivery.dead_letter import DeadLetters
+from ..delivery.publisher import Publisher, Send
+from ..kafka.faust_state import owned_partitions
+from ..kafka.membership import still_ours
+from ..observer import Observer
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E")
+
+
+class KeyedTable(Generic[E]):
+    """A table written by one agent reading ``events``, with a clock on every worker."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        table_name: str,
+        events: TopicT,
+        partitions: int,
+        publisher: Publisher,
+        dead_letters: DeadLetters,
+        observer: Observer,
+    ) -> None:
+        self.app = app
+        self.table = raw_table(app, table_name, partitions)
+        self.events = events
+        self.events_name = events.get_topic_name()
+        self.all_partitions = range(events.partitions or partitions)
+        self.publisher = publisher
+        self.dead_letters = dead_letters
+        self.observer = observer
+
+    def owned(self) -> set[int]:
+        """The partitions of the table this worker owns now."""
+        return owned_partitions(self.app, self.events_name)
+
+    def on_recover(self, rebuild: Callable[[set[int]], None]) -> None:
+        """Rebuild the index of the owned partitions from the table after each recovery."""
+
+        @self.table.on_recover
+        async def rebuild_index() -> None:
+            rebuild(self.owned())
+
+    def agent(
+        self,
+        name: str,
+        *,
+        decode: Callable[[bytes], E],
+        what: str,
+        apply: Callable[[Message, E], Awaitable[None]],
+        doing: str,
+        declare: Iterable[TopicT],
+        set_aside: Callable[[], None] = lambda: None,
+        stopped: Callable[[], None] = lambda: None,
+    ) -> None:
+        """The one agent that writes the table: each event ``decode``-d and ``apply``-ed;
+        one that fails either way is dead-lettered (``set_aside`` is told first)."""
+        outputs = list(declare)
+
+        async def dead_letter(sends: list[Send]) -> None:
+            set_aside()
+            await self.publisher.send_until_delivered(sends)
+
+        async def run(stream: StreamT[bytes]) -> None:
+            await self.publisher.declare(outputs)
+            try:
+                async for event in stream.events():
+                    message = event.message
+                    if not await still_ours(self.app, message, self.observer):
+                        continue  # a record of a partition this worker may have lost
+                    try:
+                        item = decode(event.value)
+                    except ValueError as exc:
+                        await dead_letter(self.dead_letters.invalid(message, exc, what=what))
+                        continue
+                    try:
+                        await apply(message, item)
+                    except Exception as exc:
+                        await dead_letter(self.dead_letters.engine_failure(message, exc, doing))
+            finally:
+                stopped()
+
+        self.app.agent(self.events, concurrency=1, name=name)(run)
+
+    def clock(
+        self,
+        interval_s: float,
+        *,
+        progress: Callable[[float], bytes | None],
+        tick: Callable[[float], bytes],
+        before: Callable[[], None] = lambda: None,
+        after: Callable[[float], None] = lambda now: None,
+    ) -> None:
+        """Every ``interval_s`` on every worker: ``before()``; the ``progress`` report (if
+        any) into every partition; then ``tick`` into every partition this worker owns."""
+
+        async def send_clock() -> None:
+            now = time.time()
+            before()
+            if (report := progress(now)) is not None:
+                await self.publisher.to_partitions(self.events_name, report, self.all_partitions)
+            await self.publisher.to_partitions(self.events_name, tick(now), sorted(self.owned()))
+            after(now)
+
+        self.app.timer(interval_s, name=f"{self.events_name}-clock")(send_clock)

@@ -1,0 +1,81 @@
+"""What every rule kind scores with: the judge, the default model, the spend ledger and the
+observer, and the two ways an outcome is recorded (a decision alone, or a score and its
+decision)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..models import Outcome, TokenUsage
+from ..observer import Observer
+from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RubricRule
+from .outcomes import (
+    OUTCOME_OF_STATUS,
+    Measured,
+    RuleOutcome,
+    ScoreShape,
+    make_decision,
+    make_score,
+)
+from .plan import Plan
+from .spend import SpendLedger
+from .verdicts import Judge
+
+
+@dataclass
+class ScoringContext:
+    """The scorer's collaborators, as its rule kinds see them."""
+
+    judge: Judge | None
+    default_model: str
+    max_prompt_tokens: int
+    # the shape of the one score a rule publishes (a rubric's: its primary, when unjudged)
+    shapes: dict[str, ScoreShape]
+    ledger: SpendLedger | None = None
+    observer: Observer = field(default_factory=Observer)
+
+    def model_of(self, rule: PromptedRule) -> str:
+        """The judge model a rule is judged by."""
+        return rule.judge.model or self.default_model
+
+    def charge(self, rule: PromptedRule, usage: TokenUsage | None) -> None:
+        """A judge call for ``rule`` used ``usage`` (spend budgets count it)."""
+        if self.ledger is not None and usage is not None:
+            self.ledger.record(rule.id, self.model_of(rule), usage)
+
+    def decide(
+        self,
+        rule: AnyRule,
+        plan: Plan,
+        outcome: Outcome,
+        detail: str | None = None,
+        sid: str | None = None,
+        now: datetime | None = None,
+    ) -> RuleOutcome:
+        """A decision with no score of its own (filtered, sampled out) or for ``sid``."""
+        self.observer.on_decision(rule.id, rule.pack, outcome)
+        decision = make_decision(rule, plan.target, outcome, now or plan.created_at, detail, sid)
+        return RuleOutcome(decision, None)
+
+    def finish(
+        self, rule: AnyRule, plan: Plan, measured: Measured, now: datetime | None = None
+    ) -> RuleOutcome:
+        """The rule's one score and its decision. ``now``: when the outcome was decided
+        (default: when the plan was made, one timestamp for everything decided synchronously)."""
+        now = now or plan.created_at
+        # a rubric scored here could not be judged: it publishes one score, its primary one
+        assert measured.status != "ok" or not isinstance(rule, RubricRule | ComparisonRule)
+        score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
+        outcome = OUTCOME_OF_STATUS[measured.status]
+        decided = self.decide(rule, plan, outcome, measured.status_reason, score.score_id, now)
+        decided.score = score
+        return decided
+
+    def sampled_out(self, plan: Plan, rule: AnyRule) -> bool:
+        """Whether ``rule`` samples this target out (its decision then says so)."""
+        if rule.sampled(plan.target.id):
+            return False
+        detail = f"sampling rate {rule.sampling_rate:g}"
+        plan.outcomes.append(self.decide(rule, plan, "sampled_out", detail))
+        return True

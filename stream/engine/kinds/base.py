@@ -1,0 +1,129 @@
+"""What a rule kind is: how its rules are planned (synchronously) and, for judged kinds,
+how their judge calls become outcomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ...errors import JudgeError
+from ...models import utcnow
+from ...ruleset.schema import AnyRule
+from ..context import ScoringContext
+from ..outcomes import Measured, RuleOutcome, ScoreShape
+from ..plan import JudgedRule, JudgeJob, Plan
+from ..prompt import FittedPrompt, PromptTooLarge, fit_prompt
+from ..trace_tools import TraceTools
+from ..verdicts import NO_JUDGE_REASON, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the scorer found for a rule on a target: the document and the rule's variable
+    values (``emptied``: the missing ones rendered empty)."""
+
+    document: Any
+    values: dict[str, Any]
+    emptied: list[str]
+
+
+class RuleKind:
+    """One kind of rule. ``handles`` picks the kind of a rule (the first registered kind that
+    handles it); ``plan`` decides what needs no judge, or queues a judge call; ``run`` makes
+    a queued call and turns the verdict into the rule's outcome."""
+
+    judged: ClassVar[bool] = False  # whether its rules are sent to the judge
+
+    def handles(self, rule: AnyRule) -> bool:
+        raise NotImplementedError
+
+    def shape(self, rule: AnyRule) -> ScoreShape:
+        """The shape of the score that stands for the rule's decision."""
+        return ScoreShape.of_rule(rule)
+
+    def plan(self, ctx: ScoringContext, plan: Plan, rule: AnyRule, found: Found) -> None:
+        """Add the rule's outcome to ``plan``, or a judge job for it."""
+        raise NotImplementedError
+
+    async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        """The outcome of a judge job this kind planned."""
+        raise NotImplementedError
+
+
+class JudgedKind(RuleKind):
+    """A kind whose rules the judge scores from a rendered prompt: with no judge, or a spent
+    budget, or a prompt that cannot fit, the rule is ``skipped`` with the reason; else one
+    judge job (a kind may fill in more of it: ``prepare``)."""
+
+    judged = True
+
+    def calls(self, rule: JudgedRule, values: dict[str, Any]) -> list[dict[str, Any]] | str:
+        """The values of each judge call the rule makes, or why it makes none."""
+        return [values]
+
+    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
+        """Fill in what this kind's judge job needs beyond the prompt."""
+
+    def plan(self, ctx: ScoringContext, plan: Plan, rule: AnyRule, found: Found) -> None:
+        assert isinstance(rule, JudgedRule)
+        calls = self.calls(rule, found.values)
+        if isinstance(calls, str):
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", calls)))
+            return
+        if ctx.judge is None:
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
+            return
+        model = ctx.model_of(rule)
+        if ctx.ledger is not None and (spent := ctx.ledger.exhausted(rule.id, model)):
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent)))
+            return
+        cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
+        try:
+            fitted = [fit_prompt(rule, call, found.document, cap) for call in calls]
+        except PromptTooLarge as exc:
+            why = f"prompt too large: {exc} (SCORER_JUDGE_MAX_PROMPT_TOKENS, judge.oversize)"
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+            return
+        first = fitted[0]
+        job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
+        self.prepare(job, plan, found, fitted)
+        if rule.judge.tools == "trace" and isinstance(found.document, dict):
+            job.tools = TraceTools(found.document)
+        plan.judge_jobs.append(job)
+
+    async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        """One judge call; its verdict concluded by the kind, or an ``error`` score."""
+        assert ctx.judge is not None
+        rule = job.rule
+        try:
+            verdict = await ctx.judge.judge(rule, job.prompt, job.system, job.quoted, job.tools)
+        except JudgeError as exc:
+            return ctx.finish(rule, plan, judge_failed(ctx, job, exc), utcnow())
+        ctx.charge(rule, verdict.usage)
+        return self.conclude(ctx, job, plan, verdict)
+
+    def conclude(
+        self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict
+    ) -> RuleOutcome:
+        """The rule's outcome from the judge's verdict."""
+        raise NotImplementedError
+
+
+def judge_failed(ctx: ScoringContext, job: JudgeJob, exc: JudgeError) -> Measured:
+    """A judge call that failed: an ``error`` score saying why (an unusable answer is
+    charged: it cost tokens too)."""
+    ctx.charge(job.rule, exc.usage)
+    return Measured(
+        "error", f"judge {exc.kind}: {exc}", judge_model=ctx.model_of(job.rule), usage=exc.usage
+    )
+
+
+def job_details(job: JudgeJob) -> dict[str, Any] | None:
+    """What a judged score says of its prompt: variables cut to fit, missing ones rendered
+    empty (``missing: empty``)."""
+    details: dict[str, Any] = {}
+    if job.cut:
+        details["prompt_cut"] = job.cut
+    if job.emptied:
+        details["empty_variables"] = job.emptied
+    return details or None

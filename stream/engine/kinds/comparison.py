@@ -1,0 +1,115 @@
+"""Comparison rules: two responses (a pair's variants A and B) judged in one call, each
+rated per criterion as its rubric would be, and a preference between them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...models import Outcome, ScoreEvent, utcnow
+from ...ruleset.schema import AnyRule, ComparisonRule
+from ..context import ScoringContext
+from ..outcomes import Measured, RuleOutcome, ScoreShape, Target, make_score
+from ..plan import JudgeJob, Plan
+from ..prompt import FittedPrompt
+from ..rubric import criteria_input, measured_scores
+from ..verdicts import ComparisonAnswers, Verdict
+from .base import Found, JudgedKind, job_details
+
+log = logging.getLogger(__name__)
+
+PAIR_SLOTS = ("a", "b")  # a pair document's two traces: response A and response B
+PREFERENCE = "preference"  # the criterion of a comparison's preference score
+
+
+class ComparisonKind(JudgedKind):
+    """A ``comparison`` rule, planned on a pair's close once both its traces came."""
+
+    def handles(self, rule: AnyRule) -> bool:
+        return isinstance(rule, ComparisonRule)
+
+    def shape(self, rule: AnyRule) -> ScoreShape:
+        assert isinstance(rule, ComparisonRule)
+        spec = rule.preference
+        return ScoreShape(PREFERENCE, spec.scale, spec.higher_is_better)
+
+    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
+        """Each response's trace, and its project (a canary may report to its own)."""
+        assert isinstance(job.rule, ComparisonRule)
+        labels = dict(zip(PAIR_SLOTS, job.rule.pair.variants, strict=True))
+        document = found.document
+        traces = document.get("variants", {})
+        job.members = {
+            slot: (
+                traces[labels[slot]],
+                document[slot].get("project_name") or plan.target.project_name,
+            )
+            for slot in PAIR_SLOTS
+        }
+
+    def conclude(
+        self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict
+    ) -> RuleOutcome:
+        """Every score a comparison publishes from one judge answer: the preference (the
+        pair's, its decision's score) and each response's ratings and aggregate as its rubric
+        would publish them (each response's trace is their target)."""
+        rule = job.rule
+        assert isinstance(rule, ComparisonRule)
+        now = utcnow()
+        answer = verdict.answer
+        assert isinstance(answer, ComparisonAnswers), "a comparison is answered as a pair"
+        variants = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+        pair = {
+            "comparison_id": plan.target.id,
+            "variants": {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS},
+        }
+        extra: list[ScoreEvent] = []
+        for slot in PAIR_SLOTS:
+            responses = criteria_input(rule, answer.responses[slot])
+            try:
+                results = rule.aggregator.func(responses, rule.validated_aggregate)
+            except Exception as exc:  # a bug in an aggregator must not stop the stream
+                log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
+                why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
+                failed = Measured("error", why, judge_model=verdict.model, usage=verdict.usage)
+                return ctx.finish(rule, plan, failed, now)
+            trace_id, project = job.members[slot]
+            target = Target(trace_id, project, f"{plan.target.score_key}/{slot}")
+            about = {"comparison_id": plan.target.id, "variant": variants[slot]}
+            for shape, measured in measured_scores(rule, verdict, results, primary=""):
+                measured.details = {**(measured.details or {}), **about}
+                extra.append(make_score(rule, target, shape, measured, now))
+        preferred = answer.preference
+        details = {**answer.notes, **pair, **(job_details(job) or {})}
+        if preferred is None:
+            why = answer.preference_error or "the judge gave no preference"
+            measured = Measured("error", why)
+        else:
+            measured = Measured(
+                "ok", raw_value=preferred.raw_value, label=preferred.label, reason=preferred.reason
+            )
+        measured.judge_model, measured.latency_ms = verdict.model, verdict.latency_ms
+        measured.usage = verdict.usage  # one judge call: counted once, on the preference
+        measured.details = details
+        score = make_score(rule, plan.target, ctx.shapes[rule.id], measured, now)
+        outcome: Outcome = "scored" if score.status == "ok" else "error"
+        decided = ctx.decide(rule, plan, outcome, score.status_reason, score.score_id, now)
+        decided.score = score
+        decided.extra = extra
+        return decided
+
+
+def missing_partner(rule: ComparisonRule, pair_id: str, document: dict[str, Any]) -> str | None:
+    """Why a pair cannot be judged: the variant that did not come within the window."""
+    labels = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
+    traces = document.get("variants", {})
+    missing = [slot for slot in PAIR_SLOTS if labels[slot] not in traces]
+    if not missing:
+        return None
+    (absent,) = missing  # a pair closes with at least one trace
+    (there,) = set(PAIR_SLOTS) - {absent}
+    return (
+        f"partner missing: comparison {pair_id!r} has variant "
+        f"{labels[there]} (trace {traces[labels[there]]}) but no variant "
+        f"{labels[absent]} within {rule.pair.window_s:g} s"
+    )

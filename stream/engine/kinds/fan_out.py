@@ -1,0 +1,110 @@
+"""LLM-judge rules with ``fan_out``: one judge call per item of a list variable (the first
+``max_items``), one score: the mean of the items' raw values (a yes/no choice: the share
+judged yes), each item's verdict in ``details``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ...errors import JudgeError
+from ...models import TokenUsage, utcnow
+from ...ruleset.schema import AnyRule, LLMJudgeRule
+from ..context import ScoringContext
+from ..outcomes import Measured, RuleOutcome
+from ..plan import JudgedRule, JudgeJob, Plan
+from ..prompt import FittedPrompt, fan_out_values
+from ..verdicts import ParsedAnswer
+from .base import Found, JudgedKind, job_details
+
+
+class FanOutKind(JudgedKind):
+    """An ``llm_judge`` rule with ``fan_out``."""
+
+    def handles(self, rule: AnyRule) -> bool:
+        return isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
+
+    def calls(self, rule: JudgedRule, values: dict[str, Any]) -> list[dict[str, Any]] | str:
+        calls, _ = fan_out_values(rule, values)
+        if not calls:  # the list is empty
+            assert isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
+            name = rule.fan_out.variable
+            return f"variable '{name}': path '{rule.variable_specs[name].path}' holds no items"
+        return calls
+
+    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
+        job.items, job.total_items = fitted, fan_out_values(job.rule, found.values)[1]
+
+    async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        """Every item's call concurrently; a call that fails leaves its item out (the score
+        says how many were judged), all failing is an ``error``."""
+        assert ctx.judge is not None
+        rule = job.rule
+        assert isinstance(rule, LLMJudgeRule)
+        model = ctx.model_of(rule)
+        answers = await asyncio.gather(
+            *(ctx.judge.judge(rule, item.prompt, item.system, item.quoted) for item in job.items),
+            return_exceptions=True,
+        )
+        usage, latency, judged = TokenUsage(), 0.0, []
+        per_item: list[dict[str, Any]] = []
+        for index, answer in enumerate(answers):
+            if isinstance(answer, JudgeError):
+                if answer.usage is not None:
+                    usage = usage + answer.usage
+                per_item.append({"index": index, "error": f"judge {answer.kind}: {answer}"})
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            parsed = answer.answer
+            assert isinstance(parsed, ParsedAnswer), "a one-verdict rule is answered once"
+            usage, latency = usage + answer.usage, max(latency, answer.latency_ms)
+            judged.append(parsed.raw_value)
+            per_item.append(
+                {
+                    "index": index,
+                    "raw_value": parsed.raw_value,
+                    "label": parsed.label,
+                    "reason": parsed.reason,
+                }
+            )
+        ctx.charge(rule, usage)  # every call counts, answered or not
+        details = {
+            **(job_details(job) or {}),
+            "items": per_item,
+            "items_total": job.total_items,
+            "items_judged": len(judged),
+        }
+        errors = [item["error"] for item in per_item if "error" in item]
+        if not judged:
+            failed = Measured("error", errors[0], judge_model=model, usage=usage, details=details)
+            return ctx.finish(rule, plan, failed, utcnow())
+        answered = Measured(
+            "ok",
+            raw_value=sum(judged) / len(judged),
+            reason=summary(rule, job, judged, errors),
+            judge_model=model,
+            latency_ms=latency,
+            usage=usage,
+            details=details,
+        )
+        return ctx.finish(rule, plan, answered, utcnow())
+
+
+def summary(rule: LLMJudgeRule, job: JudgeJob, judged: list[float], errors: list[str]) -> str:
+    """The score's reason: how many items were judged the top choice, and what was left out."""
+    best = rule.output.scale.max
+    text = f"{sum(1 for raw in judged if raw == best)} of {len(judged)} items judged {top_choice(rule)}"
+    if errors:
+        text += f"; {len(errors)} could not be judged ({errors[0]})"
+    if job.total_items > len(job.items):
+        text += f"; the first {len(job.items)} of {job.total_items} items were judged"
+    return text
+
+
+def top_choice(rule: LLMJudgeRule) -> str:
+    """The choice worth most (``yes``), or the top of a numeric scale."""
+    choices = rule.output.choices
+    if choices:
+        return max(choices, key=lambda c: choices[c])
+    return f"{rule.output.scale.max:g}"

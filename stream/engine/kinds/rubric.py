@@ -1,0 +1,67 @@
+"""Rubric rules: one judge call answered per criterion, the pack's aggregator over the
+answers, a score per result (the primary one stands for the rule's decision)."""
+
+from __future__ import annotations
+
+import logging
+
+from ...models import Outcome, utcnow
+from ...ruleset.paths import truthy
+from ...ruleset.schema import AnyRule, RubricRule
+from ..context import ScoringContext
+from ..outcomes import Measured, RuleOutcome, ScoreShape, make_score
+from ..plan import JudgeJob, Plan
+from ..prompt import FittedPrompt
+from ..rubric import measured_scores, rubric_input
+from ..verdicts import Verdict
+from .base import Found, JudgedKind, job_details
+
+log = logging.getLogger(__name__)
+
+
+class RubricKind(JudgedKind):
+    """A ``rubric`` rule. A criterion whose ``na_when`` holds on the trace is forced to NA
+    whatever the judge answers."""
+
+    def handles(self, rule: AnyRule) -> bool:
+        return isinstance(rule, RubricRule)
+
+    def shape(self, rule: AnyRule) -> ScoreShape:
+        assert isinstance(rule, RubricRule)
+        return ScoreShape(
+            rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
+        )
+
+    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
+        assert isinstance(job.rule, RubricRule)
+        job.forced = {
+            c.id: f"NA: the criterion does not apply ({c.na_when})"
+            for c in job.rule.criteria
+            if c.na_when is not None and truthy(found.document, c.na_when)
+        }
+
+    def conclude(
+        self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict
+    ) -> RuleOutcome:
+        """Every score the rubric publishes from one judge answer; one decision, whose score
+        id is the rubric's primary score."""
+        rule = job.rule
+        assert isinstance(rule, RubricRule)
+        now = utcnow()
+        spec = rule.aggregator
+        try:
+            results = spec.func(rubric_input(rule, verdict, job.forced), rule.validated_aggregate)
+        except Exception as exc:  # a bug in an aggregator must not stop the stream
+            log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
+            why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
+            return ctx.finish(rule, plan, Measured("error", why, judge_model=verdict.model), now)
+        scores = [
+            make_score(rule, plan.target, shape, measured, now)
+            for shape, measured in measured_scores(rule, verdict, results, job_details(job))
+        ]
+        primary = next((s for s in scores if s.criterion == spec.primary), scores[0])
+        outcome: Outcome = "scored" if primary.status == "ok" else "error"
+        decided = ctx.decide(rule, plan, outcome, primary.status_reason, primary.score_id, now)
+        decided.score = primary
+        decided.extra = [s for s in scores if s is not primary]
+        return decided

@@ -1,0 +1,45 @@
+"""A target after the synchronous part of scoring: outcomes already decided, and the judge
+calls still to make (``JudgeJob``). A plan is made for a trace or for one close of a thread
+or pair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..models import utcnow
+from ..ruleset.schema import ComparisonRule, LLMJudgeRule, RubricRule
+from .outcomes import RuleOutcome, Target
+from .prompt import FittedPrompt
+from .trace_tools import TraceTools
+
+JudgedRule = LLMJudgeRule | RubricRule | ComparisonRule  # the rules a judge scores
+
+
+@dataclass
+class JudgeJob:
+    """One judge call a plan still has to make."""
+
+    rule: JudgedRule
+    prompt: str
+    system: str | None = None
+    forced: dict[str, str] = field(default_factory=dict)  # rubric criterion -> why it is NA
+    quoted: list[str] = field(default_factory=list)  # the trace's text, as rendered
+    cut: dict[str, int] = field(default_factory=dict)  # variable -> characters cut to fit
+    emptied: list[str] = field(default_factory=list)  # missing variables rendered empty
+    # a fan_out rule: one prompt per item of its list variable, and how many items it held
+    items: list[FittedPrompt] = field(default_factory=list)
+    total_items: int = 0
+    tools: TraceTools | None = None  # judge.tools: trace: the judge reads the trace by tools
+    # a comparison: slot -> (its trace id, its project)
+    members: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """A target's finished outcomes and the judge calls to make for it."""
+
+    target: Target
+    outcomes: list[RuleOutcome] = field(default_factory=list)
+    judge_jobs: list[JudgeJob] = field(default_factory=list)
+    created_at: datetime = field(default_factory=utcnow)

@@ -1,0 +1,165 @@
+"""Scoring a target against the rule set: every matching rule yields a decision and a score.
+
+Pure with respect to Kafka: takes a validated trace (or a thread close), returns what to
+publish. A score that could not be produced is data (status skipped or error), never an
+exception.
+
+Scoring is split in two so the worker spends no event-loop task on work that never waits:
+``plan`` does everything synchronous (filters, sampling, variable lookup, deterministic
+checks, prompt rendering); ``finish`` runs only the judge calls, concurrently. What a rule
+of each kind does in either half is its kind's (``kinds/``): the scorer only orchestrates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import MissingVariable
+from ..models import Trace
+from ..observer import Observer
+from ..ruleset.schema import AnyRule, ComparisonRule, RuleSet
+from ..threads.state import ThreadClose
+from .context import ScoringContext
+from .kinds import Found, kind_of, missing_partner, primary_shape
+from .outcomes import Measured, Target, TraceResult
+from .plan import JudgeJob, Plan
+from .prompt import DEFAULT_MAX_PROMPT_TOKENS, resolve_variables
+from .silence import SilenceWatch
+from .spend import SpendLedger
+from .verdicts import Judge
+
+__all__ = ["JudgeJob", "Plan", "Scorer", "primary_shape"]
+
+
+class Scorer:
+    """Scores targets against a rule set with an optional judge."""
+
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        judge: Judge | None,
+        *,
+        default_model: str,
+        observer: Observer | None = None,
+        max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+        ledger: SpendLedger | None = None,
+        silence: SilenceWatch | None = None,
+    ) -> None:
+        self.ruleset = ruleset
+        self.silence = silence
+        self.context = ScoringContext(
+            judge,
+            default_model,
+            max_prompt_tokens,
+            {rule.id: primary_shape(rule) for rule in ruleset.rules},
+            ledger,
+            observer or Observer(),
+        )
+        self.trace_rules = ruleset.for_scope("trace")
+
+    @property
+    def judge(self) -> Judge | None:
+        return self.context.judge
+
+    @property
+    def ledger(self) -> SpendLedger | None:
+        return self.context.ledger
+
+    @ledger.setter
+    def ledger(self, ledger: SpendLedger | None) -> None:
+        self.context.ledger = ledger
+
+    async def score_trace(
+        self, trace: Trace, document: Any, topic: str | None = None
+    ) -> TraceResult:
+        """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
+        return await self.finish(self.plan(trace, document, topic))
+
+    async def score_thread(self, close: ThreadClose) -> TraceResult:
+        """Apply the thread rules of ``close``'s kind to the thread document of that close."""
+        return await self.finish(self.plan_thread(close))
+
+    def plan(self, trace: Trace, document: Any, topic: str | None = None) -> Plan:
+        """Everything that needs no judge: decide, look up, check, render prompts."""
+        plan = Plan(Target(trace.id, trace.project_name, trace.id))
+        matched = []
+        for rule in self.trace_rules:
+            if (why := rule.filter.mismatch(trace, topic)) is not None:
+                plan.outcomes.append(self.context.decide(rule, plan, "filtered", why))
+                continue
+            matched.append(rule.id)
+            self._plan_rule(plan, rule, document)
+        if self.silence is not None:
+            self.silence.saw(trace, matched)
+        return plan
+
+    def plan_thread(self, close: ThreadClose) -> Plan:
+        """The thread rules of ``close``'s kind on the thread document of that close.
+
+        Conversation rules apply when their filter matched a trace of the thread (the trace
+        agent records that); session rules filter on the session's project and topic. An
+        empty thread is not sent to a judge (``skipped``); checks decide for themselves.
+        """
+        document = close.pending.document
+        plan = Plan(Target(close.thread_id, close.project_name, close.target, close.info))
+        if close.kind == "pair":
+            for pair_rule in self.ruleset.pair_rules():
+                self._plan_pair(plan, pair_rule, close)
+            return plan
+        as_trace = Trace(id=close.thread_id, project_name=close.project_name)
+        ctx = self.context
+        for rule in self.ruleset.thread_rules(close.kind):
+            if close.kind == "conversation":
+                why = None if rule.id in close.pending.rules else "no trace of the thread matched"
+            else:
+                why = rule.filter.mismatch(as_trace, close.topic)
+            if why is not None:
+                plan.outcomes.append(ctx.decide(rule, plan, "filtered", why))
+            elif kind_of(rule).judged and not document["turn_count"]:
+                unjudged = Measured("skipped", "the thread has no turns")
+                plan.outcomes.append(ctx.finish(rule, plan, unjudged))
+            else:
+                self._plan_rule(plan, rule, document)
+        return plan
+
+    def _plan_pair(self, plan: Plan, rule: ComparisonRule, close: ThreadClose) -> None:
+        """A comparison rule on a pair: judged when both of its traces came (and one of them
+        matched the rule's filter), else ``skipped`` with the partner that did not come."""
+        ctx = self.context
+        if rule.id not in close.pending.rules:
+            unmatched = "no trace of the pair matched"
+            plan.outcomes.append(ctx.decide(rule, plan, "filtered", unmatched))
+            return
+        if ctx.sampled_out(plan, rule):  # decided so whether or not the partner came
+            return
+        document = close.pending.document
+        if (why := missing_partner(rule, close.thread_id, document)) is not None:
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+            return
+        self._plan_rule(plan, rule, document)
+
+    def _plan_rule(self, plan: Plan, rule: AnyRule, document: Any) -> None:
+        """Sampling and variables, the same for every kind; then the rule's kind plans it."""
+        ctx = self.context
+        if ctx.sampled_out(plan, rule):
+            return
+        emptied: list[str] = []
+        try:
+            values = resolve_variables(rule, document, emptied)
+        except MissingVariable as exc:
+            why = str(exc)
+            if isinstance(document, dict) and isinstance(document.get("content_missing"), str):
+                why = f"{why}: {document['content_missing']}"  # e.g. message capture was off
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+            return
+        kind_of(rule).plan(ctx, plan, rule, Found(document, values, emptied))
+
+    async def finish(self, plan: Plan) -> TraceResult:
+        """Make the plan's judge calls concurrently and add their outcomes."""
+        if not plan.judge_jobs:
+            return TraceResult(plan.outcomes)
+        judged = await asyncio.gather(
+            *(kind_of(job.rule).run(self.context, job, plan) for job in plan.judge_jobs)
+        )
+        return TraceResult(plan.outcomes + list(judged))

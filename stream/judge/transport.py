@@ -1,0 +1,68 @@
+"""What the judge client asks of an endpoint and what one request comes back as.
+
+The client (``client.py``) owns the policy: attempts, backoff, pacing, health, answers. A
+transport (``openai_api.py``) owns the HTTP: it sends one request, never retries, and says
+what happened in these provider-neutral terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..models import TokenUsage
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion asked of the judge; a tool loop adds to its ``messages``, and
+    ``schema`` is dropped for an endpoint that refuses structured output."""
+
+    model: str
+    messages: list[dict[str, Any]]  # chat messages (role, content; tool calls and results)
+    temperature: float
+    max_tokens: int | None = None  # None or 0: the endpoint's own limit
+    schema: dict[str, Any] | None = None  # the JSON schema the answer must fit; None: text
+    tools: list[dict[str, Any]] | None = None  # tools offered (function definitions)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The endpoint answered: its text and tool calls (either may be missing), the tokens
+    used, the model that answered, and the response's headers (rate limits, for pacing)."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]]  # as chat messages carry them: id, function name, arguments
+    usage: TokenUsage
+    model: str
+    headers: Mapping[str, str]
+
+
+# rate_limited (429) and the transient ones (connection, timeout, server_error: 5xx, 408,
+# 409) are provider-wide trouble; client_error (any other 4xx) is this request's own, and
+# structured_output is a 400/422 refusing the schema asked for (ask again without it)
+FailureKind = Literal[
+    "rate_limited", "connection", "timeout", "server_error", "client_error", "structured_output"
+]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The endpoint did not answer the request: why (``kind``), said for a reader (the
+    message may quote the endpoint, so the client redacts it), with the HTTP status, the
+    Retry-After it asked for and, for a 429, the response's headers (for pacing)."""
+
+    kind: FailureKind
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+    headers: Mapping[str, str] | None = None
+
+
+class ChatAPI(Protocol):
+    """One chat endpoint: a request in, one outcome out; retries are the caller's."""
+
+    async def complete(self, request: ChatRequest) -> Answered | Failed: ...
+
+    async def close(self) -> None: ...

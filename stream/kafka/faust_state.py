@@ -1,0 +1,82 @@
+"""What the worker reads of Faust's and aiokafka's consumer state, in one named place.
+
+Faust keeps no public record of what it has committed, which partitions it has paused, or
+when a partition's high watermark was fetched; aiokafka keeps the cluster's metadata behind
+the consumer thread. Everything of theirs that the thread table and the span assembly read
+to say how far a worker has read its sources goes through here, so an upgrade of either
+library has one module to check (faust-streaming 0.15: ``Consumer._committed_offset``,
+``Consumer._paused_partitions``, ``ThreadDelegateConsumer._thread._consumer``; aiokafka
+0.14: ``AIOKafkaConsumer.last_poll_timestamp``, ``_client.cluster``)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import faust
+from faust.transport.consumer import Consumer
+from faust.types import TP
+
+from ..threads.sources import Position, SourceLog, source_name
+
+
+def _aiokafka(consumer: Any) -> Any:
+    """The aiokafka consumer behind Faust's (None before it runs)."""
+    return getattr(getattr(consumer, "_thread", None), "_consumer", None)
+
+
+def partition_count(consumer: Any, topic: str) -> int | None:
+    """How many partitions ``topic`` has, from the consumer's cluster metadata (None: not
+    known yet). Not Faust's ``topic_partitions``: it reads aiokafka's snapshot of the group's
+    subscription, which only the group's leader takes (aiokafka ``GroupCoordinator``:
+    ``_metadata_snapshot`` stays empty on every other member), so on every worker but one the
+    sources were never expected and a partition taken over did not wait for them."""
+    cluster = getattr(getattr(_aiokafka(consumer), "_client", None), "cluster", None)
+    if cluster is None:
+        return None
+    partitions = cluster.partitions_for_topic(topic)
+    return len(partitions) if partitions else None
+
+
+def last_fetched(consumer: Consumer, partitions: list[TP]) -> dict[str, float]:
+    """When aiokafka last had a fetch answered for each partition (epoch seconds), where
+    known: the moment its high watermark is from."""
+    client = _aiokafka(consumer)
+    if client is None:
+        return {}
+    fetched = {}
+    for tp in partitions:
+        try:
+            stamp = client.last_poll_timestamp(tp)
+        except (AssertionError, AttributeError):  # not assigned to aiokafka (yet), or gone
+            continue
+        if stamp is not None:
+            fetched[source_name(tp.topic, tp.partition)] = stamp / 1000
+    return fetched
+
+
+def owned_partitions(app: faust.App, topic: str) -> set[int]:
+    """The partitions of ``topic`` assigned to this worker as active."""
+    return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic}
+
+
+def read_positions(
+    app: faust.App, sources: SourceLog, topics: set[str], now: float
+) -> dict[str, Position]:
+    """How far this worker has read each partition of ``topics`` it owns (``SourceLog``).
+
+    A partition paused (Faust pauses every one while its tables recover after a rebalance)
+    is not fetched: the high watermark of its last fetch says nothing of what has arrived
+    since, so it is not reported caught up, only read up to its last message."""
+    consumer = cast(Consumer, app.consumer)  # Faust's, with its record of committed offsets
+    committed = consumer._committed_offset
+    paused = consumer._paused_partitions
+    fetching = not app.rebalancing
+
+    def highwater(tp: TP) -> int | None:
+        return consumer.highwater(tp) if fetching and tp not in paused else None
+
+    owned = [tp for tp in app.assignor.assigned_actives() if tp.topic in topics]
+    assigned = {
+        source_name(tp.topic, tp.partition): (highwater(tp), committed.get(tp)) for tp in owned
+    }
+    return sources.positions(assigned, now, last_fetched(consumer, owned))

@@ -1,0 +1,16 @@
+"""Every Prometheus metric the worker exports, built in one place with one prefix.
+
+``ScorerMetrics`` is the observer the worker hands to its engine, judge, thread and delivery
+code: each callback updates the metrics it concerns. Its registry can be injected (like
+Faust's ``PrometheusMonitor``); the worker uses ``ScorerMetrics.default()``, on
+prometheus_client's global registry, which its /metrics page serves.
+
+Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
+topic, reason, kind, type); never trace, thread or score ids. The Grafana dashboards and the
+Prometheus rules in ``grafana/`` are written against these names.
+"""
+
+from .callbacks import ScorerMetrics, is_low
+from .page import sample_value
+
+__all__ = ["ScorerMetrics", "is_low", "sample_value"]

@@ -1,0 +1,210 @@
+"""The observer callbacks on the worker's metrics: ``ScorerMetrics``, the observer the worker
+hands to its engine, judge, thread and delivery code, each callback updating the metrics it
+concerns (declared in ``families.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import TypeVar
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.metrics import MetricWrapperBase
+
+from ..models import ScoreEvent, TokenUsage
+from ..observer import Observer
+from .families import MetricFamilies
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class ScorerMetrics(MetricFamilies, Observer):
+    """The worker's metrics on ``registry``, updated through the observer callbacks."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        super().__init__(registry)
+        # Label children resolved once: ``labels()`` on every trace shows on the hot path.
+        self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
+        # the per-trace callbacks keep their own caches, keyed by the labels alone
+        self._decision_children: dict[tuple[str, str, str], Counter] = {}
+        self._consumed_children: dict[str, Counter] = {}
+        self._score_children: dict[
+            tuple[str, str, str], tuple[dict[str, Counter], Histogram, Counter]
+        ] = {}
+
+    @classmethod
+    def default(cls) -> ScorerMetrics:
+        """The process's metrics on prometheus_client's global registry (built once)."""
+        return _default()
+
+    def _child(self, metric: M, *labels: str) -> M:
+        key: tuple[int | str, ...] = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child  # type: ignore[return-value]  # the same metric type, by its key
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The /metrics body and its content type (aiohttp wants the charset apart)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST.split(";")[0]
+
+    # -- input and delivery ----------------------------------------------------------
+
+    def on_trace_consumed(self, topic: str) -> None:
+        try:
+            child = self._consumed_children[topic]
+        except KeyError:
+            child = self._consumed_children[topic] = self.traces_consumed.labels(topic)
+        child.inc()
+
+    def on_dead_letter(self, topic: str, reason: str) -> None:
+        self._child(self.dlq_messages, topic, reason).inc()
+
+    def on_scoring_overhead(self, seconds: float) -> None:
+        self.scoring_overhead.observe(seconds)
+
+    def on_publish_latency(self, seconds: float) -> None:
+        self.publish_latency.observe(seconds)
+
+    def on_score_published(self, score: ScoreEvent) -> None:
+        # every score: the three series of one (rule, pack, criterion) resolved together
+        labels = (score.rule_id, score.pack, score.criterion or "")
+        try:
+            by_status, value, low = self._score_children[labels]
+        except KeyError:
+            by_status = {}
+            value, low = self.score_value.labels(*labels), self.low_scores.labels(*labels)
+            self._score_children[labels] = (by_status, value, low)
+        try:
+            counted = by_status[score.status]
+        except KeyError:
+            counted = by_status[score.status] = self.scores.labels(*labels, score.status)
+        counted.inc()
+        if score.status == "ok" and score.value is not None:
+            value.observe(score.value)
+            # the low-score series exists from a rule's first ok score, so its share reads 0,
+            # not nothing, until a low score comes
+            low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
+
+    def on_offset_gap(self, topic: str, outcome: str) -> None:
+        self._child(self.offset_gaps, topic, outcome).inc()
+
+    def on_commit_held(self, reason: str) -> None:
+        self._child(self.commits_held, reason).inc()
+
+    def on_membership_unconfirmed(self, outcome: str) -> None:
+        self._child(self.membership_unconfirmed, outcome).inc()
+
+    def on_consumer_lag(self, topic: str, lag: int) -> None:
+        self._child(self.consumer_lag, topic).set(lag)
+
+    def watch_in_flight(self, read: Callable[[], float]) -> None:
+        self.in_flight.set_function(read)
+
+    # -- engine ----------------------------------------------------------------------
+
+    def on_decision(self, rule: str, pack: str, outcome: str) -> None:
+        key = (rule, pack, outcome)
+        try:
+            child = self._decision_children[key]
+        except KeyError:
+            child = self._decision_children[key] = self.decisions.labels(*key)
+        child.inc()
+
+    def on_rules_loaded(
+        self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
+    ) -> None:
+        self.worker_info.clear()
+        self.worker_info.labels(version=version, ruleset=digest).set(1)
+        self.rule_direction.clear()
+        self.rule_silent.clear()
+        for rule, pack, scope, direction in directions:
+            self.rule_direction.labels(rule=rule, pack=pack, scope=scope).set(direction)
+            if scope == "trace":
+                self.rule_silent.labels(rule=rule, pack=pack).set(0)
+
+    def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
+        self.rule_silent.labels(rule=rule, pack=pack).set(1 if silent else 0)
+
+    # -- judge -----------------------------------------------------------------------
+
+    def on_judge_call(
+        self,
+        model: str,
+        outcome: str,
+        seconds: float | None,
+        usage: TokenUsage | None = None,
+        cost_usd: float | None = None,
+    ) -> None:
+        self._child(self.judge_calls, model, outcome).inc()
+        if seconds is not None:
+            self._child(self.judge_latency, model, outcome).observe(seconds)
+        if usage is not None:
+            self._child(self.judge_tokens, model, "prompt", outcome).inc(usage.prompt_tokens)
+            self._child(self.judge_tokens, model, "completion", outcome).inc(
+                usage.completion_tokens
+            )
+        if cost_usd is not None:
+            self._child(self.judge_cost, model, outcome).inc(cost_usd)
+
+    def on_judge_retry(self, model: str, reason: str) -> None:
+        self._child(self.judge_retries, model, reason).inc()
+
+    def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
+        self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)
+
+    def watch_judge(
+        self, available: Callable[[], float], unavailable_seconds: Callable[[], float]
+    ) -> None:
+        self.judge_available.set_function(available)
+        self.judge_unavailable_seconds.set_function(unavailable_seconds)
+
+    # -- threads ---------------------------------------------------------------------
+
+    def on_thread_event(self, event_type: str) -> None:
+        self._child(self.thread_events, event_type).inc()
+
+    def on_thread_close(self, kind: str, reason: str, turns: int) -> None:
+        self._child(self.thread_closes, kind, reason).inc()
+        self._child(self.thread_turns_at_close, kind).observe(turns)
+
+    def on_thread_close_delay(self, seconds: float) -> None:
+        self.thread_close_delay.observe(seconds)
+
+    def on_pair_trace(self, outcome: str) -> None:
+        self._child(self.pair_traces, outcome).inc()
+
+    def watch_threads(
+        self, open_threads: Callable[[], float], pending: Callable[[], float]
+    ) -> None:
+        self.threads_open.set_function(open_threads)
+        self.thread_pending_closes.set_function(pending)
+
+    # -- OpenTelemetry input ---------------------------------------------------------
+
+    def on_otlp_spans(self, outcome: str, count: int) -> None:
+        self._child(self.otlp_spans, outcome).inc(count)
+
+    def on_otlp_trace(self, root: str) -> None:
+        self._child(self.otlp_traces, root).inc()
+
+    def watch_otlp(self, gathering: Callable[[], float], clock_lag: Callable[[], float]) -> None:
+        self.otlp_gathering.set_function(gathering)
+        self.otlp_clock_lag.set_function(clock_lag)
+
+
+@cache
+def _default() -> ScorerMetrics:
+    return ScorerMetrics(REGISTRY)
+
+
+def is_low(value: float, higher_is_better: bool) -> bool:
+    """A normalised score on the bad side of the middle of its scale (the middle is neither)."""
+    return value < 0.5 if higher_is_better else value > 0.5

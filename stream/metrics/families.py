@@ -1,0 +1,195 @@
+"""Every metric the worker exports, declared in one place with one prefix: names, help
+texts, labels and buckets (as Faust's ``FaustMetrics`` declares what its
+``PrometheusMonitor`` updates)."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "scorer"
+
+
+class MetricFamilies:
+    """The worker's metrics, declared on ``registry``; ``ScorerMetrics`` updates them."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        def histogram(
+            name: str, doc: str, buckets: list[float], labels: tuple[str, ...] = ()
+        ) -> Histogram:
+            return Histogram(f"{PREFIX}_{name}", doc, labels, buckets=buckets, registry=registry)
+
+        self.traces_consumed = counter(
+            "traces_consumed", "Trace messages consumed (valid or not)", ("topic",)
+        )
+        self.decisions = counter(
+            "decisions",
+            "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
+            ("rule", "pack", "outcome"),
+        )
+        # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,
+        # declared in the rule files.
+        self.scores = counter(
+            "scores", "Score events published, by status", ("rule", "pack", "criterion", "status")
+        )
+        self.score_value = histogram(
+            "score_value",
+            "Normalised score value (0..1) of ok scores",
+            [round(i / 10, 1) for i in range(1, 11)],
+            ("rule", "pack", "criterion"),
+        )
+        self.low_scores = counter(
+            "low_scores",
+            "Ok scores on the bad side of their scale: below the middle, or above it for rules "
+            "where lower is better",
+            ("rule", "pack", "criterion"),
+        )
+        self.rule_direction = gauge(
+            "rule_direction",
+            "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
+            ("rule", "pack", "scope"),
+        )
+        self.rule_silent = gauge(
+            "rule_silent",
+            "1 while a trace rule's filter has matched none of the last SCORER_SILENT_AFTER_"
+            "TRACES traces (the worker's log names what came instead), else 0",
+            ("rule", "pack"),
+        )
+        self.judge_calls = counter("judge_calls", "Judge calls by outcome", ("model", "outcome"))
+        self.judge_retries = counter(
+            "judge_retries", "Judge call retries by reason", ("model", "reason")
+        )
+        self.judge_latency = histogram(
+            "judge_latency_seconds",
+            "Latency of judge calls (each attempt) by outcome",
+            [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+            ("model", "outcome"),
+        )
+        self.judge_tokens = counter(
+            "judge_tokens",
+            "Judge tokens used, by kind (prompt, completion) and the call's outcome",
+            ("model", "kind", "outcome"),
+        )
+        self.judge_cost = counter(
+            "judge_cost_usd",
+            "Estimated judge cost in US dollars, from the token counts and SCORER_JUDGE_PRICES "
+            "(models without a price are not counted)",
+            ("model", "outcome"),
+        )
+        self.judge_available = gauge(
+            "judge_available",
+            "1 while the judge answers, 0 while it is unavailable (calls held, traces unacked)",
+        )
+        self.judge_unavailable_seconds = gauge(
+            "judge_unavailable_seconds",
+            "Seconds the judge has been unavailable since the worker started (it only grows)",
+        )
+        self.budget_used = gauge(
+            "judge_budget_used_ratio",
+            "Share of each spend budget (SCORER_JUDGE_BUDGETS) used in its current window; "
+            "at 1 its rules publish skipped scores (budget exhausted) until the window resets",
+            ("rule", "model", "window"),
+        )
+        self.dlq_messages = counter(
+            "dlq_messages", "Messages sent to the dead-letter topic", ("topic", "reason")
+        )
+        self.scoring_overhead = histogram(
+            "scoring_overhead_seconds",
+            "Engine time per trace beyond the judge call: parse, filter, look up, check, render, "
+            "parse the answer, build events",
+            [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+        )
+        self.publish_latency = histogram(
+            "publish_latency_seconds",
+            "From handing a trace's scores to the producer to the broker acknowledging all of them",
+            [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+        )
+        self.in_flight = gauge(
+            "traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
+        )
+        self.consumer_lag = gauge(
+            "consumer_lag",
+            "Messages not yet committed in this worker's partitions of each input topic "
+            "(high watermark - committed offset)",
+            ("topic",),
+        )
+        self.offset_gaps = counter(
+            "offset_gaps",
+            "Offsets missing from a fetch of a source or internal topic: detected (fetched "
+            "again), filled (the refetch returned them), persistent (still missing after the "
+            "patience, delivered past and logged with the offsets)",
+            ("topic", "outcome"),
+        )
+        self.commits_held = counter(
+            "commits_held",
+            "Offset commits put off until the producer has delivered everything "
+            "(producer_not_drained), or refused because a changelog write failed "
+            "(changelog_write_failed: the worker stops)",
+            ("reason",),
+        )
+        self.membership_unconfirmed = counter(
+            "membership_unconfirmed",
+            "Records that came while the worker's group membership was unconfirmed (its "
+            "lease lapsed in a long pause): confirmed (processed once the coordinator "
+            "answered), left (the partition was revoked: left to its next owner)",
+            ("outcome",),
+        )
+        self.threads_open = gauge(
+            "threads_open", "Open threads (conversations and sessions) in this worker's partitions"
+        )
+        self.thread_pending_closes = gauge(
+            "thread_pending_closes", "Thread closes whose scores are not yet published"
+        )
+        self.thread_events = counter(
+            "thread_events", "Events applied to thread state, by type", ("type",)
+        )
+        self.thread_closes = counter(
+            "thread_closes",
+            "Thread closes by kind and reason (end, inactivity, inactivity_event_time)",
+            ("kind", "reason"),
+        )
+        self.thread_turns_at_close = histogram(
+            "thread_turns_at_close",
+            "Turns a thread holds when it closes",
+            [0, 1, 2, 5, 10, 20, 50, 100, 200, 500],
+            ("kind",),
+        )
+        self.thread_close_delay = histogram(
+            "thread_close_delay_seconds",
+            "How long after its inactivity deadline (last arrival + gap) an idle thread closed",
+            [0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300],
+        )
+        self.pair_traces = counter(
+            "pair_traces",
+            "Traces of comparison pairs, by outcome (paired: one side of its pair; ignored: "
+            "its pair had its variant already, or was decided)",
+            ("outcome",),
+        )
+        self.otlp_spans = counter(
+            "otlp_spans",
+            "OpenTelemetry spans read, by outcome (kept, duplicate, late, dropped)",
+            ("outcome",),
+        )
+        self.otlp_traces = counter(
+            "otlp_traces_assembled",
+            "Traces assembled from OpenTelemetry spans, by root span (ended, missing)",
+            ("root",),
+        )
+        self.otlp_gathering = gauge(
+            "otlp_traces_gathering",
+            "Traces being gathered from spans in this worker's partitions (with the markers "
+            "of those assembled lately)",
+        )
+        self.otlp_clock_lag = gauge(
+            "otlp_clock_lag_seconds",
+            "How far the span assembly clock is behind the wall clock: the Kafka time the "
+            "least read spans partition is read up to (a backlog holds traces back)",
+        )
+        self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))

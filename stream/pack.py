@@ -1,0 +1,46 @@
+"""What a rule pack's own code may use: the one module pack authors import.
+
+A pack folder's Python registers deterministic checks (``@check``) and rubric aggregators
+(``@aggregate``) by name; its YAML rules refer to them. Everything here is pure (no Kafka,
+no judge SDK), so a pack loads anywhere the rules are checked::
+
+    from stream.pack import CheckParams, CheckResult, NotApplicable, check, words
+
+    @check("reply_length")
+    def reply_length(values, params): ...
+"""
+
+from __future__ import annotations
+
+from .models import Scale
+from .ruleset.aggregators import (
+    AggregateParams,
+    CriterionAnswer,
+    CriterionInfo,
+    RubricInput,
+    RubricScore,
+    aggregate,
+    unknown_criteria,
+)
+from .ruleset.checks import CheckParams, CheckResult, NotApplicable, check
+from .text.measures import mentions, sentences, words
+from .text.values import render_value
+
+__all__ = [
+    "AggregateParams",
+    "CheckParams",
+    "CheckResult",
+    "CriterionAnswer",
+    "CriterionInfo",
+    "NotApplicable",
+    "RubricInput",
+    "RubricScore",
+    "Scale",
+    "aggregate",
+    "check",
+    "mentions",
+    "render_value",
+    "sentences",
+    "unknown_criteria",
+    "words",
+]

@@ -1,0 +1,181 @@
+"""Spread threads: a thread whose turns may come through any partition of their source topic
+(a message of it was not keyed by its thread id) holds its events and folds them in
+event-time order once no earlier one can still come through another partition (see
+``processor.py``)."""
+
+from __future__ import annotations
+
+import heapq
+
+from .events import ThreadEvent
+from .index import PartitionIndex
+from .state import (
+    HeldEvent,
+    ThreadClose,
+    ThreadState,
+    close_reason,
+    fold_turn,
+    hold,
+    mark_end,
+    next_held,
+)
+from .table import ThreadTable
+
+
+class SpreadThreads(ThreadTable):
+    """Holding, folding and closing spread threads."""
+
+    @staticmethod
+    def _spreads(state: ThreadState, event: ThreadEvent) -> bool:
+        """Whether ``state``'s turns may come through any partition of their source topic: a
+        message of it was not keyed by its thread id, or its key was not known (a pair waits
+        for every source of traces in its own way). A thread whose messages were all keyed by
+        its id and still came through two partitions (the topic was given more partitions)
+        waits for those, as any thread for its own sources."""
+        return state.kind != "pair" and bool(event.source) and (state.spread or event.spread)
+
+    def _take(
+        self,
+        index: PartitionIndex,
+        key: bytes,
+        state: ThreadState,
+        event: ThreadEvent,
+        clamped: float,
+    ) -> list[ThreadClose]:
+        """An event of a spread thread: held, then folded with every held event of the thread
+        that its event time has reached, in event-time order (at once when it has reached this
+        one); the thread closes if that event time is the gap past its last activity."""
+        own = self._sources_of(
+            state.kind, [*state.sources, *(h.source for h in state.held), event.source], spread=True
+        )
+        watermark = self._spread_watermark(index, own)
+        moment = event.turn.event_time if event.turn else event.event_time
+        assert moment is not None
+        ends = event.type == "end" or event.end
+        held = HeldEvent(
+            source=event.source,
+            at=clamped,
+            arrival=event.arrival,
+            floor=watermark,
+            event_time=moment,
+            turn=event.turn,
+            end_key=(event.end_key or (event.turn.key if event.turn else "end")) if ends else None,
+            rules=event.rules,
+        )
+        if held.turn is not None and any(t.key == held.turn.key for t in state.turns):
+            closes = self._fold(state, held)  # a redelivered turn: no activity, nothing to order
+        elif held.turn is None and held.end_key in state.end_keys:
+            return []  # the same end again
+        elif not hold(state, held):
+            return []  # held already
+        else:
+            closes = self._catch_up(
+                state, self._spread_watermark(index, own, ahead=True), watermark
+            )
+            # bounded: past the thread's caps its earliest held events are folded at once
+            size = sum(h.size for h in state.held)
+            while len(state.held) > self.limits.max_turns or size > self.limits.max_bytes:
+                earliest = next_held(state, None)
+                assert earliest is not None
+                size -= earliest.size
+                closes.extend(self._fold(state, earliest))
+        self._store(index, key, state)
+        return closes
+
+    def _catch_up(
+        self, state: ThreadState, horizon: float | None, watermark: float | None
+    ) -> list[ThreadClose]:
+        """Fold the held events of ``state`` that no earlier event can come before (up to
+        ``horizon``; None: every one, the wall clock says so), in event-time order; then close
+        it if its event time (``watermark``) is the gap past its last activity."""
+        closes = []
+        while (event := next_held(state, horizon)) is not None:
+            closes.extend(self._fold(state, event))
+        if watermark is not None and state.last_event_time is not None:
+            reason = close_reason(
+                state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
+            )
+            if reason is not None:
+                closes.append(self._close(state, reason, closed_at=watermark))
+        return closes
+
+    def _fold(self, state: ThreadState, event: HeldEvent) -> list[ThreadClose]:
+        """Fold one event of a spread thread, as ``apply`` folds any thread's: at the thread's
+        event time when it is folded (its own, or the thread's when it arrived if that was
+        later), so a thread quiet for the gap before it closes first."""
+        moment = max(event.at, event.floor)
+        gap = self.gaps[state.kind]
+        closes = []
+        if state.last_event_time is not None:  # it has had activity
+            reason = close_reason(
+                state,
+                wall_now=event.arrival,
+                watermark=moment if state.sources else None,
+                gap_s=gap,
+            )
+            if reason in ("inactivity", "inactivity_event_time"):
+                at = event.arrival if reason == "inactivity" else moment
+                closes.append(self._close(state, reason, closed_at=at))
+        changed = False
+        if event.turn is not None:
+            changed = fold_turn(
+                state, event.turn, arrival=event.arrival, watermark=moment, limits=self.limits
+            )
+            if missing := [r for r in event.rules if r not in state.rules]:
+                state.rules.extend(missing)
+                changed = True
+        if event.end_key is not None:
+            changed = (
+                mark_end(
+                    state,
+                    event.end_key,
+                    event_time=event.event_time,
+                    arrival=event.arrival,
+                    watermark=moment,
+                )
+                or changed
+            )
+        if changed and event.at > state.sources.get(event.source, 0.0):
+            state.sources[event.source] = event.at
+        if changed and state.is_open and state.ended:
+            closes.append(self._close(state, "end", closed_at=event.arrival))
+        return closes
+
+    def _settle(self, index: PartitionIndex, topic: str) -> list[ThreadClose]:
+        """The spread threads whose slowest topic is ``topic``: those whose first held events
+        no earlier event can come before any more are folded, and those whose event-time
+        deadline its progress has passed close; one still waiting for another of its topics
+        moves to that topic's heap."""
+        return [
+            *self._settle_heap(index, topic, index.held_at, index.held_due, ahead=True),
+            *self._settle_heap(index, topic, index.spread_at, index.spread_due, ahead=False),
+        ]
+
+    def _settle_heap(
+        self,
+        index: PartitionIndex,
+        topic: str,
+        at: dict[bytes, float],
+        due: dict[str, list[tuple[float, bytes]]],
+        *,
+        ahead: bool,
+    ) -> list[ThreadClose]:
+        closes: list[ThreadClose] = []
+        heap = due.get(topic)
+        bound = index.topic_watermark(topic, ahead=ahead)
+        while heap and heap[0][0] <= bound:
+            moment, key = heapq.heappop(heap)
+            entry = index.open.get(key)
+            if entry is None or at.get(key) != moment:
+                continue  # stale: the thread moved on
+            if self._spread_watermark(index, entry[2], ahead=ahead) < moment:
+                topics = self._topics(entry[2])
+                slowest = min(topics, key=lambda t: index.topic_watermark(t, ahead=ahead))
+                heapq.heappush(due.setdefault(slowest, []), (moment, key))
+                continue
+            state = ThreadState.from_bytes(self.table[key])
+            del at[key]  # indexed afresh
+            horizon = self._spread_watermark(index, entry[2], ahead=True)
+            closes.extend(self._catch_up(state, horizon, self._spread_watermark(index, entry[2])))
+            self._store(index, key, state)
+        return closes
