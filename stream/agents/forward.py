@@ -72,6 +72,7 @@ def register_in_order(
         finally:
             delivery.stop()
 
+    run.__name__ = run.__qualname__ = name.replace("-", "_")  # Faust's label for it
     return app.agent(topic, concurrency=1, name=name)(run)
 
 

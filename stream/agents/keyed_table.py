@@ -113,6 +113,7 @@ class KeyedTable(Generic[E]):
             finally:
                 stopped()
 
+        run.__name__ = run.__qualname__ = name.replace("-", "_")  # Faust's label for it
         self.app.agent(self.events, concurrency=1, name=name)(run)
 
     def clock(
