@@ -28,7 +28,7 @@ from .contract import AnswerParser, answer_contract
 from .health import PROVIDER_WIDE, JudgeHealth
 from .limiter import AdaptiveLimiter
 from .openai_api import OpenAIChatAPI
-from .transport import Answered, ChatAPI, ChatRequest, Failed
+from .transport import Answered, ChatAPI, ChatRequest, Failed, estimate_tokens
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,9 @@ class JudgeClient:
         self.backoff_base = config.backoff_base_s
         self.backoff_max = config.backoff_max_s
         self.structured = config.structured_output
-        self.limiter = AdaptiveLimiter(config.max_concurrency)
+        self.max_concurrency = config.max_concurrency
+        # one pacer per model: two rules on two models do not slow each other
+        self.limiters: dict[str, AdaptiveLimiter] = {}
         self.health = JudgeHealth(
             outage_max_s=config.outage_max_s,
             probe_base_s=max(config.backoff_base_s, 0.01),
@@ -122,6 +124,17 @@ class JudgeClient:
 
     async def close(self) -> None:
         await self.api.close()
+
+    def limiter_for(self, model: str) -> AdaptiveLimiter:
+        """The pacer of ``model`` on this endpoint (made at its first call)."""
+        if (limiter := self.limiters.get(model)) is None:
+            limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency)
+        return limiter
+
+    @property
+    def limiter(self) -> AdaptiveLimiter:
+        """The default model's pacer."""
+        return self.limiter_for(self.default_model)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
@@ -262,17 +275,20 @@ class JudgeClient:
     async def _call(self, request: ChatRequest) -> tuple[Answered | Failed, float]:
         """One request in its turn (the limiter paces it and learns from what came back), and
         how long it took."""
-        slot = await self.limiter.acquire()
+        limiter = self.limiter_for(request.model)
+        estimated = estimate_tokens(request)
+        slot = await limiter.acquire(estimated)
         started = time.perf_counter()
         try:
             result = await self.api.complete(request)
             elapsed = time.perf_counter() - started
             if isinstance(result, Failed) and result.kind == "rate_limited":
-                self.limiter.on_rate_limited(result.retry_after, result.headers, slot)
+                limiter.on_rate_limited(result.retry_after, result.headers, slot)
         finally:
-            await self.limiter.release()
+            await limiter.release()
         if isinstance(result, Answered):
-            self.limiter.on_success(result.headers, slot)
+            used = result.usage.total_tokens
+            limiter.on_success(result.headers, slot, estimated=estimated, used=used)
         return result, elapsed
 
     def _read(

@@ -1,9 +1,10 @@
-"""Pacing judge calls to what the provider lets through: adaptive concurrency and rate,
-and the provider's own word on when to come back (Retry-After)."""
+"""Pacing judge calls to what the provider lets through: adaptive concurrency, a request
+rate and a token rate, announced or measured; Retry-After for the call that got it."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -15,6 +16,15 @@ RATE_GROWTH_PER_S = 0.03  # ...then probe upward by this share per second
 TRIAL_S = 1.0  # a cut is watched this long (and MIN_SAMPLES calls), then kept or undone
 SLOW_START = 4  # calls in flight at first
 MIN_SAMPLES = 30  # calls needed on each side of a cut before its 429 shares are compared
+# a Retry-After this long is the provider asking for a pause (a quota window resetting), not
+# one call's turn: every call waits for it
+LONG_PAUSE_S = 10.0
+# most calls started within this long refused (this many at least): the provider pushes back
+# on all of them at once, and every call waits for the Retry-After it gave
+MASS_WINDOW_S = 1.0
+MASS_SHARE = 0.5
+MASS_MIN = 4
+TOKEN_HEADROOM = 0.95  # the share of an announced token limit used
 
 
 class AdaptiveLimiter:
@@ -27,7 +37,13 @@ class AdaptiveLimiter:
     - Pacing, measured: otherwise a 429 paces calls at 95 % of the success rate measured over
       the last seconds, and the pace then rises 3 % a second until the next 429 (AIMD on the
       request rate), so a silent limit costs a few 429s a cycle, not a steady stream of them.
-    - Cool-down: a 429 with Retry-After holds every new call until that time.
+    - Retry-After belongs to the call that got it (the client waits it before asking again):
+      it holds every new call only when it is long (``LONG_PAUSE_S``: a quota resetting) or
+      when most calls started in the last moment were refused at once.
+    - Tokens, announced: when the provider states its token limit (OpenAI's and Azure's
+      ``x-ratelimit-limit-tokens``), each call is spaced by its estimated tokens so that the
+      tokens sent stay under it, corrected by what each answer says it used, and held until
+      ``x-ratelimit-reset-tokens`` when ``x-ratelimit-remaining-tokens`` cannot cover it.
     - 429s that do not follow the load: every cut is watched for ``TRIAL_S``; if the share of
       calls answered 429 stayed about the same, the 429s are not the provider pushing back on
       our rate (a share of calls is refused whatever the rate): the cut is undone and that
@@ -54,16 +70,23 @@ class AdaptiveLimiter:
         self._outcomes: deque[tuple[float, bool]] = deque()  # (when, answered 429)
         self.background = 0.0  # share of 429s measured not to follow our rate
         self._trial: tuple[float, float] | None = None  # when a cut was made, the 429 share then
+        self.token_rate = 0.0  # tokens a second the provider announced (x our headroom); 0: none
+        self._tokens_free_at = 0.0  # when the tokens of the calls paced so far are paid for
+        self._tokens_held_until = 0.0  # the announced token budget is spent until then
         self._cond = asyncio.Condition()
 
-    async def acquire(self) -> float:
-        """Wait for a slot and the call's turn; returns when it starts (this clock)."""
+    async def acquire(self, tokens: int = 0) -> float:
+        """Wait for a slot and the call's turn (``tokens``: its estimated cost); returns when
+        it starts (this clock)."""
         async with self._cond:
             await self._cond.wait_for(lambda: self.in_flight < max(1, int(self.limit)))
             self.in_flight += 1
             now = time.monotonic()
             start = max(now, self._next_start, self._cooldown_until)
             self._next_start = start + self.interval
+            if self.token_rate:
+                start = max(start, self._tokens_free_at, self._tokens_held_until)
+                self._tokens_free_at = start + tokens / self.token_rate
         if start > now:
             await asyncio.sleep(start - now)
         return start
@@ -73,9 +96,20 @@ class AdaptiveLimiter:
             self.in_flight -= 1
             self._cond.notify_all()
 
-    def on_success(self, headers: Mapping[str, str] | None, started: float | None = None) -> None:
-        """A call that started at ``started`` was answered."""
+    def on_success(
+        self,
+        headers: Mapping[str, str] | None,
+        started: float | None = None,
+        *,
+        estimated: int = 0,
+        used: int = 0,
+    ) -> None:
+        """A call that started at ``started`` was answered; it was paced for ``estimated``
+        tokens and used ``used``."""
         now = time.monotonic()
+        if self.token_rate and used and estimated:
+            # the provider counts what it counts: pace the next calls by the difference
+            self._tokens_free_at += (used - estimated) / self.token_rate
         self._record(now if started is None else started, limited=False)
         step = 1.0 if self._slow_start else 1.0 / max(self.limit, 1.0)
         self.limit = min(self.max, self.limit + step)
@@ -84,6 +118,7 @@ class AdaptiveLimiter:
             self._successes.popleft()
         if headers is not None:
             self._learn_rate(headers)
+            self._learn_tokens(headers, now)
         if self.interval and not self.announced and self._last_success:
             self.interval /= 1.0 + RATE_GROWTH_PER_S * (now - self._last_success)
         self._last_success = now
@@ -100,9 +135,13 @@ class AdaptiveLimiter:
         self._record(now if started is None else started, limited=True)
         if headers is not None:
             self._learn_rate(headers)
+            self._learn_tokens(headers, now)
+        if retry_after and (retry_after >= LONG_PAUSE_S or self._refused_at_once(now)):
+            # a pause asked of every call (a quota resetting), or most calls refused at once
+            self._cooldown_until = max(self._cooldown_until, now + retry_after)
         self._judge_trial(now)
         if self._in_background(now):
-            return  # the provider refuses this share whatever our rate: no cut, no cool-down
+            return  # the provider refuses this share whatever our rate: no cut
         self._slow_start = False
         self.limit = max(1.0, self.limit / 2)
         if now - self._last_cut > 1.0:  # one cut of the pace per burst of 429s
@@ -112,8 +151,11 @@ class AdaptiveLimiter:
             share, seen = self._share(now - RATE_WINDOW_S)
             if self._trial is None and seen >= MIN_SAMPLES:
                 self._trial = (now, share)
-        if retry_after:
-            self._cooldown_until = max(self._cooldown_until, now + retry_after)
+
+    def _refused_at_once(self, now: float) -> bool:
+        """Whether most calls started in the last ``MASS_WINDOW_S`` were refused."""
+        share, seen = self._share(now - MASS_WINDOW_S)
+        return share * seen >= MASS_MIN and share >= MASS_SHARE
 
     def _record(self, started: float, *, limited: bool) -> None:
         """An outcome, by when its call started: a cut is judged by the calls sent after it,
@@ -180,6 +222,47 @@ class AdaptiveLimiter:
         if per_minute > 0:
             self.interval = 60.0 / (per_minute * self.rate_headroom)
             self.announced = True
+
+    def _learn_tokens(self, headers: Mapping[str, str], now: float) -> None:
+        """The announced token limit paces calls by their tokens; a remaining budget too small
+        for another call holds them until it resets."""
+        limit = _number(headers.get("x-ratelimit-limit-tokens"))
+        if limit is None or limit <= 0:
+            return
+        self.token_rate = limit / 60.0 * TOKEN_HEADROOM
+        remaining = _number(headers.get("x-ratelimit-remaining-tokens"))
+        reset = duration_seconds(headers.get("x-ratelimit-reset-tokens"))
+        if remaining is not None and reset is not None and remaining < limit * (1 - TOKEN_HEADROOM):
+            self._tokens_held_until = max(self._tokens_held_until, now + reset)
+
+
+def _number(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+_DURATION = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
+)
+
+
+def duration_seconds(value: str | None) -> float | None:
+    """Seconds in an OpenAI reset duration (``x-ratelimit-reset-*``: "1s", "6m0s", "120ms",
+    "1m30.5s"), or a bare number of seconds; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if (number := _number(value)) is not None:
+        return max(0.0, number)
+    match = _DURATION.fullmatch(value)
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:

@@ -39,6 +39,15 @@ class Answered:
     headers: Mapping[str, str]
 
 
+def estimate_tokens(request: ChatRequest) -> int:
+    """The tokens a provider's rate limiter counts for ``request`` before it is answered, as
+    OpenAI documents it: the prompt's characters / 4, plus ``max_tokens`` when it is set."""
+    characters = sum(len(str(m.get("content") or "")) for m in request.messages)
+    if request.tools:
+        characters += sum(len(str(t)) for t in request.tools)
+    return characters // 4 + (request.max_tokens or 0)
+
+
 # rate_limited (429) and the transient ones (connection, timeout, server_error: 5xx, 408,
 # 409) are provider-wide trouble; client_error (any other 4xx) is this request's own, and
 # structured_output is a 400/422 refusing the schema asked for (ask again without it)

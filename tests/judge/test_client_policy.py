@@ -79,3 +79,19 @@ async def test_transient_trouble_is_retried_and_the_answered_tokens_add_up() -> 
     )
     verdict = await client_over(api).judge(rule(), "p")
     assert verdict.attempts == 3 and verdict.usage == USAGE + USAGE
+
+
+async def test_each_model_has_its_own_pacer() -> None:
+    """Two rules on two models of one endpoint: a 429 on one does not slow the other."""
+    api = ScriptedAPI(
+        Failed("rate_limited", "rate limited (429)", 429, None, {}),
+        answered('{"score": 0.5, "reason": "r"}'),
+        answered('{"score": 0.5, "reason": "r"}'),
+    )
+    client = client_over(api)
+    slow = rule().model_copy(update={"judge": rule().judge.model_copy(update={"model": "big"})})
+    await client.judge(slow, "p")
+    await client.judge(rule(), "p")
+    assert [r.model for r in api.requests] == ["big", "big", client.default_model]
+    assert client.limiter_for("big").limit < client.limiter_for(client.default_model).limit
+    assert client.limiter_for("big") is not client.limiter

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from stream.judge.limiter import AdaptiveLimiter, retry_after_seconds
+from stream.judge.limiter import AdaptiveLimiter, duration_seconds, retry_after_seconds
 
 
 def test_retry_after_forms() -> None:
@@ -94,3 +94,80 @@ def test_a_silent_limit_is_found_and_held_just_under(monkeypatch: pytest.MonkeyP
     )  # the limit is used (one call at a time: the bench measures more) ...
     assert sum(late) / len(late) < 0.02  # ... with under 2 % of calls refused
     assert limiter.background == 0.0  # these 429s follow the rate: never taken for noise
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The limiter's clock, set by the test; its sleeps return at once."""
+    clock = [1000.0]
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    monkeypatch.setattr("stream.judge.limiter.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("stream.judge.limiter.asyncio.sleep", no_sleep)
+    return clock
+
+
+async def test_a_short_retry_after_belongs_to_the_call_that_got_it(frozen: list[float]) -> None:
+    """OpenAI, Azure and Anthropic send Retry-After with a 429: one refused call among many
+    answered waits it itself (the client's backoff); the others go on at once."""
+    limiter = AdaptiveLimiter(8)
+    for _ in range(20):
+        frozen[0] += 0.05
+        limiter.on_success({}, frozen[0])
+    limiter.on_rate_limited(1.0, {}, frozen[0])
+    assert await limiter.acquire() == frozen[0]
+
+
+async def test_a_long_retry_after_holds_every_call(frozen: list[float]) -> None:
+    """A pause as long as a quota window's reset is asked of every call."""
+    limiter = AdaptiveLimiter(8)
+    limiter.on_success({}, frozen[0])
+    limiter.on_rate_limited(30.0, {}, frozen[0])
+    assert await limiter.acquire() == pytest.approx(frozen[0] + 30.0)
+
+
+async def test_most_calls_refused_at_once_hold_every_call_for_their_retry_after(
+    frozen: list[float],
+) -> None:
+    limiter = AdaptiveLimiter(8)
+    for _ in range(5):
+        frozen[0] += 0.01
+        limiter.on_rate_limited(2.0, {}, frozen[0])
+    assert await limiter.acquire() == pytest.approx(frozen[0] + 2.0)
+
+
+async def test_an_announced_token_limit_spaces_calls_by_their_tokens(frozen: list[float]) -> None:
+    """OpenAI and Azure announce ``x-ratelimit-limit-tokens`` (per minute): calls of 9,500
+    estimated tokens against 60,000 a minute (95 % of it used: 950 a second) go 10 s apart."""
+    limiter = AdaptiveLimiter(8)
+    limiter.on_success({"x-ratelimit-limit-tokens": "60000"}, frozen[0])
+    first = await limiter.acquire(9500)
+    second = await limiter.acquire(9500)
+    assert second - first == pytest.approx(10.0)
+    # the answer said it used 4,750 tokens more than estimated: the next call waits for them
+    limiter.on_success({}, first, estimated=9500, used=14250)
+    third = await limiter.acquire(0)
+    assert third - second == pytest.approx(15.0)
+
+
+async def test_a_spent_token_budget_holds_calls_until_it_resets(frozen: list[float]) -> None:
+    limiter = AdaptiveLimiter(8)
+    headers = {
+        "x-ratelimit-limit-tokens": "60000",
+        "x-ratelimit-remaining-tokens": "1200",
+        "x-ratelimit-reset-tokens": "6.5s",
+    }
+    limiter.on_success(headers, frozen[0])
+    assert await limiter.acquire(100) == pytest.approx(frozen[0] + 6.5)
+
+
+def test_reset_durations_in_openai_form() -> None:
+    assert duration_seconds("1s") == 1.0
+    assert duration_seconds("6m0s") == 360.0
+    assert duration_seconds("120ms") == pytest.approx(0.12)
+    assert duration_seconds("1m30.5s") == 90.5
+    assert duration_seconds("2") == 2.0
+    assert duration_seconds("soon") is None
+    assert duration_seconds(None) is None
