@@ -25,14 +25,21 @@ class JudgeError(ScorerError):
     """The judge could not produce a valid verdict (after retries, where retried)."""
 
     def __init__(
-        self, message: str, *, kind: str, attempts: int = 1, usage: TokenUsage | None = None
+        self,
+        message: str,
+        *,
+        kind: str,
+        attempts: int = 1,
+        usage: TokenUsage | None = None,
+        param: str | None = None,
     ) -> None:
-        self.kind = (
-            kind  # closed set: timeout, connection, rate_limited, server_error, unavailable,
-            # client_error, structured_output, invalid_answer
-        )
+        # a closed set: timeout, connection, rate_limited, server_error, unavailable,
+        # client_error, structured_output, unsupported_parameter, quota_exhausted,
+        # invalid_answer, answer_cut, refused, tool_budget
+        self.kind = kind
         self.attempts = attempts
         self.usage = usage  # tokens the answered attempts used (unusable answers cost too)
+        self.param = param  # the request parameter an unsupported_parameter refusal names
         super().__init__(message)
 
 

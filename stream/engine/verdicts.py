@@ -64,7 +64,7 @@ class Verdict:
     answer: ParsedAnswer | RubricAnswers | ComparisonAnswers
     model: str
     latency_ms: float
-    usage: TokenUsage
+    usage: TokenUsage | None  # None: the endpoint said nothing of the tokens used
     attempts: int
 
 

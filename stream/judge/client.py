@@ -32,6 +32,12 @@ from .transport import Answered, ChatAPI, ChatRequest, Failed, estimate_tokens
 
 log = logging.getLogger(__name__)
 
+# answers that asking again will not change: the request's own fault (4xx), a quota to be
+# paid, an answer cut at its token cap or declined by the model (same prompt, same answer)
+FAIL_AT_ONCE = frozenset(
+    {"client_error", "unsupported_parameter", "quota_exhausted", "answer_cut", "refused"}
+)
+
 
 @dataclass
 class ToolRequest:
@@ -101,6 +107,9 @@ class JudgeClient:
         self.backoff_base = config.backoff_base_s
         self.backoff_max = config.backoff_max_s
         self.structured = config.structured_output
+        self._text_only: set[tuple[str, str]] = set()  # (rule, model) refusing a schema
+        self._refuses: dict[str, set[str]] = {}  # model -> parameters it does not take
+        self._said: set[tuple[str, str]] = set()  # (what, model) said in the log once
         self.max_concurrency = config.max_concurrency
         # one pacer per model: two rules on two models do not slow each other
         self.limiters: dict[str, AdaptiveLimiter] = {}
@@ -140,8 +149,10 @@ class JudgeClient:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """How long a call waits before asking again: the Retry-After the provider gave it
+        (its own: other calls go on), else exponential backoff with jitter."""
         if retry_after is not None:
-            return min(retry_after, self.backoff_max)
+            return min(retry_after, self.health.outage_max_s)
         return min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)) * random.uniform(
             0.5, 1.0
         )
@@ -196,7 +207,7 @@ class JudgeClient:
             if outcome.kind in PROVIDER_WIDE:
                 step = self._after_trouble(outcome, probe, tally)
             else:
-                step = self._after_refusal(outcome, probe, tally)
+                step = self._after_refusal(rule, request, outcome, probe, tally)
             if step is None:
                 continue
             self.observer.on_judge_retry(request.model, outcome.kind)
@@ -226,14 +237,20 @@ class JudgeClient:
                 return None
         return tally.trouble
 
-    def _after_refusal(self, error: JudgeError, probe: bool, tally: Tally) -> int | None:
+    def _after_refusal(
+        self, rule: PromptedRule, request: ChatRequest, error: JudgeError, probe: bool, tally: Tally
+    ) -> int | None:
         """The provider answered, but with no verdict: the backoff step before asking again,
-        or None to ask again at once (without structured output). Raises for a refused
-        request (4xx) and for unusable answers past the attempt budget."""
+        or None to ask again at once (without structured output, or without a parameter the
+        model does not take). Raises for a refused request (4xx), an exhausted quota, an
+        answer cut at its token cap or declined, and unusable answers past the budget."""
         self.health.answered(probe)
         if error.kind == "structured_output":
+            self._drop_structured_output(rule, request)
             return None
-        if error.kind == "client_error":
+        if error.kind == "unsupported_parameter" and self._drop_parameter(request, error):
+            return None
+        if error.kind in FAIL_AT_ONCE:
             raise tally.error(str(error), error.kind)
         tally.unusable += 1
         if tally.unusable >= self.max_attempts:
@@ -252,12 +269,16 @@ class JudgeClient:
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
+        model = rule.judge.model or self.default_model
+        refuses = self._refuses.get(model, set())
+        structured = self.structured and (rule.id, model) not in self._text_only
         return ChatRequest(
-            model=rule.judge.model or self.default_model,
+            model=model,
             messages=messages,
-            temperature=rule.judge.temperature,
+            temperature=None if "temperature" in refuses else rule.judge.temperature,
             max_tokens=rule.judge.max_tokens,
-            schema=schema if self.structured else None,
+            max_tokens_name="max_completion_tokens" if "max_tokens" in refuses else "max_tokens",
+            schema=schema if structured else None,
             tools=tools.definitions if tools is not None else None,
         )
 
@@ -287,7 +308,7 @@ class JudgeClient:
         finally:
             await limiter.release()
         if isinstance(result, Answered):
-            used = result.usage.total_tokens
+            used = result.usage.total_tokens if result.usage is not None else 0
             limiter.on_success(result.headers, slot, estimated=estimated, used=used)
         return result, elapsed
 
@@ -301,6 +322,24 @@ class JudgeClient:
     ) -> Verdict | ToolRequest | JudgeError:
         """What an answer is: tool calls (when tools were offered), a verdict, or unusable."""
         model, usage = request.model, answer.usage
+        if usage is None:
+            self._say_once(
+                "no usage",
+                model,
+                "judge endpoint reports no token usage for %s: its scores carry no usage, and "
+                "cost and token budgets cannot count its calls",
+            )
+        if answer.refusal:
+            self._observe_call(model, "refused", elapsed, usage)
+            message = f"the judge declined to answer: {answer.refusal[:300]!r}"
+            return JudgeError(self._redact(message), kind="refused")
+        if answer.finish_reason == "length":  # not the whole verdict; asked again, cut again
+            self._observe_call(model, "answer_cut", elapsed, usage)
+            message = (
+                f"the judge's answer was cut at its token cap (finish_reason: length; "
+                f"judge.max_tokens: {request.max_tokens}); it ended {(answer.content or '')[-300:]!r}"
+            )
+            return JudgeError(self._redact(message), kind="answer_cut")
         if request.tools is not None and answer.tool_calls:
             self._observe_call(model, "ok", elapsed, usage)
             calls = answer.tool_calls
@@ -319,19 +358,47 @@ class JudgeClient:
     def _failed(self, request: ChatRequest, failure: Failed, elapsed: float) -> JudgeError:
         """A call that got no answer: counted and timed, its message without the API key."""
         if failure.kind == "structured_output":
-            self._drop_structured_output(request, failure.status)
             self._observe_call(request.model, "client_error", elapsed)  # a refusal, counted so
             return JudgeError(failure.message, kind=failure.kind)
-        self._observe_call(request.model, failure.kind, elapsed)
-        return JudgeError(self._redact(failure.message), kind=failure.kind)
-
-    def _drop_structured_output(self, request: ChatRequest, status: int | None) -> None:
-        """Older vLLM / Ollama builds and some gateways refuse response_format: ask again
-        without it, and from now on rely on parsing the text answer (said once)."""
-        request.schema = None
-        if self.structured:
-            self.structured = False
-            log.warning(
-                "judge endpoint rejects structured output (%s); parsing text answers from now on",
-                status,
+        if failure.kind == "quota_exhausted":
+            self._say_once(
+                "quota", request.model, "judge quota exhausted for %s: " + failure.message
             )
+        self._observe_call(request.model, failure.kind, elapsed)
+        return JudgeError(self._redact(failure.message), kind=failure.kind, param=failure.param)
+
+    def _drop_structured_output(self, rule: PromptedRule, request: ChatRequest) -> None:
+        """Older vLLM / Ollama builds, some gateways and some models refuse response_format:
+        ask again without it, and for this rule on this model rely on parsing the text answer
+        from now on (said once)."""
+        request.schema = None
+        if (rule.id, request.model) not in self._text_only:
+            self._text_only.add((rule.id, request.model))
+            log.warning(
+                "judge endpoint rejects structured output for rule %s on %s; parsing text "
+                "answers for it from now on",
+                rule.id,
+                request.model,
+            )
+
+    def _drop_parameter(self, request: ChatRequest, error: JudgeError) -> bool:
+        """A model that does not take ``temperature`` or ``max_tokens`` (reasoning models):
+        from now on it is called without the first and with ``max_completion_tokens`` for the
+        second (said once). False for a parameter we cannot do without."""
+        param = error.param
+        if param == "temperature" and request.temperature is not None:
+            request.temperature = None
+        elif param == "max_tokens" and request.max_tokens_name == "max_tokens":
+            request.max_tokens_name = "max_completion_tokens"
+        else:
+            return False
+        self._refuses.setdefault(request.model, set()).add(param)
+        self._say_once(
+            param, request.model, "judge model %s does not take " + f"{param}; asking without it"
+        )
+        return True
+
+    def _say_once(self, what: str, model: str, message: str) -> None:
+        if (what, model) not in self._said:
+            self._said.add((what, model))
+            log.warning(message, model)

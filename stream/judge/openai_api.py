@@ -49,8 +49,12 @@ class OpenAIChatAPI:
             completion = raw.parse()
         except openai.RateLimitError as exc:
             headers = exc.response.headers
+            code = _error_field(exc, "code") or _error_field(exc, "type")
+            if code == "insufficient_quota":
+                message = f"the judge's quota is exhausted (429 insufficient_quota): {exc.message}"
+                return Failed("quota_exhausted", message, 429, None, headers, code)
             message = f"rate limited (429): {exc.message}"
-            return Failed("rate_limited", message, 429, retry_after_seconds(headers), headers)
+            return Failed("rate_limited", message, 429, retry_after_seconds(headers), headers, code)
         except openai.APITimeoutError:
             return Failed("timeout", "judge call timed out")
         except openai.APIConnectionError as exc:
@@ -60,15 +64,23 @@ class OpenAIChatAPI:
         return _answered(request, completion, raw.headers)
 
 
+def _error_field(exc: openai.APIStatusError, name: str) -> str | None:
+    """A field of the error object in the body (OpenAI: ``{"error": {"code": ...}}``; the SDK
+    gives the inner object as ``body``)."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    value = body.get(name) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _arguments(request: ChatRequest) -> dict[str, Any]:
     """The SDK's arguments for ``request``."""
-    arguments: dict[str, Any] = {
-        "model": request.model,
-        "messages": request.messages,
-        "temperature": request.temperature,
-    }
+    arguments: dict[str, Any] = {"model": request.model, "messages": request.messages}
+    if request.temperature is not None:
+        arguments["temperature"] = request.temperature
     if request.max_tokens:
-        arguments["max_tokens"] = request.max_tokens
+        arguments[request.max_tokens_name] = request.max_tokens
     if request.schema is not None:
         arguments["response_format"] = {
             "type": "json_schema",
@@ -85,6 +97,10 @@ def _refused(request: ChatRequest, exc: openai.APIStatusError) -> Failed:
     status = exc.status_code
     if request.schema is not None and rejects_structured_output(exc):
         return Failed("structured_output", f"structured output rejected ({status})", status)
+    code, param = _error_field(exc, "code"), _error_field(exc, "param")
+    if status == 400 and code in ("unsupported_parameter", "unsupported_value") and param:
+        message = f"the model does not take {param!r} ({status} {code}): {exc.message}"
+        return Failed("unsupported_parameter", message, status, code=code, param=param)
     if status < 500 and status not in (408, 409):
         message = f"judge refused the request ({status}): {exc.message}"
         return Failed("client_error", message, status)
@@ -96,12 +112,15 @@ def _answered(
     request: ChatRequest, completion: ChatCompletion, headers: Mapping[str, str]
 ) -> Answered:
     """The first choice's text and tool calls, the tokens used and who answered."""
-    usage = TokenUsage(
-        prompt_tokens=getattr(completion.usage, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(completion.usage, "completion_tokens", 0) or 0,
-        total_tokens=getattr(completion.usage, "total_tokens", 0) or 0,
-    )
-    reply = completion.choices[0].message if completion.choices else None
+    usage = None
+    if completion.usage is not None:
+        usage = TokenUsage(
+            prompt_tokens=completion.usage.prompt_tokens or 0,
+            completion_tokens=completion.usage.completion_tokens or 0,
+            total_tokens=completion.usage.total_tokens or 0,
+        )
+    choice = completion.choices[0] if completion.choices else None
+    reply = choice.message if choice is not None else None
     calls = reply.tool_calls if reply is not None else None
     return Answered(
         content=reply.content if reply is not None else None,
@@ -109,4 +128,6 @@ def _answered(
         usage=usage,
         model=completion.model or request.model,
         headers=headers,
+        finish_reason=choice.finish_reason if choice is not None else None,
+        refusal=getattr(reply, "refusal", None),
     )

@@ -21,8 +21,10 @@ class ChatRequest:
 
     model: str
     messages: list[dict[str, Any]]  # chat messages (role, content; tool calls and results)
-    temperature: float
+    temperature: float | None  # None: the model's own (a reasoning model takes no other)
     max_tokens: int | None = None  # None or 0: the endpoint's own limit
+    # how the cap on the answer is named: reasoning models take max_completion_tokens
+    max_tokens_name: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     schema: dict[str, Any] | None = None  # the JSON schema the answer must fit; None: text
     tools: list[dict[str, Any]] | None = None  # tools offered (function definitions)
 
@@ -34,9 +36,11 @@ class Answered:
 
     content: str | None
     tool_calls: list[dict[str, Any]]  # as chat messages carry them: id, function name, arguments
-    usage: TokenUsage
+    usage: TokenUsage | None  # None: the endpoint did not say
     model: str
     headers: Mapping[str, str]
+    finish_reason: str | None = None  # "length": cut at the token cap
+    refusal: str | None = None  # the model declined to answer (OpenAI's ``message.refusal``)
 
 
 def estimate_tokens(request: ChatRequest) -> int:
@@ -49,10 +53,19 @@ def estimate_tokens(request: ChatRequest) -> int:
 
 
 # rate_limited (429) and the transient ones (connection, timeout, server_error: 5xx, 408,
-# 409) are provider-wide trouble; client_error (any other 4xx) is this request's own, and
-# structured_output is a 400/422 refusing the schema asked for (ask again without it)
+# 409) are provider-wide trouble; client_error (any other 4xx) is this request's own;
+# structured_output is a 400/422 refusing the schema asked for (ask again without it);
+# unsupported_parameter a 400 refusing a parameter the model does not take (``param``: ask
+# again without it); quota_exhausted a 429 that is billing, not a rate (waiting will not help)
 FailureKind = Literal[
-    "rate_limited", "connection", "timeout", "server_error", "client_error", "structured_output"
+    "rate_limited",
+    "connection",
+    "timeout",
+    "server_error",
+    "client_error",
+    "structured_output",
+    "unsupported_parameter",
+    "quota_exhausted",
 ]
 
 
@@ -67,6 +80,8 @@ class Failed:
     status: int | None = None
     retry_after: float | None = None
     headers: Mapping[str, str] | None = None
+    code: str | None = None  # the provider's error code (``rate_limit_exceeded``, ``slow_down``)
+    param: str | None = None  # the parameter an ``unsupported_parameter`` refusal names
 
 
 class ChatAPI(Protocol):

@@ -3,6 +3,7 @@ outcome, whatever the endpoint behind it."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -58,7 +59,14 @@ async def test_a_refused_schema_is_dropped_and_the_question_asked_again_at_once(
     assert isinstance(verdict.answer, ParsedAnswer) and verdict.answer.raw_value == 0.5
     assert (verdict.model, verdict.attempts) == ("m-1", 2)
     assert api.requests[0].schema is not None and api.requests[1].schema is None
-    assert not client.structured
+    # for this rule on this model only: it asks without a schema from now on, and another
+    # rule still asks with one
+    api.outcomes += [answered('{"score": 1, "reason": "r"}')] * 2
+    await client.judge(rule(), "p")
+    other = next(r for r in fretcoach_rules().rules if r.id == "hub_response_clarity")
+    assert isinstance(other, LLMJudgeRule)
+    await client.judge(other, "p")
+    assert api.requests[2].schema is None and api.requests[3].schema is not None
 
 
 async def test_a_refused_request_fails_at_once_without_the_key() -> None:
@@ -95,3 +103,84 @@ async def test_each_model_has_its_own_pacer() -> None:
     assert [r.model for r in api.requests] == ["big", "big", client.default_model]
     assert client.limiter_for("big").limit < client.limiter_for(client.default_model).limit
     assert client.limiter_for("big") is not client.limiter
+
+
+async def test_an_exhausted_quota_fails_at_once_and_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """OpenAI answers 429 ``insufficient_quota`` when billing, not a rate, stops the calls:
+    waiting would not help, so the score says so at once instead of after an outage's wait."""
+    quota = Failed(
+        "quota_exhausted", "the judge's quota is exhausted (429 insufficient_quota)", 429
+    )
+    client = client_over(ScriptedAPI(quota, quota))
+    with caplog.at_level(logging.WARNING, logger="stream.judge.client"):
+        for _ in range(2):
+            with pytest.raises(JudgeError) as info:
+                await client.judge(rule(), "p")
+            assert (info.value.kind, info.value.attempts) == ("quota_exhausted", 1)
+    assert sum("quota exhausted" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_model_that_refuses_temperature_and_max_tokens_is_asked_without_them() -> None:
+    """Reasoning models answer 400 ``unsupported_value`` for a temperature other than their own
+    and ``unsupported_parameter`` for max_tokens (they take max_completion_tokens): the call is
+    asked again at once without them, and so is every later call to that model."""
+    capped = rule().model_copy(
+        update={"judge": rule().judge.model_copy(update={"max_tokens": 300})}
+    )
+    api = ScriptedAPI(
+        Failed("unsupported_parameter", "no temperature", 400, param="temperature"),
+        Failed("unsupported_parameter", "no max_tokens", 400, param="max_tokens"),
+        answered('{"score": 0.5, "reason": "r"}'),
+        answered('{"score": 0.5, "reason": "r"}'),
+    )
+    client = client_over(api)
+    verdict = await client.judge(capped, "p")
+    assert verdict.attempts == 3
+    first, second, third = api.requests[:3]
+    assert (first.temperature, first.max_tokens_name) == (0.0, "max_tokens")
+    assert (second.temperature, second.max_tokens_name) == (None, "max_tokens")
+    assert (third.temperature, third.max_tokens_name) == (None, "max_completion_tokens")
+    await client.judge(capped, "p")
+    assert (api.requests[3].temperature, api.requests[3].max_tokens_name) == (
+        None,
+        "max_completion_tokens",
+    )
+
+
+async def test_a_parameter_the_judge_cannot_do_without_fails_at_once() -> None:
+    api = ScriptedAPI(Failed("unsupported_parameter", "no messages", 400, param="messages"))
+    with pytest.raises(JudgeError) as info:
+        await client_over(api).judge(rule(), "p")
+    assert (info.value.kind, info.value.attempts) == ("unsupported_parameter", 1)
+
+
+async def test_an_answer_cut_at_its_token_cap_fails_at_once_saying_so() -> None:
+    cut = replace(
+        answered('{"score": 0.5, "reason": "the answer went on and'), finish_reason="length"
+    )
+    with pytest.raises(JudgeError) as info:
+        await client_over(ScriptedAPI(cut)).judge(rule(), "p")
+    assert (info.value.kind, info.value.attempts) == ("answer_cut", 1)
+    assert "finish_reason: length" in str(info.value)
+    assert info.value.usage == USAGE  # it cost tokens all the same
+
+
+async def test_a_declined_answer_fails_at_once_quoting_the_refusal() -> None:
+    declined = replace(answered(""), content=None, refusal="I can't help with that.")
+    with pytest.raises(JudgeError) as info:
+        await client_over(ScriptedAPI(declined)).judge(rule(), "p")
+    assert (info.value.kind, info.value.attempts) == ("refused", 1)
+    assert "I can't help with that." in str(info.value)
+
+
+async def test_an_answer_without_usage_has_no_usage_and_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bare = replace(answered('{"score": 0.5, "reason": "r"}'), usage=None)
+    client = client_over(ScriptedAPI(bare, bare))
+    with caplog.at_level(logging.WARNING, logger="stream.judge.client"):
+        verdicts = [await client.judge(rule(), "p") for _ in range(2)]
+    assert [v.usage for v in verdicts] == [None, None]
+    assert sum("no token usage" in r.getMessage() for r in caplog.records) == 1

@@ -46,19 +46,19 @@ class FanOutKind(JudgedKind):
             *(ctx.judge.judge(rule, item.prompt, item.system, item.quoted) for item in job.items),
             return_exceptions=True,
         )
-        usage, latency, judged = TokenUsage(), 0.0, []
+        usage: TokenUsage | None = None  # None: no call said what it used
+        latency, judged = 0.0, []
         per_item: list[dict[str, Any]] = []
         for index, answer in enumerate(answers):
             if isinstance(answer, JudgeError):
-                if answer.usage is not None:
-                    usage = usage + answer.usage
+                usage = _added(usage, answer.usage)
                 per_item.append({"index": index, "error": f"judge {answer.kind}: {answer}"})
                 continue
             if isinstance(answer, BaseException):
                 raise answer
             parsed = answer.answer
             assert isinstance(parsed, ParsedAnswer), "a one-verdict rule is answered once"
-            usage, latency = usage + answer.usage, max(latency, answer.latency_ms)
+            usage, latency = _added(usage, answer.usage), max(latency, answer.latency_ms)
             judged.append(parsed.raw_value)
             per_item.append(
                 {
@@ -89,6 +89,12 @@ class FanOutKind(JudgedKind):
             details=details,
         )
         return ctx.finish(rule, plan, answered, utcnow())
+
+
+def _added(total: TokenUsage | None, more: TokenUsage | None) -> TokenUsage | None:
+    if more is None:
+        return total
+    return more if total is None else total + more
 
 
 def summary(rule: LLMJudgeRule, job: JudgeJob, judged: list[float], errors: list[str]) -> str:
