@@ -304,7 +304,7 @@ class JudgeClient:
             result = await self.api.complete(request)
             elapsed = time.perf_counter() - started
             if isinstance(result, Failed) and result.kind == "rate_limited":
-                limiter.on_rate_limited(result.retry_after, result.headers, slot)
+                limiter.on_rate_limited(result.retry_after, result.headers, slot, result.code)
         finally:
             await limiter.release()
         if isinstance(result, Answered):

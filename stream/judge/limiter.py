@@ -25,6 +25,9 @@ MASS_WINDOW_S = 1.0
 MASS_SHARE = 0.5
 MASS_MIN = 4
 TOKEN_HEADROOM = 0.95  # the share of an announced token limit used
+# OpenAI's 429 slow_down: the request rate grew too fast, even within the limits; the ramp
+# (concurrency and pace growing) holds this long, the pace reached is kept
+SLOW_DOWN_HOLD_S = 60.0
 
 
 class AdaptiveLimiter:
@@ -40,6 +43,9 @@ class AdaptiveLimiter:
     - Retry-After belongs to the call that got it (the client waits it before asking again):
       it holds every new call only when it is long (``LONG_PAUSE_S``: a quota resetting) or
       when most calls started in the last moment were refused at once.
+    - A 429 ``slow_down`` (OpenAI: the request rate grew too fast, even within the limits)
+      holds the ramp (concurrency and pace stop growing) for ``SLOW_DOWN_HOLD_S``; the pace
+      reached is kept.
     - Tokens, announced: when the provider states its token limit (OpenAI's and Azure's
       ``x-ratelimit-limit-tokens``), each call is spaced by its estimated tokens so that the
       tokens sent stay under it, corrected by what each answer says it used, and held until
@@ -73,6 +79,7 @@ class AdaptiveLimiter:
         self.token_rate = 0.0  # tokens a second the provider announced (x our headroom); 0: none
         self._tokens_free_at = 0.0  # when the tokens of the calls paced so far are paid for
         self._tokens_held_until = 0.0  # the announced token budget is spent until then
+        self._ramp_held_until = 0.0  # a slow_down 429 holds the ramp until then
         self._cond = asyncio.Condition()
 
     async def acquire(self, tokens: int = 0) -> float:
@@ -107,19 +114,21 @@ class AdaptiveLimiter:
         """A call that started at ``started`` was answered; it was paced for ``estimated``
         tokens and used ``used``."""
         now = time.monotonic()
+        ramping = now >= self._ramp_held_until
         if self.token_rate and used and estimated:
             # the provider counts what it counts: pace the next calls by the difference
             self._tokens_free_at += (used - estimated) / self.token_rate
         self._record(now if started is None else started, limited=False)
         step = 1.0 if self._slow_start else 1.0 / max(self.limit, 1.0)
-        self.limit = min(self.max, self.limit + step)
+        if ramping:
+            self.limit = min(self.max, self.limit + step)
         self._successes.append(now)
         while self._successes[0] < now - RATE_WINDOW_S:
             self._successes.popleft()
         if headers is not None:
             self._learn_rate(headers)
             self._learn_tokens(headers, now)
-        if self.interval and not self.announced and self._last_success:
+        if self.interval and not self.announced and self._last_success and ramping:
             self.interval /= 1.0 + RATE_GROWTH_PER_S * (now - self._last_success)
         self._last_success = now
         self._judge_trial(now)
@@ -129,9 +138,16 @@ class AdaptiveLimiter:
         retry_after: float | None,
         headers: Mapping[str, str] | None,
         started: float | None = None,
+        code: str | None = None,
     ) -> None:
-        """A call that started at ``started`` was answered 429."""
+        """A call that started at ``started`` was answered 429 (``code``: the provider's)."""
         now = time.monotonic()
+        if code == "slow_down":
+            # not over a limit: traffic grew too fast; grow no further for a while, keep the
+            # pace reached (the refused call waits its own Retry-After or backoff)
+            self._slow_start = False
+            self._ramp_held_until = now + SLOW_DOWN_HOLD_S
+            return
         self._record(now if started is None else started, limited=True)
         if headers is not None:
             self._learn_rate(headers)

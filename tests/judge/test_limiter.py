@@ -171,3 +171,22 @@ def test_reset_durations_in_openai_form() -> None:
     assert duration_seconds("2") == 2.0
     assert duration_seconds("soon") is None
     assert duration_seconds(None) is None
+
+
+def test_a_slow_down_holds_the_ramp_and_keeps_the_pace(frozen: list[float]) -> None:
+    """OpenAI's 429 ``slow_down``: traffic grew too fast, even within the limits. The pace and
+    concurrency reached stay; they stop growing for a while."""
+    limiter = AdaptiveLimiter(32)
+    for _ in range(6):
+        frozen[0] += 0.1
+        limiter.on_success({}, frozen[0])
+    reached = limiter.limit
+    limiter.on_rate_limited(None, {}, frozen[0], code="slow_down")
+    assert limiter.limit == reached  # no cut
+    for _ in range(50):
+        frozen[0] += 0.1
+        limiter.on_success({}, frozen[0])
+    assert limiter.limit == reached  # no growth while held
+    frozen[0] += 60.0
+    limiter.on_success({}, frozen[0])
+    assert limiter.limit > reached  # the ramp goes on afterwards
