@@ -277,6 +277,42 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
             stack=True,
         ),
         graph(
+            "Pace in use (calls a second) and why",
+            Query(
+                f"max by (model, reason) (scorer_judge_pace_rps{{{MODELS}}})",
+                "{{model}} {{reason}}",
+            ),
+            description="What each model's pacer lets start: announced (the provider's request "
+            "limit), measured (found by 429s), paused (a long Retry-After, or most calls refused "
+            "at once), none (0: no pace of its own, calls start as answers come).",
+        ),
+        graph(
+            "Share of calls answered 429",
+            Query(
+                f'(sum by (model) (rate(scorer_judge_calls_total{{{MODELS}, outcome="rate_limited"}}'
+                "[$__rate_interval]))"
+                f" or sum by (model) (rate({calls}[$__rate_interval])) * 0)"
+                f" / sum by (model) (rate({calls}[$__rate_interval]))",
+                "{{model}}",
+            ),
+            **SHARE,
+            description="Refusals for rate (429 rate_limited) among every attempt; the pacer "
+            "aims to keep it under 2 %.",
+        ),
+        graph(
+            "Tokens per minute against the announced limit",
+            Query(
+                f"sum by (model) (rate(scorer_judge_tokens_total{{{MODELS}}}[$__rate_interval])) * 60",
+                "{{model}} used",
+            ),
+            Query(
+                f"max by (model) (scorer_judge_token_limit_per_minute{{{MODELS}}})",
+                "{{model}} limit",
+            ),
+            description="Tokens the judge used a minute, and the limit its provider announced "
+            "(x-ratelimit-limit-tokens; none shown when it does not announce one).",
+        ),
+        graph(
             "Tokens per minute",
             Query(
                 f"sum by (model, kind) (rate(scorer_judge_tokens_total{{{MODELS}}}"

@@ -88,6 +88,12 @@ class Observer:
     ) -> None:
         """Readers of the judge's availability (1 or 0) and of its time unavailable so far."""
 
+    def watch_judge_pacing(
+        self, model: str, pace: Callable[[], tuple[float, str]], token_limit: Callable[[], float]
+    ) -> None:
+        """Readers of one model's pace (calls a second, and why) and of the token limit per
+        minute its provider announced (NaN when none)."""
+
     # -- threads ---------------------------------------------------------------------
 
     def on_thread_event(self, event_type: str) -> None:

@@ -138,6 +138,7 @@ class JudgeClient:
         """The pacer of ``model`` on this endpoint (made at its first call)."""
         if (limiter := self.limiters.get(model)) is None:
             limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency)
+            self.observer.watch_judge_pacing(model, limiter.pace, limiter.token_limit_per_minute)
         return limiter
 
     @property

@@ -4,6 +4,7 @@ rate and a token rate, announced or measured; Retry-After for the call that got 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections import deque
@@ -167,6 +168,21 @@ class AdaptiveLimiter:
             share, seen = self._share(now - RATE_WINDOW_S)
             if self._trial is None and seen >= MIN_SAMPLES:
                 self._trial = (now, share)
+
+    def pace(self) -> tuple[float, str]:
+        """Calls a second this pacer lets start now, and why: ``announced`` (the provider's
+        request limit), ``measured`` (found by 429s), ``paused`` (a long Retry-After, or most
+        calls refused at once: none start until it ends) or ``none`` (0: no pace of its own,
+        calls start as answers come)."""
+        if self._cooldown_until > time.monotonic():
+            return 0.0, "paused"
+        if self.interval:
+            return 1.0 / self.interval, "announced" if self.announced else "measured"
+        return 0.0, "none"
+
+    def token_limit_per_minute(self) -> float:
+        """The token limit the provider announced (per minute), NaN when it has not."""
+        return self.token_rate / TOKEN_HEADROOM * 60.0 if self.token_rate else math.nan
 
     def _refused_at_once(self, now: float) -> bool:
         """Whether most calls started in the last ``MASS_WINDOW_S`` were refused."""

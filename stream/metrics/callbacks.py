@@ -166,6 +166,13 @@ class ScorerMetrics(MetricFamilies, Observer):
         self.judge_available.set_function(available)
         self.judge_unavailable_seconds.set_function(unavailable_seconds)
 
+    def watch_judge_pacing(
+        self, model: str, pace: Callable[[], tuple[float, str]], token_limit: Callable[[], float]
+    ) -> None:
+        self.judge_pacing.readers[model] = (pace, token_limit)
+        # from 0, so that the quota alert's increase() sees the model's first refusal
+        self._child(self.judge_calls, model, "quota_exhausted")
+
     # -- threads ---------------------------------------------------------------------
 
     def on_thread_event(self, event_type: str) -> None:

@@ -8,11 +8,13 @@ from dataclasses import replace
 
 import pytest
 from fixtures import fretcoach_rules, settings
+from prometheus_client import CollectorRegistry
 
 from stream.engine.verdicts import ParsedAnswer
 from stream.errors import JudgeError
 from stream.judge.client import JudgeClient
 from stream.judge.transport import Answered, ChatRequest, Failed
+from stream.metrics import ScorerMetrics, sample_value
 from stream.models import TokenUsage
 from stream.ruleset.schema import LLMJudgeRule
 
@@ -184,3 +186,23 @@ async def test_an_answer_without_usage_has_no_usage_and_is_said_once(
         verdicts = [await client.judge(rule(), "p") for _ in range(2)]
     assert [v.usage for v in verdicts] == [None, None]
     assert sum("no token usage" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_each_model_s_pace_and_announced_token_limit_are_exported() -> None:
+    """``scorer_judge_pace_rps{model,reason}`` and ``scorer_judge_token_limit_per_minute``:
+    read at scrape time from each model's pacer."""
+    metrics = ScorerMetrics(CollectorRegistry())
+    announced = {"x-ratelimit-limit-requests": "600", "x-ratelimit-limit-tokens": "60000"}
+    api = ScriptedAPI(
+        replace(answered('{"score": 0.5, "reason": "r"}'), headers=announced),
+    )
+    client = JudgeClient(settings(openai_api_key="k").judge_config(), metrics, api=api)
+    client.limiter_for("quiet")
+    await client.judge(rule(), "p")
+    page = metrics.exposition()[0].decode()
+    model = client.default_model
+    pace = sample_value(page, "scorer_judge_pace_rps", model=model, reason="announced")
+    assert pace == pytest.approx(600 / 60 * 0.985)
+    assert sample_value(page, "scorer_judge_token_limit_per_minute", model=model) == 60000
+    assert 'scorer_judge_pace_rps{model="quiet",reason="none"} 0.0' in page
+    assert 'scorer_judge_token_limit_per_minute{model="quiet"} NaN' in page
