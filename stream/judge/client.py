@@ -22,6 +22,7 @@ from ..errors import JudgeError
 from ..models import TokenUsage
 from ..observer import Observer
 from ..ruleset.schema import PromptedRule
+from .adaptations import ModelAdaptations
 from .answers import InvalidAnswer, Quoted
 from .config import JudgeConfig
 from .contract import AnswerParser, answer_contract
@@ -106,10 +107,7 @@ class JudgeClient:
         self.max_attempts = config.max_attempts
         self.backoff_base = config.backoff_base_s
         self.backoff_max = config.backoff_max_s
-        self.structured = config.structured_output
-        self._text_only: set[tuple[str, str]] = set()  # (rule, model) refusing a schema
-        self._refuses: dict[str, set[str]] = {}  # model -> parameters it does not take
-        self._said: set[tuple[str, str]] = set()  # (what, model) said in the log once
+        self.adaptations = ModelAdaptations(config.structured_output)
         self.max_concurrency = config.max_concurrency
         # one pacer per model: two rules on two models do not slow each other
         self.limiters: dict[str, AdaptiveLimiter] = {}
@@ -247,9 +245,11 @@ class JudgeClient:
         answer cut at its token cap or declined, and unusable answers past the budget."""
         self.health.answered(probe)
         if error.kind == "structured_output":
-            self._drop_structured_output(rule, request)
+            self.adaptations.drop_structured_output(request, rule.id)
             return None
-        if error.kind == "unsupported_parameter" and self._drop_parameter(request, error):
+        if error.kind == "unsupported_parameter" and self.adaptations.drop_parameter(
+            request, error.param
+        ):
             return None
         if error.kind in FAIL_AT_ONCE:
             raise tally.error(str(error), error.kind)
@@ -270,18 +270,15 @@ class JudgeClient:
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        model = rule.judge.model or self.default_model
-        refuses = self._refuses.get(model, set())
-        structured = self.structured and (rule.id, model) not in self._text_only
-        return ChatRequest(
-            model=model,
+        request = ChatRequest(
+            model=rule.judge.model or self.default_model,
             messages=messages,
-            temperature=None if "temperature" in refuses else rule.judge.temperature,
+            temperature=rule.judge.temperature,
             max_tokens=rule.judge.max_tokens,
-            max_tokens_name="max_completion_tokens" if "max_tokens" in refuses else "max_tokens",
-            schema=schema if structured else None,
+            schema=schema,
             tools=tools.definitions if tools is not None else None,
         )
+        return self.adaptations.fit(request, rule.id)
 
     async def _attempt(
         self, request: ChatRequest, parse: AnswerParser, quoted: Quoted
@@ -324,11 +321,11 @@ class JudgeClient:
         """What an answer is: tool calls (when tools were offered), a verdict, or unusable."""
         model, usage = request.model, answer.usage
         if usage is None:
-            self._say_once(
+            self.adaptations.say_once(
                 "no usage",
                 model,
-                "judge endpoint reports no token usage for %s: its scores carry no usage, and "
-                "cost and token budgets cannot count its calls",
+                f"judge endpoint reports no token usage for {model}: its scores carry no "
+                "usage, and cost and token budgets cannot count its calls",
             )
         if answer.refusal:
             self._observe_call(model, "refused", elapsed, usage)
@@ -361,45 +358,9 @@ class JudgeClient:
         if failure.kind == "structured_output":
             self._observe_call(request.model, "client_error", elapsed)  # a refusal, counted so
             return JudgeError(failure.message, kind=failure.kind)
+        message = self._redact(failure.message)
         if failure.kind == "quota_exhausted":
-            self._say_once(
-                "quota", request.model, "judge quota exhausted for %s: " + failure.message
-            )
+            said = f"judge quota exhausted for {request.model}: {message}"
+            self.adaptations.say_once("quota", request.model, said)
         self._observe_call(request.model, failure.kind, elapsed)
-        return JudgeError(self._redact(failure.message), kind=failure.kind, param=failure.param)
-
-    def _drop_structured_output(self, rule: PromptedRule, request: ChatRequest) -> None:
-        """Older vLLM / Ollama builds, some gateways and some models refuse response_format:
-        ask again without it, and for this rule on this model rely on parsing the text answer
-        from now on (said once)."""
-        request.schema = None
-        if (rule.id, request.model) not in self._text_only:
-            self._text_only.add((rule.id, request.model))
-            log.warning(
-                "judge endpoint rejects structured output for rule %s on %s; parsing text "
-                "answers for it from now on",
-                rule.id,
-                request.model,
-            )
-
-    def _drop_parameter(self, request: ChatRequest, error: JudgeError) -> bool:
-        """A model that does not take ``temperature`` or ``max_tokens`` (reasoning models):
-        from now on it is called without the first and with ``max_completion_tokens`` for the
-        second (said once). False for a parameter we cannot do without."""
-        param = error.param
-        if param == "temperature" and request.temperature is not None:
-            request.temperature = None
-        elif param == "max_tokens" and request.max_tokens_name == "max_tokens":
-            request.max_tokens_name = "max_completion_tokens"
-        else:
-            return False
-        self._refuses.setdefault(request.model, set()).add(param)
-        self._say_once(
-            param, request.model, "judge model %s does not take " + f"{param}; asking without it"
-        )
-        return True
-
-    def _say_once(self, what: str, model: str, message: str) -> None:
-        if (what, model) not in self._said:
-            self._said.add((what, model))
-            log.warning(message, model)
+        return JudgeError(message, kind=failure.kind, param=failure.param)
