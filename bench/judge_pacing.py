@@ -55,17 +55,19 @@ def rule() -> LLMJudgeRule:
     return found
 
 
+def client_of(sim: ProviderSim, **overrides: object) -> JudgeClient:
+    """A judge client of ``sim`` that waits out an outage rather than failing calls."""
+    options = {"judge_outage_max_s": 3600.0, **overrides}
+    return JudgeClient(
+        settings(openai_base_url=sim.base_url, openai_api_key="k", **options).judge_config()
+    )
+
+
 def run(sim: ProviderSim, prompts: list[str], in_flight: int) -> Run:
     """Every prompt judged, ``in_flight`` at a time at most (a worker's bound)."""
 
     async def go() -> tuple[float, int]:
-        config = settings(
-            openai_base_url=sim.base_url,
-            openai_api_key="k",
-            judge_max_attempts=100,
-            judge_outage_max_s=3600.0,
-        ).judge_config()
-        client = JudgeClient(config)
+        client = client_of(sim, judge_max_attempts=100)
         gate = asyncio.Semaphore(in_flight)
         errors = 0
 
@@ -153,10 +155,7 @@ def p6(seconds: float, rate: float) -> None:
     n = int(seconds * rate)
 
     async def paced(sim: ProviderSim) -> tuple[float, int]:
-        config = settings(
-            openai_base_url=sim.base_url, openai_api_key="k", judge_outage_max_s=3600.0
-        ).judge_config()
-        client = JudgeClient(config)
+        client = client_of(sim)
         errors = 0
 
         async def one(i: int) -> None:
