@@ -20,7 +20,6 @@ lives in ``threads/`` and ``otlp/``; the two agents configure this skeleton.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
@@ -34,8 +33,6 @@ from ..delivery.publisher import Publisher, Send
 from ..kafka.faust_state import owned_partitions
 from ..kafka.membership import still_ours
 from ..observer import Observer
-
-log = logging.getLogger(__name__)
 
 E = TypeVar("E")
 

@@ -3,6 +3,7 @@ each of its results shaped as a score (the primary one carries the judge call's 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,20 @@ from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, R
 from ..ruleset.schema import CriteriaRule
 from .outcomes import Measured, ScoreShape
 from .verdicts import Verdict
+
+log = logging.getLogger(__name__)
+
+
+def aggregated(
+    rule: CriteriaRule, responses: RubricInput, target_id: str
+) -> list[RubricScore] | str:
+    """The pack's aggregator over ``responses``, or why it failed: a bug in an aggregator
+    must not stop the stream (logged, and the rule's score says it)."""
+    try:
+        return rule.aggregator.func(responses, rule.validated_aggregate)
+    except Exception as exc:
+        log.exception("aggregate %s failed on %s", rule.aggregate.name, target_id)
+        return f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
 
 
 def rubric_input(rule: CriteriaRule, verdict: Verdict, forced: dict[str, str]) -> RubricInput:

@@ -3,7 +3,6 @@ rated per criterion as its rubric would be, and a preference between them."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ...models import Outcome, ScoreEvent, utcnow
@@ -12,11 +11,9 @@ from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape, Target, make_score
 from ..plan import JudgeJob, Plan
 from ..prompt import FittedPrompt
-from ..rubric import criteria_input, measured_scores
+from ..rubric import aggregated, criteria_input, measured_scores
 from ..verdicts import ComparisonAnswers, Verdict
 from .base import Found, JudgedKind, job_details
-
-log = logging.getLogger(__name__)
 
 PAIR_SLOTS = ("a", "b")  # a pair document's two traces: response A and response B
 PREFERENCE = "preference"  # the criterion of a comparison's preference score
@@ -66,12 +63,9 @@ class ComparisonKind(JudgedKind):
         extra: list[ScoreEvent] = []
         for slot in PAIR_SLOTS:
             responses = criteria_input(rule, answer.responses[slot])
-            try:
-                results = rule.aggregator.func(responses, rule.validated_aggregate)
-            except Exception as exc:  # a bug in an aggregator must not stop the stream
-                log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
-                why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
-                failed = Measured("error", why, judge_model=verdict.model, usage=verdict.usage)
+            results = aggregated(rule, responses, plan.target.id)
+            if isinstance(results, str):
+                failed = Measured("error", results, judge_model=verdict.model, usage=verdict.usage)
                 return ctx.finish(rule, plan, failed, now)
             trace_id, project = job.members[slot]
             target = Target(trace_id, project, f"{plan.target.score_key}/{slot}")

@@ -3,8 +3,6 @@ answers, a score per result (the primary one stands for the rule's decision)."""
 
 from __future__ import annotations
 
-import logging
-
 from ...models import Outcome, utcnow
 from ...ruleset.paths import truthy
 from ...ruleset.schema import AnyRule, RubricRule
@@ -12,11 +10,9 @@ from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape, make_score
 from ..plan import JudgeJob, Plan
 from ..prompt import FittedPrompt
-from ..rubric import measured_scores, rubric_input
+from ..rubric import aggregated, measured_scores, rubric_input
 from ..verdicts import Verdict
 from .base import Found, JudgedKind, job_details
-
-log = logging.getLogger(__name__)
 
 
 class RubricKind(JudgedKind):
@@ -49,12 +45,11 @@ class RubricKind(JudgedKind):
         assert isinstance(rule, RubricRule)
         now = utcnow()
         spec = rule.aggregator
-        try:
-            results = spec.func(rubric_input(rule, verdict, job.forced), rule.validated_aggregate)
-        except Exception as exc:  # a bug in an aggregator must not stop the stream
-            log.exception("aggregate %s failed on %s", rule.aggregate.name, plan.target.id)
-            why = f"aggregate {rule.aggregate.name} raised {type(exc).__name__}: {exc}"
-            return ctx.finish(rule, plan, Measured("error", why, judge_model=verdict.model), now)
+        results = aggregated(rule, rubric_input(rule, verdict, job.forced), plan.target.id)
+        if isinstance(results, str):
+            return ctx.finish(
+                rule, plan, Measured("error", results, judge_model=verdict.model), now
+            )
         scores = [
             make_score(rule, plan.target, shape, measured, now)
             for shape, measured in measured_scores(rule, verdict, results, job_details(job))
