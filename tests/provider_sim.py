@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import httpx
 import orjson
 from aiohttp import web
 
@@ -404,6 +405,22 @@ SLOW_DOWN = _openai_error(
 )
 
 
+class _InProcess(httpx.AsyncBaseTransport):
+    """httpx's side of ``ProviderSim.transport``: a request in, the simulator's answer out."""
+
+    def __init__(self, sim: ProviderSim) -> None:
+        self.sim = sim
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.rstrip("/") != "/v1/chat/completions":
+            return httpx.Response(404, json={"error": {"message": "not found"}})
+        status, payload, headers = await self.sim.respond(await request.aread())
+        return httpx.Response(status, content=orjson.dumps(payload), headers=headers | JSON)
+
+
+JSON = {"content-type": "application/json"}
+
+
 # --- the simulator ------------------------------------------------------------------------
 
 
@@ -412,7 +429,8 @@ class ProviderSim:
 
     Options (keyword-only; every behaviour off unless given):
     ``requests``, ``tokens``: per-minute limits (``RateLimit``), per model unless
-    ``limits_per_model`` is False (OpenAI's Rate limits guide: limits are per model);
+    ``limits_per_model`` is False (OpenAI's Rate limits guide: limits are per model), and
+    only for ``limited_models`` when given (a deployment's limit, another's free of it);
     ``completion_estimate``: tokens counted for a call without ``max_tokens``;
     ``retry_after``: what 429s from the limits say (``RetryAfter``);
     ``quota_requests``: calls answered before the billing quota is spent, after which every
@@ -430,6 +448,7 @@ class ProviderSim:
         requests: RateLimit | None = None,
         tokens: RateLimit | None = None,
         limits_per_model: bool = True,
+        limited_models: Sequence[str] = (),
         completion_estimate: int = 0,
         retry_after: RetryAfter = RetryAfter("exact"),
         quota_requests: int | None = None,
@@ -451,6 +470,7 @@ class ProviderSim:
         if tokens is not None:
             self.limits["tokens"] = tokens
         self.limits_per_model = limits_per_model
+        self.limited_models = tuple(limited_models)
         self.completion_estimate = completion_estimate
         self.retry_after = retry_after
         self.quota_requests = quota_requests
@@ -614,6 +634,8 @@ class ProviderSim:
     def _over_limit(self, call: _Incoming) -> _Refusal | None:
         """Both limits admit the call (and it takes from both), or the one that binds longest
         refuses it, saying the real wait until both would admit it."""
+        if self.limited_models and call.model not in self.limited_models:
+            return None
         costs = self._costs(call)
         meters = {kind: self._meter(call.model, kind, call.now) for kind in self.limits}
         waits = {kind: meter.wait(costs[kind], call.now) for kind, meter in meters.items()}
@@ -702,24 +724,35 @@ class ProviderSim:
             }
         return completion
 
-    async def _completions(self, request: web.Request) -> web.Response:
-        body = orjson.loads(await request.read())
+    async def respond(self, raw: bytes) -> tuple[int, Any, dict[str, str]]:
+        """One call's HTTP answer (status, JSON body, headers) to the request body ``raw``,
+        after the latency of an answered call; the loop it runs on is the caller's (the
+        server's thread, or an in-process transport's, see ``transport``)."""
+        body = orjson.loads(raw)
         model = str(body.get("model", "sim"))
         call = _Incoming(model, body, token_cost(body, self.completion_estimate), self.clock())
         refusal = next((r for check in self._checks if (r := check(call)) is not None), None)
         headers = self._limit_headers(model, call.now)
         if refusal is not None:
             self.calls.append(Call(call.now, refusal.status, model, call.cost, refusal.reason))
-            return web.json_response(
-                refusal.payload, status=refusal.status, headers={**headers, **refusal.headers}
-            )
+            return refusal.status, refusal.payload, {**headers, **refusal.headers}
         self._answered += 1
         completion = self._completion(call)
         delay = self.latency_s + self._latency_dice.uniform(-self.jitter_s, self.jitter_s)
         if delay > 0:
             await asyncio.sleep(delay)
         self.calls.append(Call(call.now, 200, model, call.cost, "answered"))
-        return web.json_response(completion, headers=headers)
+        return 200, completion, headers
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        status, payload, headers = await self.respond(await request.read())
+        return web.json_response(payload, status=status, headers=headers)
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The simulator as an httpx transport in the caller's event loop, no socket between:
+        ``AsyncOpenAI(http_client=httpx.AsyncClient(transport=sim.transport()))`` sends each
+        request to ``respond`` as the HTTP server would (for runs on a virtual clock)."""
+        return _InProcess(self)
 
     # --- lifecycle: its own thread and event loop -----------------------------------------
     def start(self) -> ProviderSim:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -100,8 +100,18 @@ class JudgeClient:
     returns validated ones."""
 
     def __init__(
-        self, config: JudgeConfig, observer: Observer | None = None, api: ChatAPI | None = None
+        self,
+        config: JudgeConfig,
+        observer: Observer | None = None,
+        api: ChatAPI | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        jitter: random.Random | None = None,
     ) -> None:
+        # ``clock``: the monotonic clock pacing and health read (a test's virtual one);
+        # ``jitter``: the backoff's dice (a test's seeded ones)
+        self.clock = clock
+        self.jitter = jitter if jitter is not None else random.Random()
         self.observer = observer or Observer()
         self.default_model = config.model
         self.max_attempts = config.max_attempts
@@ -115,6 +125,7 @@ class JudgeClient:
             outage_max_s=config.outage_max_s,
             probe_base_s=max(config.backoff_base_s, 0.01),
             probe_max_s=config.backoff_max_s,
+            clock=clock,
         )
         self.observer.watch_judge(
             lambda: 1.0 if self.health.available else 0.0, self.health.unavailable_seconds
@@ -135,7 +146,7 @@ class JudgeClient:
     def limiter_for(self, model: str) -> AdaptiveLimiter:
         """The pacer of ``model`` on this endpoint (made at its first call)."""
         if (limiter := self.limiters.get(model)) is None:
-            limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency)
+            limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency, clock=self.clock)
             self.observer.watch_judge_pacing(model, limiter.pace, limiter.token_limit_per_minute)
         return limiter
 
@@ -152,9 +163,9 @@ class JudgeClient:
         (its own: other calls go on), else exponential backoff with jitter."""
         if retry_after is not None:
             return min(retry_after, self.health.outage_max_s)
-        return min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)) * random.uniform(
-            0.5, 1.0
-        )
+        return min(
+            self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)
+        ) * self.jitter.uniform(0.5, 1.0)
 
     def _observe_call(
         self, model: str, outcome: str, elapsed: float, usage: TokenUsage | None = None
@@ -219,14 +230,19 @@ class JudgeClient:
         if tally.trouble == 0:
             tally.streak_started = self.health.clock()  # the clock answered_since reads
         tally.trouble += 1
-        if tally.trouble >= self.max_attempts and self.health.answered_since(tally.streak_started):
-            # the provider answers other calls: the trouble is this request's own, unless it
-            # is a 429: the provider rations, the request is fine, and it waits its turn
-            # (paced by the limiter) for an outage's length at most
-            waited = self.health.clock() - tally.streak_started
-            if error.kind != "rate_limited" or waited >= self.health.outage_max_s:
+        waited = self.health.clock() - tally.streak_started
+        if error.kind == "rate_limited":
+            # the provider is there and rations; the request is fine: it waits its turn (paced,
+            # or held by the limiter while every call is refused) for an outage's length at most
+            self.health.answered(probe)
+            if waited >= self.health.outage_max_s:
                 message = f"{error} (after {tally.attempts} attempts in {waited:.0f} s)"
                 raise tally.error(message, error.kind)
+            return tally.trouble
+        if tally.trouble >= self.max_attempts and self.health.answered_since(tally.streak_started):
+            # the provider answers other calls: the trouble is this request's own
+            message = f"{error} (after {tally.attempts} attempts in {waited:.0f} s)"
+            raise tally.error(message, error.kind)
         else:
             exhausted = tally.trouble >= self.max_attempts
             self.health.trouble(error.kind, str(error), probe, exhausted=exhausted)
@@ -302,12 +318,21 @@ class JudgeClient:
             result = await self.api.complete(request)
             elapsed = time.perf_counter() - started
             if isinstance(result, Failed) and result.kind == "rate_limited":
-                limiter.on_rate_limited(result.retry_after, result.headers, slot, result.code)
+                limiter.on_rate_limited(
+                    result.retry_after,
+                    result.headers,
+                    slot,
+                    result.code,
+                    limit=result.limit,
+                    estimated=estimated,
+                )
         finally:
             await limiter.release()
         if isinstance(result, Answered):
             used = result.usage.total_tokens if result.usage is not None else 0
             limiter.on_success(result.headers, slot, estimated=estimated, used=used)
+        elif result.kind != "rate_limited":
+            limiter.on_failure(slot)
         return result, elapsed
 
     def _read(

@@ -24,6 +24,7 @@ from ..errors import JudgeError
 log = logging.getLogger(__name__)
 
 CONSECUTIVE_FAILURES = 5  # provider-wide failures in a row, across calls, that mean "down"
+PROBE_SHARE = 0.2  # a down judge is probed at least this often, as a share of the outage so far
 PROVIDER_WIDE = frozenset({"connection", "timeout", "server_error", "rate_limited"})
 
 
@@ -107,8 +108,12 @@ class JudgeHealth:
         """A provider-wide failure; ``exhausted``: the call's whole budget went on such ones."""
         self.last_trouble = message
         if probe:
+            # the next probe later each time, but never later than a share of the outage so
+            # far: a 10 s overload is found over within 2 s of its end, an hour's within minutes
+            down_for = self.clock() - (self.down_since or self.clock())
+            cap = max(self.probe_base_s, PROBE_SHARE * down_for)
             self._probing = False
-            self._probe_delay = min(self.probe_max_s, self._probe_delay * 2)
+            self._probe_delay = min(self.probe_max_s, self._probe_delay * 2, cap)
             self._next_probe = self.clock() + self._probe_delay
             self._changed.set()  # another waiting call may become the next probe when it is due
             return

@@ -8,14 +8,14 @@ through.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
 from ..models import TokenUsage
-from .limiter import retry_after_seconds
+from .headers import retry_after_seconds
 from .transport import Answered, ChatRequest, Failed
 
 
@@ -28,8 +28,18 @@ def rejects_structured_output(exc: openai.APIStatusError) -> bool:
 class OpenAIChatAPI:
     """Chat completions of one OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, gateways)."""
 
-    def __init__(self, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        timeout_s: float,
+        http_client: Any = None,
+    ) -> None:
+        # ``http_client``: the SDK's own when None (a test gives one whose transport is local;
+        # openai 3 takes an httpx2 or a legacy httpx AsyncClient, older SDKs an httpx one)
         self._client = AsyncOpenAI(
+            http_client=http_client,
             base_url=base_url,
             # local servers (Ollama, vLLM) need no key, but the SDK insists on one
             api_key=api_key or "not-needed",
@@ -54,7 +64,9 @@ class OpenAIChatAPI:
                 message = f"the judge's quota is exhausted (429 insufficient_quota): {exc.message}"
                 return Failed("quota_exhausted", message, 429, None, headers, code)
             message = f"rate limited (429): {exc.message}"
-            return Failed("rate_limited", message, 429, retry_after_seconds(headers), headers, code)
+            retry_after = retry_after_seconds(headers)
+            limit = named_limit(_error_field(exc, "type"), exc.message)
+            return Failed("rate_limited", message, 429, retry_after, headers, code, limit=limit)
         except openai.APITimeoutError:
             return Failed("timeout", "judge call timed out")
         except openai.APIConnectionError as exc:
@@ -62,6 +74,20 @@ class OpenAIChatAPI:
         except openai.APIStatusError as exc:
             return _refused(request, exc)
         return _answered(request, completion, raw.headers)
+
+
+def named_limit(kind: str | None, message: str) -> Literal["requests", "tokens"] | None:
+    """The limit a 429 names: OpenAI's error ``type`` is "tokens" or "requests" and its message
+    says "tokens per min (TPM)" or "requests per min (RPM)"; Azure's says "token rate limit";
+    Anthropic's names "input tokens per minute" or "output tokens per minute"."""
+    if kind in ("tokens", "requests"):
+        return kind  # type: ignore[return-value]
+    text = message.lower()
+    if "token" in text:
+        return "tokens"
+    if "request" in text:
+        return "requests"
+    return None
 
 
 def _error_field(exc: openai.APIStatusError, name: str) -> str | None:

@@ -82,6 +82,7 @@ class Failed:
     headers: Mapping[str, str] | None = None
     code: str | None = None  # the provider's error code (``rate_limit_exceeded``, ``slow_down``)
     param: str | None = None  # the parameter an ``unsupported_parameter`` refusal names
+    limit: Literal["requests", "tokens"] | None = None  # the limit a 429 names, if it names one
 
 
 class ChatAPI(Protocol):

@@ -103,8 +103,11 @@ async def test_each_model_has_its_own_pacer() -> None:
     await client.judge(slow, "p")
     await client.judge(rule(), "p")
     assert [r.model for r in api.requests] == ["big", "big", client.default_model]
-    assert client.limiter_for("big").limit < client.limiter_for(client.default_model).limit
-    assert client.limiter_for("big") is not client.limiter
+    big, default = client.limiter_for("big"), client.limiter_for(client.default_model)
+    assert big is not default
+    refused = [s.refused for s in (big.requests.segment, *big.requests.closing) if s]
+    assert sum(refused) == 1  # the 429 is "big"'s to measure
+    assert default.requests.segment is not None and default.requests.segment.refused == 0
 
 
 async def test_an_exhausted_quota_fails_at_once_and_is_said_once(

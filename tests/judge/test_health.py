@@ -63,17 +63,22 @@ async def test_calls_wait_while_down_one_probes_and_an_answer_lets_all_go() -> N
     assert h.unavailable_seconds() == pytest.approx(6.0)
 
 
-async def test_a_failed_probe_doubles_the_probe_interval_up_to_the_cap() -> None:
+async def test_a_failed_probe_waits_longer_up_to_a_fifth_of_the_outage_and_the_cap() -> None:
+    """A judge down for seconds is probed every second (an overload burst is found over soon
+    after it ends); one down for minutes, every 8 s (the cap), never more often than needed."""
     clock = Clock()
     h = health(clock)
     h.trouble("connection", "refused", probe=False, exhausted=True)
+    down_since = clock.now
     delays = []
-    for _ in range(5):
+    for _ in range(30):
         clock.now = h._next_probe
         assert await h.admit() is True
         h.trouble("connection", "refused", probe=True)
-        delays.append(h._next_probe - clock.now)
-    assert delays == [2.0, 4.0, 8.0, 8.0, 8.0]
+        delays.append(round(h._next_probe - clock.now, 3))
+        assert delays[-1] <= max(1.0, 0.2 * (clock.now - down_since)) + 0.001
+    assert delays[:3] == [1.0, 1.0, 1.0]
+    assert delays == sorted(delays) and delays[-1] == 8.0
     assert not h.available
 
 
