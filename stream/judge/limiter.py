@@ -15,7 +15,8 @@ from .headers import duration_seconds, number
 from .pacing import MINUTE_S, Pacer
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
-SENT_KEPT = 256  # recent calls remembered by when they were sent
+SENT_KEPT = 256
+ABRUPT_CALLS = 20  # calls before a hold's run looked at to tell an abrupt one  # recent calls remembered by when they were sent
 SLOW_START = 4  # calls in flight at first, one more per answer up to the maximum
 # a Retry-After this long is the provider asking for a pause (a quota window resetting), not
 # one call's turn: every call waits for it
@@ -79,6 +80,8 @@ class AdaptiveLimiter:
         self._changed = asyncio.Event()  # a slot freed or a pace moved: the next call looks again
         self._sent: dict[float, str] = {}  # recent calls by start: pending, ok, refused, lost
         self._held_since: float | None = None
+        self._abrupt = False  # the hold came with no refusal before its run
+        self._held_for: Limit | None = None  # the limit the refusals named
         self._next_probe = 0.0
         self._probe_wait = PROBE_FIRST_S
         self._probe: float | None = None  # when the probe in flight started
@@ -201,12 +204,14 @@ class AdaptiveLimiter:
             self.requests.refused(started, 1.0, now)
             self.tokens.lost(started, now)
         if retry_after is not None and retry_after >= LONG_PAUSE_S:
-            self._hold(now, retry_after)
+            self._hold(now, retry_after, limit)
         else:
             run, span = self._refused_run(started)
-            # token calls are few and large: a run of them refused is no bunching
-            if run >= HOLD_RUN and (span >= HOLD_SPAN_S or limit == "tokens"):
-                self._hold(now, retry_after or 0.0)
+            # token calls are few and large: a shorter run of them refused is no bunching
+            if (run >= HOLD_RUN and span >= HOLD_SPAN_S) or (
+                limit == "tokens" and run >= FREEZE_RUN
+            ):
+                self._hold(now, retry_after or 0.0, limit)
             elif run >= FREEZE_RUN:
                 (self.tokens if limit == "tokens" else self.requests).freeze(now)
         self._changed.set()
@@ -215,6 +220,16 @@ class AdaptiveLimiter:
     def _mark(self, started: float, outcome: str) -> None:
         if started in self._sent:
             self._sent[started] = outcome
+
+    def _refused_abruptly(self) -> bool:
+        """Whether the calls sent before the last run of refusals were all let through: a
+        provider that lets everything through until it refuses everything (a window, a
+        bucket a minute deep), not one that refused a share all along (a shallow bucket)."""
+        outcomes = [o for o in self._sent.values() if o in ("ok", "refused")]
+        while outcomes and outcomes[-1] == "refused":
+            outcomes.pop()  # the run itself
+        before = outcomes[-ABRUPT_CALLS:]
+        return len(before) >= ABRUPT_CALLS // 2 and before.count("refused") == 0
 
     def _refused_run(self, started: float) -> tuple[int, float]:
         """How many calls in a row up to the one sent at ``started`` were refused, by when
@@ -231,10 +246,12 @@ class AdaptiveLimiter:
                 break
         return run, started - first
 
-    def _hold(self, now: float, retry_after: float) -> None:
-        """The provider refuses every call: one probe at a time from now on."""
+    def _hold(self, now: float, retry_after: float, limit: Limit | None) -> None:
+        """The provider refuses every call (for ``limit``): one probe at a time from now on."""
         if self._held_since is None:
             self._held_since = now
+            self._held_for = limit
+            self._abrupt = self._refused_abruptly()
             self._probe = None
             self._probe_wait = PROBE_FIRST_S
             self.requests.hold(now)
@@ -269,9 +286,10 @@ class AdaptiveLimiter:
         self._next_probe = 0.0
         for pacer in (self.requests, self.tokens):
             if pacer.source != "announced" and (pacer.rate is not None or pacer.ceiling):
-                pacer.resume(held, now)
-        if self.requests.rate is None and self.tokens.rate is None:
-            self.requests.resume(held, now)
+                pacer.resume(held, now, abrupt=self._abrupt)
+        held_for = self.tokens if self._held_for == "tokens" else self.requests
+        if held_for.rate is None:
+            held_for.resume(held, now, abrupt=self._abrupt)
         self._changed.set()
 
     # --- what the provider said -------------------------------------------------------------

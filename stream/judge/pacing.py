@@ -60,7 +60,7 @@ GROWTH_PER_S = 0.002  # the measured pace's growth a second near its ceiling, at
 GROWTH_DOUBLING_S = 10.0  # ...doubling for every this long without a 429...
 GROWTH_MAX_PER_S = 0.1  # ...up to this
 RECOVERY_PER_S = 0.05  # growth a second while below UNDER x the ceiling
-PROBE_OVER = 1.05  # the pace probes up to this far over the ceiling...
+PROBE_OVER = 1.03  # the pace probes up to this far over the ceiling...
 PROVEN_RATE_S = 30.0  # ...where this long without a 429 proves it the new ceiling...
 PROVEN_GUESS_S = 10.0  # ...this long if the ceiling was a guess from a moment's answers...
 PROVEN_WINDOW_S = 60.0  # ...a minute if it was found as a window (a window counting a
@@ -235,21 +235,23 @@ class Pacer:
             self._close(now, judged=False)
             self._moved_at = now
 
-    def resume(self, held_s: float, now: float) -> None:
-        """Calls go again after the provider refused every one for ``held_s``. A long hold
-        is a provider counting a window: the last minute let its limit through, so pace at
-        that (a minute is how providers state limits), and probe over it only a minute at a
-        time. After a short one, test paces from what was let through just before."""
+    def resume(self, held_s: float, now: float, *, abrupt: bool = False) -> None:
+        """Calls go again after the provider refused every one for ``held_s``.
+
+        A long hold, or one that came abruptly (calls let through until all were refused,
+        none refused before), is a provider counting a window or a bucket a minute deep: the
+        last minute let its limit through, so pace at that (a minute is how providers state
+        limits), and probe over it only a minute at a time. A short hold after refusals
+        mixed with answers is a shallow bucket: pace at what it let through just before."""
         if self.source == "announced":
             return
         self.history.clear()
-        if held_s >= LONG_HOLD_S:
-            self._found(self.minute_let_through(now) / MINUTE_S, now)
+        minute = self.minute_let_through(now) / MINUTE_S
+        if held_s >= LONG_HOLD_S or abrupt:
+            self._found(minute, now)
             self._proven_s = PROVEN_WINDOW_S
-        else:  # a rate refused at once: test from what it let through then, or over the
-            # last minute if more (a bucket a minute deep lets a minute's worth through at once)
-            lately = self._let_through_lately(now - held_s)
-            self._found(max(lately, self.minute_let_through(now) / MINUTE_S), now)
+        else:
+            self._found(max(self._let_through_lately(now - held_s), minute), now)
             self._proven_s = PROVEN_GUESS_S  # a guess from a moment: proven higher sooner
 
     # --- reading ----------------------------------------------------------------------------
