@@ -208,9 +208,10 @@ def fetch_metrics(port: int) -> str:
 
 
 def judged_phase(
-    bootstrap: str, tmp: Path, n: int, judge: MockJudge, concurrency: int
+    bootstrap: str, tmp: Path, n: int, judge: MockJudge | str, concurrency: int
 ) -> tuple[int, float, str]:
-    """Score ``n`` live-coach traces with the LLM live-coach rule against ``judge``.
+    """Score ``n`` live-coach traces with the LLM live-coach rule against ``judge`` (a
+    scripted judge, or the base URL of any OpenAI-compatible one that answers the rule).
 
     Returns (scores seen, seconds from first to last, the worker's /metrics text)."""
     p = Phase(bootstrap, tmp)
@@ -218,9 +219,11 @@ def judged_phase(
     live_only = [(k, v) for k, v in traces(n * 2) if b"studio-live-coach" in v][:n]
     asyncio.run(produce(bootstrap, p.src, live_only))
     rules = rules_subset(tmp, ["studio_live_coach_feedback_quality"])
-    judge.script("", '{"score": 3, "reason": "bench"}')
+    if isinstance(judge, MockJudge):
+        judge.script("", '{"score": 3, "reason": "bench"}')
+    base_url = judge.base_url if isinstance(judge, MockJudge) else judge
     proc, port = p.worker(
-        rules, OPENAI_BASE_URL=judge.base_url, SCORER_JUDGE_MAX_CONCURRENCY=str(concurrency)
+        rules, OPENAI_BASE_URL=base_url, SCORER_JUDGE_MAX_CONCURRENCY=str(concurrency)
     )
     count, secs = asyncio.run(drain(bootstrap, p.dst, n, 600))
     metrics_text = fetch_metrics(port)

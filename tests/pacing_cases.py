@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 from fixtures import fretcoach_rules
-from provider_sim import Overload, ProviderSim, RateLimit, Refusals, RetryAfter
+from provider_sim import Answer, Overload, ProviderSim, RateLimit, Refusals, RemoteSim, RetryAfter
 from virtual_time import run_virtual
 
 from stream.errors import JudgeError
@@ -137,8 +138,7 @@ def run_case(case: Case) -> Figures:
 
     async def main() -> Figures:
         loop = asyncio.get_running_loop()
-        options = {"latency_s": case.latency_s, "jitter_s": JITTER_S, "answer": None} | case.sim
-        sim = make_sim(options, clock=loop.time)
+        sim = make_sim(sim_options(case), clock=loop.time)
         config = client_settings().judge_config()
         api = OpenAIChatAPI(
             base_url=config.base_url,
@@ -157,12 +157,34 @@ def run_case(case: Case) -> Figures:
     return run_virtual(main)
 
 
-def make_sim(options: dict[str, Any], **more: Any) -> ProviderSim:
-    from provider_sim import Answer
+def run_case_real(case: Case) -> Figures:
+    """``case`` on the real clock: the client over HTTP (the openai SDK's own) to the
+    simulator in a process of its own."""
+    options = sim_options(case)
+    with RemoteSim(**options) as remote:
 
-    options = dict(options)
+        async def main() -> tuple[float, int, float]:
+            config = client_settings(openai_base_url=remote.base_url).judge_config()
+            client = JudgeClient(config)
+            try:
+                return await judge_all(client, case, time.monotonic)
+            finally:
+                await client.close()
+
+        seconds, errors, last_model = asyncio.run(main())
+    assert remote.sim is not None
+    return figures(remote.sim, seconds, errors, last_model)
+
+
+def sim_options(case: Case) -> dict[str, Any]:
+    """The simulator's options for ``case``: its own, over the shared latency and answer."""
+    options = {"latency_s": case.latency_s, "jitter_s": JITTER_S, "answer": None} | case.sim
     if options.get("answer") is None:
         options["answer"] = Answer(ANSWER)
+    return options
+
+
+def make_sim(options: dict[str, Any], **more: Any) -> ProviderSim:
     return ProviderSim(**options, **more)
 
 

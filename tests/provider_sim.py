@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import multiprocessing
 import random
 import threading
 import time
@@ -798,3 +799,50 @@ class ProviderSim:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# --- in a process of its own ----------------------------------------------------------------
+
+
+def _serve_remote(options: dict[str, Any], conn: Any) -> None:
+    """The child's side of ``RemoteSim``: serve until told to stop, then send the record."""
+    sim = ProviderSim(**options).start()
+    conn.send(sim.port)
+    conn.recv()
+    sim.stop()
+    conn.send((sim.started_at, list(sim.calls)))
+
+
+class RemoteSim:
+    """The simulator in a process of its own (``with RemoteSim(**options) as remote:``), so a
+    bench's client has a core to itself; ``remote.sim`` afterwards holds its record (a
+    ``ProviderSim`` with the same options, not started, for the same helpers). Both processes
+    read the same monotonic clock (Linux's CLOCK_MONOTONIC is the system's)."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.port = 0
+        self.sim: ProviderSim | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> RemoteSim:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve_remote, args=(self.options, child), daemon=True
+        )
+        self._process.start()
+        if not self._conn.poll(30):
+            raise RuntimeError("the remote provider simulator did not start")
+        self.port = self._conn.recv()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.send("stop")
+        started_at, calls = self._conn.recv()
+        self._process.join(10)
+        self.sim = ProviderSim(**self.options)
+        self.sim.started_at, self.sim.calls = started_at, calls
