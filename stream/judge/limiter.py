@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from .headers import duration_seconds, number
-from .pacing import MINUTE_S, Pacer
+from .pacing import FREEZE_RUN, MINUTE_S, Pacer
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
 SENT_KEPT = 256
@@ -26,7 +26,6 @@ LONG_PAUSE_S = 10.0
 # model's latency, so counted by arrival, 429s bunch up even while most calls go through)
 HOLD_RUN = 6
 HOLD_SPAN_S = 0.1  # ...sent over this long at least (calls sent together are refused together)
-FREEZE_RUN = 4  # fewer, or sent at once: the paces stop growing (unpaced, a storm of 429s)
 PROBE_FIRST_S = 1.0  # while held, one call goes at a time: first after this...
 PROBE_GROWTH = 2.0  # ...then this much later each time it is refused...
 PROBE_SHARE = 0.5  # ...but never later than this share of the time held so far
@@ -212,8 +211,11 @@ class AdaptiveLimiter:
                 limit == "tokens" and run >= FREEZE_RUN
             ):
                 self._hold(now, retry_after or 0.0, limit)
-            elif run >= FREEZE_RUN:
-                (self.tokens if limit == "tokens" else self.requests).freeze(now)
+            elif (
+                run
+                >= (pacer := self.tokens if limit == "tokens" else self.requests).runs_to_freeze()
+            ):
+                pacer.freeze(now)
         self._changed.set()
 
     # --- holding every call -----------------------------------------------------------------

@@ -45,6 +45,7 @@ SEGMENT_MAX_S = 3.0  # ...or as many as went in this long (slow paces: long toke
 SEGMENT_MIN_CALLS = 6  # ...if at least these
 APART = 0.15  # rates this far apart (a share of the higher) compare
 FREEZE_SHARE = 0.5  # a share of 429s this high is not tested higher
+FREEZE_RUN = 4  # calls in a row refused (none between let through) that stop the rate growing
 REFUSED_MIN = 2  # a segment with fewer 429s than this is clean
 NOISE_MAX = 0.3  # a share of 429s above this is never background...
 NOISE_MIN = 3  # ...nor one of fewer refusals than this in a segment
@@ -66,6 +67,9 @@ PROVEN_GUESS_S = 10.0  # ...this long if the ceiling was a guess from a moment's
 PROVEN_WINDOW_S = 60.0  # ...a minute if it was found as a window (a window counting a
 # minute lets a pace over its limit through for up to a minute)
 CYCLE_MIN_S = 5.0  # a probe over the ceiling refused this long after the last: re-measure
+PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one's climb, so far
+LOWERED_MEMORY_S = 15.0  # a lowering is compared with the refusals after it this long
+LOWER_MAX = 0.8  # one refused segment lowers a ceiling to this share of it at most
 BINDING = 0.9  # a segment sent at this share of its pace or more was held back by it
 
 
@@ -136,6 +140,8 @@ class Pacer:
         self._last_load = float("-inf")  # the pace was last cut for a 429 then
         self._moved_at = float("-inf")  # the pace was last set (not grown) then
         self._at_top: float | None = None  # the pace reached PROBE_OVER x the ceiling then
+        self._probes_failed = 0  # probes over the ceiling refused since it last rose
+        self._lowered_at = float("-inf")
         self._lowered_from: Segment | None = None  # the refused segment that last lowered it
         self._refused_at: float | None = None  # a rate sent when calls in a row were refused
         self._sent: deque[tuple[float, float]] = deque()  # (started, units), the last second
@@ -211,7 +217,8 @@ class Pacer:
             since = now - self._last_load
             if since >= CYCLE_MIN_S:
                 through = self._let_through_since(now - min(since, MINUTE_S), now)
-                self.ceiling = min(self.ceiling, max(through, self.ceiling * 0.9))
+                self.ceiling = min(self.ceiling, through)
+            self._probes_failed += 1
             self._cut(self.ceiling * UNDER, now)
 
     def freeze(self, now: float) -> None:
@@ -321,8 +328,9 @@ class Pacer:
         """A segment's calls are answered: decide what its share of 429s says (module doc)."""
         excess = segment.share - self.background
         previous = self.history[-1] if self.history else None
-        if excess <= CLEAN or segment.refused < REFUSED_MIN:
-            self._lowered_from = None
+        if not self._beyond_background(segment):
+            if now - self._lowered_at > LOWERED_MEMORY_S:
+                self._lowered_from = None  # (a clean segment or two between is noise's way too)
             if (
                 previous is not None
                 and previous.share - self.background > CLEAN
@@ -330,7 +338,12 @@ class Pacer:
                 and previous.sent_rate > segment.sent_rate
                 and _apart(previous.sent_rate, segment.sent_rate)
             ):
-                self._found(previous.let_through_rate, now)  # refused higher, clean here
+                # refused higher, clean here: a limit between, at most what the higher let
+                # through (sent in bunches, unpaced, it lets through more than its limit)
+                through = previous.let_through_rate
+                if previous.rate is None:
+                    through = min(through, segment.sent_rate * UP)
+                self._found(max(through, segment.sent_rate), now)
             elif self.ceiling is None and self.rate is not None:
                 if segment.sent_rate >= segment.rate * BINDING if segment.rate else False:
                     self._up(now)  # clean where the pace binds: higher
@@ -344,9 +357,20 @@ class Pacer:
             low, high = sorted((other, segment), key=lambda s: s.sent_rate)
             z = _z(low, high)
             if z >= LIMIT_Z:
-                # a limit: what either let through (over a short span, or calls sent at once,
-                # the measure falls short: the larger is nearer)
-                self._found(max(high.let_through_rate, low.let_through_rate), now)
+                log.debug(
+                    "%s limit: %d/%d refused at %.3f/s (let through %.3f/s), %d/%d at %.3f/s "
+                    "(%.3f/s)",
+                    self.unit,
+                    high.refused,
+                    high.answers,
+                    high.sent_rate,
+                    high.let_through_rate,
+                    low.refused,
+                    low.answers,
+                    low.sent_rate,
+                    low.let_through_rate,
+                )
+                self._found(_let_through_at_limit(low, high), now)
                 return
             if z <= NOISE_Z and _noise_like(low, high):
                 self._noise(low, high, now)
@@ -364,7 +388,8 @@ class Pacer:
             # after such a lowering, the same share again is noise, not a lower limit: never
             # ratchet down on one verdict after another
             lowered, self._lowered_from = self._lowered_from, None
-            if lowered is not None:
+            # refused more than noise ever is: a limit lower still, lowered again
+            if lowered is not None and segment.share <= NOISE_MAX:
                 if (
                     _z(segment, lowered) <= NOISE_Z
                     and min(segment.refused, lowered.refused) >= NOISE_MIN
@@ -376,8 +401,10 @@ class Pacer:
             if segment.answers < SEGMENT_CALLS // 2:
                 return  # too few calls to lower a ceiling on (long token calls)
             if self.ceiling is None or segment.let_through_rate < self.ceiling:
-                self._found(segment.let_through_rate, now)
-                self._lowered_from = segment
+                # a lower ceiling, by a fifth at most on one segment's word
+                floor = self.ceiling * LOWER_MAX if self.ceiling is not None else 0.0
+                self._found(max(segment.let_through_rate, floor), now)
+                self._lowered_from, self._lowered_at = segment, now
         else:
             ceiling = self.ceiling if self.ceiling is not None else math.inf
             self._move(min(segment.let_through_rate, ceiling) * UNDER, now)
@@ -390,6 +417,24 @@ class Pacer:
         if higher > (self.rate or 0.0) * (1 + APART / 2):
             self._move(higher, now)
 
+    def _beyond_background(self, segment: Segment) -> bool:
+        """Whether a segment refused more than the background explains: a few calls at
+        least (``REFUSED_MIN``), ``CLEAN`` over it, and by two standard errors of a share
+        that size (a known background of one in five refuses three in twenty by chance)."""
+        if segment.refused < REFUSED_MIN or segment.share - self.background <= CLEAN:
+            return False
+        if self.background <= 0.0:
+            return True
+        spread = math.sqrt(self.background * (1 - self.background) / segment.answers)
+        return segment.share - self.background > 2.0 * spread
+
+    def runs_to_freeze(self) -> int:
+        """Calls in a row refused that stop the rate growing: ``FREEZE_RUN``, more with a
+        background (a run its share makes once in ten thousand)."""
+        if self.background <= 0.0:
+            return FREEZE_RUN
+        return max(FREEZE_RUN, math.ceil(math.log(1e-4) / math.log(self.background)))
+
     def _move(self, rate: float, now: float) -> None:
         """Pace at ``rate`` (measured), a new segment from now."""
         log.debug("%s pace %s -> %.3f/s (ceiling %s)", self.unit, self.rate, rate, self.ceiling)
@@ -400,10 +445,13 @@ class Pacer:
         self.free_at = min(self.free_at, now)  # what was booked at the old pace is not owed
 
     def _found(self, ceiling: float, now: float) -> None:
-        """The provider lets ``ceiling`` units a second through: pace just under it."""
+        """The provider lets ``ceiling`` units a second through: pace just under it. Found
+        from a few seconds' answers, it is proven higher sooner (``PROVEN_GUESS_S``)."""
         if ceiling <= 0:
             return
+        log.debug("%s ceiling %s -> %.3f/s", self.unit, self.ceiling, ceiling)
         self.ceiling = ceiling
+        self._proven_s = PROVEN_GUESS_S
         self._move(ceiling * UNDER, now)
         self._last_load = now
 
@@ -454,6 +502,7 @@ class Pacer:
         else:
             quiet = now - self._last_load
             growth = min(GROWTH_MAX_PER_S, GROWTH_PER_S * 2.0 ** (quiet / GROWTH_DOUBLING_S))
+            growth /= 2.0 ** min(self._probes_failed, PROBE_BACKOFF_MAX)  # it held: probe less
         top = self.ceiling * PROBE_OVER
         if self.rate >= top:
             if self._at_top is None:
@@ -461,6 +510,7 @@ class Pacer:
             elif now - self._at_top >= self._proven_s and now - self._last_load >= self._proven_s:
                 self._proven_s = PROVEN_RATE_S
                 self.ceiling, self._at_top = self.rate, None  # a minute over it, no 429
+                self._probes_failed = 0
             return
         self.rate = min(top, self.rate * (1.0 + growth * elapsed))
 
@@ -485,6 +535,18 @@ def _noise_like(low: Segment, high: Segment) -> bool:
         return False
     grew = math.log(max(high.let_through_rate, 1e-9) / low.let_through_rate)
     return grew >= NOISE_GROWTH * math.log(high.sent_rate / low.sent_rate)
+
+
+def _let_through_at_limit(low: Segment, high: Segment) -> float:
+    """What a limit between two segments lets through a second: what the higher rate let
+    through, measured over its span; but an unpaced segment goes in bunches and measures
+    short, and a lower one refused too measures the same limit: then the paced one, or the
+    smaller (a clean lower one only bounds it from below)."""
+    if low.refused < REFUSED_MIN:
+        return max(high.let_through_rate, low.let_through_rate)
+    if high.rate is None and low.rate is not None:
+        return low.let_through_rate
+    return min(high.let_through_rate, low.let_through_rate)
 
 
 def _z(low: Segment, high: Segment) -> float:
