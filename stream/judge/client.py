@@ -33,6 +33,7 @@ from .transport import Answered, ChatAPI, ChatRequest, Failed, estimate_tokens
 
 log = logging.getLogger(__name__)
 
+HELD_UNAVAILABLE_S = 60.0  # every call refused this long: the judge counts as unavailable
 # answers that asking again will not change: the request's own fault (4xx), a quota to be
 # paid, an answer cut at its token cap or declined by the model (same prompt, same answer)
 FAIL_AT_ONCE = frozenset(
@@ -128,7 +129,7 @@ class JudgeClient:
             clock=clock,
         )
         self.observer.watch_judge(
-            lambda: 1.0 if self.health.available else 0.0, self.health.unavailable_seconds
+            lambda: 1.0 if self.available() else 0.0, self.health.unavailable_seconds
         )
         self.cost = config.cost
         self._secret = config.api_key.get_secret_value() if config.api_key else None
@@ -139,6 +140,12 @@ class JudgeClient:
                 base_url=config.base_url, api_key=self._secret, timeout_s=config.timeout_s
             )
         )
+
+    def available(self) -> bool:
+        """The judge answers: not down (``JudgeHealth``), and no model's calls all refused
+        (429s) for ``HELD_UNAVAILABLE_S`` or more: to an operator that is an outage too."""
+        held = max((limiter.held_for() for limiter in self.limiters.values()), default=0.0)
+        return self.health.available and held < HELD_UNAVAILABLE_S
 
     async def close(self) -> None:
         await self.api.close()

@@ -4,8 +4,9 @@ Connection errors, timeouts, 5xx and 429s say nothing about one request: they me
 provider is unavailable for now. When a call has seen nothing else for its whole attempt
 budget, or ``CONSECUTIVE_FAILURES`` calls in a row failed that way (429s excepted: a rate
 limit is pacing's business), the judge is *down*: calls stop and wait at ``admit``, a single
-probe call goes out on a growing interval, and the first answer from the provider brings the
-judge back *up* and lets every waiting call go. Waiting calls keep their traces unacked, so
+probe call goes out on a growing interval (at most a fifth of the outage so far, so a burst of
+seconds is found over within a second or two of its end), and the first answer from the
+provider brings the judge back *up* and lets every waiting call go. Waiting calls keep their traces unacked, so
 consumption pauses through the in-flight bound and lag grows (visibly), and a restart
 meanwhile loses nothing. Only a judge down for longer than ``outage_max_s`` makes calls fail
 (``JudgeError`` of kind ``unavailable``); probes continue, so scoring resumes by itself.
@@ -127,7 +128,8 @@ class JudgeHealth:
         self.available, self.down_since = False, now
         self._next_probe = now + self._probe_delay
         log.warning(
-            "judge unavailable (%s): holding calls, probing every %.1f-%.0fs, giving up after %.0fs",
+            "judge unavailable (%s): holding calls, probing every %.1f s up to a fifth of the "
+            "outage (%.0f s at most), giving up after %.0f s",
             message,
             self.probe_base_s,
             self.probe_max_s,

@@ -338,6 +338,10 @@ class AdaptiveLimiter:
             return 0.0, "none"
         return min(paces)
 
+    def held_for(self) -> float:
+        """Seconds every call has been held (the provider refusing them all); 0 when not."""
+        return self.clock() - self._held_since if self._held_since is not None else 0.0
+
     def token_limit_per_minute(self) -> float:
         """The token limit the provider announced (per minute), NaN when it has not."""
         if self.tokens.source != "announced" or not self.tokens.rate:

@@ -209,3 +209,18 @@ async def test_each_model_s_pace_and_announced_token_limit_are_exported() -> Non
     assert sample_value(page, "scorer_judge_token_limit_per_minute", model=model) == 60000
     assert 'scorer_judge_pace_rps{model="quiet",reason="none"} 0.0' in page
     assert 'scorer_judge_token_limit_per_minute{model="quiet"} NaN' in page
+
+
+def test_every_call_refused_for_a_minute_is_an_outage_to_the_operator() -> None:
+    """429s never take the judge down (pacing holds the calls), but a model whose every call
+    has been refused for a minute shows as unavailable (``scorer_judge_available``, and so
+    the ``ScorerJudgeUnavailable`` alert after two minutes more)."""
+    now = [1000.0]
+    client = JudgeClient(
+        settings(openai_api_key="k").judge_config(), api=ScriptedAPI(), clock=lambda: now[0]
+    )
+    limiter = client.limiter_for("big")
+    limiter._hold(now[0], 0.0, "requests")
+    assert client.available()
+    now[0] += 61.0
+    assert not client.available()
