@@ -143,8 +143,11 @@ class MockJudge:
                 )
             if self.refuse_share and self._refusals.random() < self.refuse_share:
                 self.statuses.append(429)
+                # as OpenAI, Azure and Anthropic answer a 429: with Retry-After
                 return web.json_response(
-                    {"error": {"message": "Rate limit reached", "type": "requests"}}, status=429
+                    {"error": {"message": "Rate limit reached", "type": "requests"}},
+                    status=429,
+                    headers={"retry-after": "1"},
                 )
             if self.bucket and (wait := self.bucket.take()) is not None:
                 self.statuses.append(429)

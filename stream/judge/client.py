@@ -246,6 +246,13 @@ class JudgeClient:
                 message = f"{error} (after {tally.attempts} attempts in {waited:.0f} s)"
                 raise tally.error(message, error.kind)
             return tally.trouble
+        if probe:
+            # the probe of a down judge failed: the outage's trouble, whatever this call's own
+            # run says (raising here left the probe marked in flight, and every waiting call
+            # waiting for the outage limit). It backs off, so that another waiting call is the
+            # next probe: a request that fails on its own cannot keep the judge down
+            self.health.trouble(error.kind, str(error), probe=True)
+            return tally.trouble
         if tally.trouble >= self.max_attempts and self.health.answered_since(tally.streak_started):
             # the provider answers other calls: the trouble is this request's own
             message = f"{error} (after {tally.attempts} attempts in {waited:.0f} s)"

@@ -501,6 +501,8 @@ class Pacer:
             growth = RECOVERY_PER_S
         else:
             quiet = now - self._last_load
+            if self._proven_s >= PROVEN_WINDOW_S and quiet < PROVEN_WINDOW_S:
+                return  # a window's ceiling is exact: over it only after a quiet minute
             growth = min(GROWTH_MAX_PER_S, GROWTH_PER_S * 2.0 ** (quiet / GROWTH_DOUBLING_S))
             growth /= 2.0 ** min(self._probes_failed, PROBE_BACKOFF_MAX)  # it held: probe less
         top = self.ceiling * PROBE_OVER

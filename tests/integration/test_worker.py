@@ -216,6 +216,8 @@ async def test_one_call_in_seven_answered_429_still_scores_every_trace(
         scores = await read_scores(
             broker.bootstrap, names.scores, timeout=90, until=lambda s: len(s) >= 2 * 40
         )
+        assert len(scores) >= 2 * 40  # every trace's two scores, counted
+        assert {s["target_id"] for s in scores} == {t["id"] for t in traces}
         assert {s["status"] for s in scores} == {"ok"}
         assert 429 in judge.statuses and judge.statuses.count(200) >= 40
 

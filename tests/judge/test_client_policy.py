@@ -224,3 +224,25 @@ def test_every_call_refused_for_a_minute_is_an_outage_to_the_operator() -> None:
     assert client.available()
     now[0] += 61.0
     assert not client.available()
+
+
+async def test_a_probe_that_fails_past_its_attempts_hands_probing_on() -> None:
+    """A call whose own run of 5xx began while other calls were still answered, then became
+    the probe of a down judge: its last failure is the outage's, not the request's, and the
+    next probe must be able to go (before, it raised with the probe still marked in flight,
+    and every waiting call waited for the outage limit: found by the real-clock bench)."""
+    overloaded = Failed("server_error", "judge server error (503): overloaded", 503)
+    client: JudgeClient
+
+    class OutageAPI(ScriptedAPI):
+        async def complete(self, request: ChatRequest) -> Answered | Failed:
+            if len(self.requests) == 1:
+                client.health.answered(False)  # another call answered after this one's run began
+                client.health._go_down("overloaded")  # then the judge went down
+            return await super().complete(request)
+
+    api = OutageAPI(*[overloaded] * 6, answered('{"score": 0.9, "reason": "good"}'))
+    client = client_over(api)
+    verdict = await client.judge(rule(), "p")
+    assert verdict.attempts == 7  # waited out the outage as probes, then judged
+    assert client.health.available and not client.health._probing
