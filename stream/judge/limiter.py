@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from .headers import duration_seconds, number
-from .pacing import FREEZE_RUN, MINUTE_S, Pacer
+from .pacing import FREEZE_RUN, Pacer
+from .segments import MINUTE_S
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
 SENT_KEPT = 256
@@ -275,7 +276,7 @@ class AdaptiveLimiter:
         self._changed.set()
 
     def _minute_reopens(self, now: float) -> float | None:
-        oldest = self.requests.oldest_let_through(now)
+        oldest = self.requests.traffic.oldest_let_through(now)
         if oldest is None or oldest + MINUTE_S <= now:
             return None
         return oldest + MINUTE_S + 0.05

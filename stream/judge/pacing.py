@@ -1,28 +1,13 @@
 """The pace of judge calls in one unit (requests, or tokens), found from what the provider
 says and does. Pure: times come in as arguments, nothing sleeps.
 
-A provider limits requests and tokens a minute, and says so (OpenAI's and Azure's
-``x-ratelimit-limit-*``) or does not. An announced limit is paced just under. A silent one is
-found by its 429s; but a 429 alone proves nothing, since some providers and gateways refuse a
-share of calls whatever the rate. So calls are kept in *segments*, each the calls sent at about
-one rate, judged once every one of them is answered (a 429 comes back at once, an answer after
-the model's latency: counting by arrival would overstate the 429s), and the share of 429s is
-compared between segments sent at rates apart:
-
-- a share that rises with the rate (by a two-proportion z test, or past ``NOISE_MAX``) is a
-  limit: the pace is set just under what the provider let through at the higher rate (its
-  *ceiling*), and from there probes upward slowly, faster the longer it goes without a 429 (a
-  limit may be raised), as TCP CUBIC's window does;
-- a share that stays the same is noise: it becomes the *background*, no longer a signal, and
-  the pace is lifted (each refused call still waits its own Retry-After).
-
-While the rate still grows by itself (the limiter's slow start), segments at rising rates come
-for free; otherwise the pacer moves the rate to compare (up while it can grow, else down to
-what was let through). Meanwhile a run of refusals (most of the last answers) stops the rate
-growing (a freeze at what was let through), and fewer change nothing.
-
-Nothing here holds every call: a provider refusing everything is the limiter's business
-(``limiter.py``), which tells the pacer when calls go again (``resume``).
+An announced limit (``x-ratelimit-limit-*``) is paced just under. A silent one is found from
+its 429s by comparing their share between segments of calls sent at rates apart
+(``segments.py``): a share that rises with the rate is a limit, paced just under what it let
+through (its *ceiling*) and probed above slowly; one that stays the same is noise (the
+*background*), and lifts the pace. Design record 07 has the whole of it. A provider refusing
+every call is the limiter's to hold (``limiter.py``), which says when calls go again
+(``resume``).
 """
 
 from __future__ import annotations
@@ -30,29 +15,33 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Literal
+
+from .segments import (
+    APART,
+    LIMIT_Z,
+    MINUTE_S,
+    NOISE_MAX,
+    NOISE_MIN,
+    NOISE_Z,
+    REFUSED_MIN,
+    SEGMENT_CALLS,
+    SEGMENT_MIN_CALLS,
+    Segment,
+    Traffic,
+    apart,
+    let_through_at_limit,
+    noise_like,
+    z_score,
+)
 
 log = logging.getLogger(__name__)
 
 Unit = Literal["requests", "tokens"]
 Source = Literal["announced", "measured"]
 
-MINUTE_S = 60.0  # providers state their limits a minute
-SEGMENT_CALLS = 20  # calls that judge the share of 429s at one rate...
-SEGMENT_MIN_S = 0.5  # ...sent over this long at least...
-SEGMENT_MAX_S = 3.0  # ...or as many as went in this long (slow paces: long token calls)...
-SEGMENT_MIN_CALLS = 6  # ...if at least these
-APART = 0.15  # rates this far apart (a share of the higher) compare
 FREEZE_SHARE = 0.5  # a share of 429s this high is not tested higher
 FREEZE_RUN = 4  # calls in a row refused (none between let through) that stop the rate growing
-REFUSED_MIN = 2  # a segment with fewer 429s than this is clean
-NOISE_MAX = 0.3  # a share of 429s above this is never background...
-NOISE_MIN = 3  # ...nor one of fewer refusals than this in a segment
-NOISE_GROWTH = 0.7  # see _noise_like
-NOISE_APART = 0.3  # see _noise_like
-LIMIT_Z = 2.0  # the share of 429s this many standard errors higher at the higher rate: a limit
-NOISE_Z = 1.0  # within this many: the same share (noise)
 UP = 1.25  # a rate that can still grow is tested this much higher
 UNDER = 0.97  # the pace under a ceiling found
 CLEAN = 0.03  # a share of 429s within this of the background is clean
@@ -71,51 +60,6 @@ PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one
 LOWERED_MEMORY_S = 15.0  # a lowering is compared with the refusals after it this long
 LOWER_MAX = 0.8  # one refused segment lowers a ceiling to this share of it at most
 BINDING = 0.9  # a segment sent at this share of its pace or more was held back by it
-
-
-@dataclass
-class Segment:
-    """The calls started from ``started`` until ``closed`` at about one rate: how many went,
-    how many are answered, refused, let through. ``judged``: its verdict counts (a segment cut
-    short by a change of pace is history only)."""
-
-    started: float
-    rate: float | None  # the pace set for it (units a second); None: unpaced
-    closed: float | None = None
-    judged: bool = True
-    sent: int = 0
-    sent_units: float = 0.0
-    answers: int = 0
-    refused: int = 0
-    let_through: float = 0.0  # units answered 200
-
-    @property
-    def share(self) -> float:
-        return self.refused / self.answers if self.answers else 0.0
-
-    @property
-    def complete(self) -> bool:
-        return self.closed is not None and self.answers >= self.sent
-
-    def full(self, now: float) -> bool:
-        long = now - self.started
-        if long >= SEGMENT_MAX_S:
-            return self.sent >= SEGMENT_MIN_CALLS
-        return self.sent >= SEGMENT_CALLS and long >= SEGMENT_MIN_S
-
-    @property
-    def span(self) -> float:
-        assert self.closed is not None
-        return max(self.closed - self.started, SEGMENT_MIN_S)  # calls sent at once: no rate
-
-    @property
-    def sent_rate(self) -> float:
-        return self.sent_units / self.span
-
-    @property
-    def let_through_rate(self) -> float:
-        """Units let through a second: the sent rate times the share answered 200."""
-        return self.let_through / self.span
 
 
 class Pacer:
@@ -144,11 +88,9 @@ class Pacer:
         self._lowered_at = float("-inf")
         self._lowered_from: Segment | None = None  # the refused segment that last lowered it
         self._refused_at: float | None = None  # a rate sent when calls in a row were refused
-        self._sent: deque[tuple[float, float]] = deque()  # (started, units), the last second
         self._proven_s = PROVEN_RATE_S  # held that long there without a 429: the new ceiling
         self._last_grown: float | None = None
-        # (answered, started, units) of the calls let through in the last minute
-        self._let_through: deque[tuple[float, float, float]] = deque()
+        self.traffic = Traffic()  # what was sent and let through lately
 
     # --- the next call ----------------------------------------------------------------------
     def earliest(self, now: float) -> float:
@@ -158,7 +100,7 @@ class Pacer:
 
     def book(self, start: float, cost: float, asked: float) -> None:
         """A call of ``cost`` units starts at ``start`` (it asked at ``asked``)."""
-        self._sent.append((start, cost))
+        self.traffic.sent(start, cost)
         if self.rate:
             self.bound = start > asked + 1e-9
             self.free_at = max(self.free_at, start) + cost / self.rate
@@ -193,8 +135,7 @@ class Pacer:
     def answered(self, started: float, cost: float, now: float, *, grow: bool = True) -> None:
         """A call of ``cost`` units that started at ``started`` was let through (``grow``:
         the pace may grow, unless the provider asked it not to)."""
-        self._let_through.append((now, started, cost))
-        self._forget(now)
+        self.traffic.let_through(started, cost, now)
         self._count(started, cost, refused=False, now=now)
         if grow:
             self._grow(now)
@@ -216,7 +157,7 @@ class Pacer:
             # ceiling was high; what got through since the last cut is nearer
             since = now - self._last_load
             if since >= CYCLE_MIN_S:
-                through = self._let_through_since(now - min(since, MINUTE_S), now)
+                through = self.traffic.let_through_since(now - min(since, MINUTE_S), now)
                 self.ceiling = min(self.ceiling, through)
             self._probes_failed += 1
             self._cut(self.ceiling * UNDER, now)
@@ -225,8 +166,8 @@ class Pacer:
         """Calls in a row are refused: stop the rate growing, at what was let through lately
         (unpaced, a 429 frees its slot at once and the next call goes: a storm)."""
         if self.rate is None and self.source != "announced":
-            self._refused_at = self._sent_lately(now)
-            self._move(self._let_through_lately(now), now)
+            self._refused_at = self.traffic.sent_lately(now)
+            self._move(self.traffic.let_through_lately(now), now)
 
     def lost(self, started: float, now: float) -> None:
         """A call that started at ``started`` got no answer that says anything of the limit
@@ -253,45 +194,13 @@ class Pacer:
         if self.source == "announced":
             return
         self.history.clear()
-        minute = self.minute_let_through(now) / MINUTE_S
+        minute = self.traffic.minute_let_through(now) / MINUTE_S
         if held_s >= LONG_HOLD_S or abrupt:
             self._found(minute, now)
             self._proven_s = PROVEN_WINDOW_S
         else:
-            self._found(max(self._let_through_lately(now - held_s), minute), now)
+            self._found(max(self.traffic.let_through_lately(now - held_s), minute), now)
             self._proven_s = PROVEN_GUESS_S  # a guess from a moment: proven higher sooner
-
-    # --- reading ----------------------------------------------------------------------------
-    def minute_let_through(self, now: float) -> float:
-        """Units let through over the last minute (by when they were answered)."""
-        self._forget(now)
-        return sum(units for _, _, units in self._let_through)
-
-    def oldest_let_through(self, now: float) -> float | None:
-        """When the oldest call let through in the last minute started."""
-        self._forget(now)
-        return min((started for _, started, _ in self._let_through), default=None)
-
-    def _let_through_since(self, since: float, now: float) -> float:
-        """Units let through a second since ``since`` (by answer)."""
-        total = sum(units for when, _, units in self._let_through if when > since)
-        return total / max(now - since, 1e-9)
-
-    def _sent_lately(self, now: float) -> float:
-        """Units sent over the last second."""
-        while self._sent and self._sent[0][0] <= now - 1.0:
-            self._sent.popleft()
-        return sum(units for _, units in self._sent)
-
-    def _let_through_lately(self, now: float) -> float:
-        """Units let through a second over the second before ``now`` (one call at least)."""
-        recent = sum(units for when, _, units in self._let_through if now - 1.0 < when <= now)
-        smallest = min((units for _, _, units in self._let_through), default=1.0)
-        return max(recent, smallest)
-
-    def _forget(self, now: float) -> None:
-        while self._let_through and self._let_through[0][0] <= now - MINUTE_S:
-            self._let_through.popleft()
 
     # --- the measuring ---------------------------------------------------------------------
     def _close(self, now: float, *, judged: bool) -> None:
@@ -336,7 +245,7 @@ class Pacer:
                 and previous.share - self.background > CLEAN
                 and previous.refused >= REFUSED_MIN
                 and previous.sent_rate > segment.sent_rate
-                and _apart(previous.sent_rate, segment.sent_rate)
+                and apart(previous.sent_rate, segment.sent_rate)
             ):
                 # refused higher, clean here: a limit between, at most what the higher let
                 # through (sent in bunches, unpaced, it lets through more than its limit)
@@ -351,28 +260,16 @@ class Pacer:
                     self._lift(now)  # clean and not held back by the pace: none needed
             return
         other = next(
-            (s for s in reversed(self.history) if _apart(s.sent_rate, segment.sent_rate)), None
+            (s for s in reversed(self.history) if apart(s.sent_rate, segment.sent_rate)), None
         )
         if other is not None:
             low, high = sorted((other, segment), key=lambda s: s.sent_rate)
-            z = _z(low, high)
+            z = z_score(low, high)
             if z >= LIMIT_Z:
-                log.debug(
-                    "%s limit: %d/%d refused at %.3f/s (let through %.3f/s), %d/%d at %.3f/s "
-                    "(%.3f/s)",
-                    self.unit,
-                    high.refused,
-                    high.answers,
-                    high.sent_rate,
-                    high.let_through_rate,
-                    low.refused,
-                    low.answers,
-                    low.sent_rate,
-                    low.let_through_rate,
-                )
-                self._found(_let_through_at_limit(low, high), now)
+                log.debug("%s limit: %s refused more than %s", self.unit, high, low)
+                self._found(let_through_at_limit(low, high), now)
                 return
-            if z <= NOISE_Z and _noise_like(low, high):
+            if z <= NOISE_Z and noise_like(low, high):
                 self._noise(low, high, now)
                 return
         # nothing to compare with yet: move the rate
@@ -391,7 +288,7 @@ class Pacer:
             # refused more than noise ever is: a limit lower still, lowered again
             if lowered is not None and segment.share <= NOISE_MAX:
                 if (
-                    _z(segment, lowered) <= NOISE_Z
+                    z_score(segment, lowered) <= NOISE_Z
                     and min(segment.refused, lowered.refused) >= NOISE_MIN
                 ):
                     self._noise(segment, lowered, now)
@@ -515,47 +412,3 @@ class Pacer:
                 self._probes_failed = 0
             return
         self.rate = min(top, self.rate * (1.0 + growth * elapsed))
-
-
-def _apart(a: float, b: float) -> bool:
-    return abs(a - b) >= APART * max(a, b)
-
-
-def _noise_like(low: Segment, high: Segment) -> bool:
-    """Whether two segments look like a share of 429s that does not follow the rate: each
-    refused a few calls (``NOISE_MIN``), not most (``NOISE_MAX``), the lower one paced (calls
-    spaced evenly, not in bunches that a limit refuses), and what was let through
-    grew with the rate sent (a limit lets the same through whatever is sent): on a log
-    scale, at least ``NOISE_GROWTH`` of the way from the same to in proportion."""
-    if min(low.refused, high.refused) < NOISE_MIN or high.share > NOISE_MAX:
-        return False
-    if low.rate is None:
-        return False  # unpaced, calls go in bunches: its rate says little of the moments
-    if high.sent_rate < low.sent_rate * (1 + NOISE_APART):
-        return False  # too close to tell a limit's refusals from a constant share
-    if low.let_through_rate <= 0 or high.sent_rate <= low.sent_rate:
-        return False
-    grew = math.log(max(high.let_through_rate, 1e-9) / low.let_through_rate)
-    return grew >= NOISE_GROWTH * math.log(high.sent_rate / low.sent_rate)
-
-
-def _let_through_at_limit(low: Segment, high: Segment) -> float:
-    """What a limit between two segments lets through a second: what the higher rate let
-    through, measured over its span; but an unpaced segment goes in bunches and measures
-    short, and a lower one refused too measures the same limit: then the paced one, or the
-    smaller (a clean lower one only bounds it from below)."""
-    if low.refused < REFUSED_MIN:
-        return max(high.let_through_rate, low.let_through_rate)
-    if high.rate is None and low.rate is not None:
-        return low.let_through_rate
-    return min(high.let_through_rate, low.let_through_rate)
-
-
-def _z(low: Segment, high: Segment) -> float:
-    """How many standard errors the share of 429s at the higher rate is above the lower's
-    (the two-proportion z statistic, shares pooled)."""
-    pooled = (low.refused + high.refused) / (low.answers + high.answers)
-    variance = pooled * (1 - pooled) * (1 / low.answers + 1 / high.answers)
-    if variance <= 0:
-        return 0.0 if high.share == low.share else math.copysign(math.inf, high.share - low.share)
-    return (high.share - low.share) / math.sqrt(variance)

@@ -10,7 +10,8 @@ import pytest
 
 from stream.judge.headers import duration_seconds, retry_after_seconds
 from stream.judge.limiter import HOLD_RUN, LONG_PAUSE_S, AdaptiveLimiter
-from stream.judge.pacing import SEGMENT_CALLS, Pacer
+from stream.judge.pacing import Pacer
+from stream.judge.segments import SEGMENT_CALLS
 
 
 class Clock:
