@@ -283,8 +283,9 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
                 "{{model}} {{reason}}",
             ),
             description="What each model's pacer lets start: announced (the provider's request "
-            "limit), measured (found by 429s), paused (a long Retry-After, or most calls refused "
-            "at once), none (0: no pace of its own, calls start as answers come).",
+            "or token limit), measured (found by comparing the share of 429s at two rates), "
+            "paused (a long Retry-After, or every call refused: one probe at a time), none (0: no "
+            "pace of its own, calls start as answers come).",
         ),
         graph(
             "Share of calls answered 429",

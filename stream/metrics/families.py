@@ -27,8 +27,8 @@ class JudgePacing(Collector):
         pace = GaugeMetricFamily(
             self.PACE,
             "Judge calls a second each model's pacer lets start, and why: announced (the "
-            "provider's request limit), measured (found by 429s), paused (a long Retry-After, "
-            "or most calls refused at once), none (0: no pace of its own)",
+            "provider's request or token limit), measured (found by 429s at two rates), paused "
+            "(a long Retry-After, or every call refused), none (0: no pace of its own)",
             labels=("model", "reason"),
         )
         tokens = GaugeMetricFamily(
