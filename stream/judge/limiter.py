@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from .headers import duration_seconds, number
-from .pacing import FREEZE_RUN, Pacer
-from .segments import MINUTE_S
+from .pacing import Pacer
+from .segments import FREEZE_RUN, MINUTE_S
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
 SENT_KEPT = 256

@@ -19,6 +19,7 @@ from typing import Literal
 
 from .segments import (
     APART,
+    CLEAN,
     LIMIT_Z,
     MINUTE_S,
     NOISE_MAX,
@@ -30,8 +31,10 @@ from .segments import (
     Segment,
     Traffic,
     apart,
+    beyond_background,
     let_through_at_limit,
     noise_like,
+    runs_to_freeze,
     z_score,
 )
 
@@ -41,10 +44,8 @@ Unit = Literal["requests", "tokens"]
 Source = Literal["announced", "measured"]
 
 FREEZE_SHARE = 0.5  # a share of 429s this high is not tested higher
-FREEZE_RUN = 4  # calls in a row refused (none between let through) that stop the rate growing
 UP = 1.25  # a rate that can still grow is tested this much higher
 UNDER = 0.97  # the pace under a ceiling found
-CLEAN = 0.03  # a share of 429s within this of the background is clean
 LONG_HOLD_S = 5.0  # a hold this long: the provider counts a window, not a rate
 GROWTH_PER_S = 0.002  # the measured pace's growth a second near its ceiling, at first...
 GROWTH_DOUBLING_S = 10.0  # ...doubling for every this long without a 429...
@@ -59,7 +60,6 @@ CYCLE_MIN_S = 5.0  # a probe over the ceiling refused this long after the last: 
 PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one's climb, so far
 LOWERED_MEMORY_S = 15.0  # a lowering is compared with the refusals after it this long
 LOWER_MAX = 0.8  # one refused segment lowers a ceiling to this share of it at most
-BINDING = 0.9  # a segment sent at this share of its pace or more was held back by it
 
 
 class Pacer:
@@ -235,29 +235,8 @@ class Pacer:
 
     def _judge(self, segment: Segment, now: float) -> None:
         """A segment's calls are answered: decide what its share of 429s says (module doc)."""
-        excess = segment.share - self.background
-        previous = self.history[-1] if self.history else None
-        if not self._beyond_background(segment):
-            if now - self._lowered_at > LOWERED_MEMORY_S:
-                self._lowered_from = None  # (a clean segment or two between is noise's way too)
-            if (
-                previous is not None
-                and previous.share - self.background > CLEAN
-                and previous.refused >= REFUSED_MIN
-                and previous.sent_rate > segment.sent_rate
-                and apart(previous.sent_rate, segment.sent_rate)
-            ):
-                # refused higher, clean here: a limit between, at most what the higher let
-                # through (sent in bunches, unpaced, it lets through more than its limit)
-                through = previous.let_through_rate
-                if previous.rate is None:
-                    through = min(through, segment.sent_rate * UP)
-                self._found(max(through, segment.sent_rate), now)
-            elif self.ceiling is None and self.rate is not None:
-                if segment.sent_rate >= segment.rate * BINDING if segment.rate else False:
-                    self._up(now)  # clean where the pace binds: higher
-                else:
-                    self._lift(now)  # clean and not held back by the pace: none needed
+        if not beyond_background(segment, self.background):
+            self._judge_clean(segment, now)
             return
         other = next(
             (s for s in reversed(self.history) if apart(s.sent_rate, segment.sent_rate)), None
@@ -273,38 +252,67 @@ class Pacer:
                 self._noise(low, high, now)
                 return
         # nothing to compare with yet: move the rate
+        excess = segment.share - self.background
         if self.rate is None and self.ramping and excess < FREEZE_SHARE:
             return  # the rate still grows by itself: the next segment compares
         if self.ramping and excess < FREEZE_SHARE and self.ceiling is None:
             self._up(now, segment.sent_rate)
         elif segment.let_through_rate <= 0:
             return  # nothing let through: the limiter holds calls, nothing to measure
-        elif segment.rate is not None and segment.sent_rate >= segment.rate * BINDING:
-            # refused at a pace it kept to: what it let through is its ceiling (a lower one
-            # than found before, if any: its limit came down, or was measured high). Right
-            # after such a lowering, the same share again is noise, not a lower limit: never
-            # ratchet down on one verdict after another
-            lowered, self._lowered_from = self._lowered_from, None
-            # refused more than noise ever is: a limit lower still, lowered again
-            if lowered is not None and segment.share <= NOISE_MAX:
-                if (
-                    z_score(segment, lowered) <= NOISE_Z
-                    and min(segment.refused, lowered.refused) >= NOISE_MIN
-                ):
-                    self._noise(segment, lowered, now)
-                else:
-                    self._lowered_from = lowered  # not clean yet: wait for the next segment
-                return
-            if segment.answers < SEGMENT_CALLS // 2:
-                return  # too few calls to lower a ceiling on (long token calls)
-            if self.ceiling is None or segment.let_through_rate < self.ceiling:
-                # a lower ceiling, by a fifth at most on one segment's word
-                floor = self.ceiling * LOWER_MAX if self.ceiling is not None else 0.0
-                self._found(max(segment.let_through_rate, floor), now)
-                self._lowered_from, self._lowered_at = segment, now
+        elif segment.held_back:
+            self._judge_refused_at_pace(segment, now)
         else:
             ceiling = self.ceiling if self.ceiling is not None else math.inf
             self._move(min(segment.let_through_rate, ceiling) * UNDER, now)
+
+    def _judge_clean(self, segment: Segment, now: float) -> None:
+        """No more 429s than the background: after a refused segment at a rate well above, a
+        limit between; under test, a pace to raise (where it binds) or to lift."""
+        if now - self._lowered_at > LOWERED_MEMORY_S:
+            self._lowered_from = None  # (a clean segment or two between is noise's way too)
+        previous = self.history[-1] if self.history else None
+        if (
+            previous is not None
+            and previous.share - self.background > CLEAN
+            and previous.refused >= REFUSED_MIN
+            and previous.sent_rate > segment.sent_rate
+            and apart(previous.sent_rate, segment.sent_rate)
+        ):
+            # refused higher, clean here: a limit between, at most what the higher let
+            # through (sent in bunches, unpaced, it lets through more than its limit)
+            through = previous.let_through_rate
+            if previous.rate is None:
+                through = min(through, segment.sent_rate * UP)
+            self._found(max(through, segment.sent_rate), now)
+        elif self.ceiling is None and self.rate is not None:
+            if segment.held_back:
+                self._up(now)  # clean where the pace binds: higher
+            else:
+                self._lift(now)  # clean and not held back by the pace: none needed
+
+    def _judge_refused_at_pace(self, segment: Segment, now: float) -> None:
+        """Refused at a pace it kept to: what it let through is its ceiling (a lower one than
+        found before, if any: its limit came down, or was measured high). Right after such a
+        lowering, the same share again is noise, not a lower limit: never ratchet down on one
+        verdict after another."""
+        lowered, self._lowered_from = self._lowered_from, None
+        # refused more than noise ever is: a limit lower still, lowered again
+        if lowered is not None and segment.share <= NOISE_MAX:
+            if (
+                z_score(segment, lowered) <= NOISE_Z
+                and min(segment.refused, lowered.refused) >= NOISE_MIN
+            ):
+                self._noise(segment, lowered, now)
+            else:
+                self._lowered_from = lowered  # not clean yet: wait for the next segment
+            return
+        if segment.answers < SEGMENT_CALLS // 2:
+            return  # too few calls to lower a ceiling on (long token calls)
+        if self.ceiling is None or segment.let_through_rate < self.ceiling:
+            # a lower ceiling, by a fifth at most on one segment's word
+            floor = self.ceiling * LOWER_MAX if self.ceiling is not None else 0.0
+            self._found(max(segment.let_through_rate, floor), now)
+            self._lowered_from, self._lowered_at = segment, now
 
     def _up(self, now: float, rate: float | None = None) -> None:
         """Test a higher pace, short of a rate refused before."""
@@ -314,23 +322,9 @@ class Pacer:
         if higher > (self.rate or 0.0) * (1 + APART / 2):
             self._move(higher, now)
 
-    def _beyond_background(self, segment: Segment) -> bool:
-        """Whether a segment refused more than the background explains: a few calls at
-        least (``REFUSED_MIN``), ``CLEAN`` over it, and by two standard errors of a share
-        that size (a known background of one in five refuses three in twenty by chance)."""
-        if segment.refused < REFUSED_MIN or segment.share - self.background <= CLEAN:
-            return False
-        if self.background <= 0.0:
-            return True
-        spread = math.sqrt(self.background * (1 - self.background) / segment.answers)
-        return segment.share - self.background > 2.0 * spread
-
     def runs_to_freeze(self) -> int:
-        """Calls in a row refused that stop the rate growing: ``FREEZE_RUN``, more with a
-        background (a run its share makes once in ten thousand)."""
-        if self.background <= 0.0:
-            return FREEZE_RUN
-        return max(FREEZE_RUN, math.ceil(math.log(1e-4) / math.log(self.background)))
+        """Calls in a row refused that stop the rate growing (see ``segments.runs_to_freeze``)."""
+        return runs_to_freeze(self.background)
 
     def _move(self, rate: float, now: float) -> None:
         """Pace at ``rate`` (measured), a new segment from now."""

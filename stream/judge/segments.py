@@ -12,7 +12,10 @@ SEGMENT_CALLS = 20  # calls that judge the share of 429s at one rate...
 SEGMENT_MIN_S = 0.5  # ...sent over this long at least...
 SEGMENT_MAX_S = 3.0  # ...or as many as went in this long (slow paces: long token calls)...
 SEGMENT_MIN_CALLS = 6  # ...if at least these
+BINDING = 0.9  # a segment sent at this share of its pace or more was held back by it
 APART = 0.15  # rates this far apart (a share of the higher) compare
+FREEZE_RUN = 4  # calls in a row refused (none between let through) that stop the rate growing
+CLEAN = 0.03  # a share of 429s within this of the background is clean
 REFUSED_MIN = 2  # a segment with fewer 429s than this is clean
 NOISE_MAX = 0.3  # a share of 429s above this is never background...
 NOISE_MIN = 3  # ...nor one of fewer refusals than this in a segment
@@ -37,6 +40,11 @@ class Segment:
     answers: int = 0
     refused: int = 0
     let_through: float = 0.0  # units answered 200
+
+    @property
+    def held_back(self) -> bool:
+        """Paced, and sent at (nearly) its pace: the pace bound it."""
+        return self.rate is not None and self.sent_rate >= self.rate * BINDING
 
     @property
     def share(self) -> float:
@@ -65,6 +73,26 @@ class Segment:
     def let_through_rate(self) -> float:
         """Units let through a second: the sent rate times the share answered 200."""
         return self.let_through / self.span
+
+
+def beyond_background(segment: Segment, background: float) -> bool:
+    """Whether a segment refused more than the ``background`` share explains: a few calls
+    at least (``REFUSED_MIN``), ``CLEAN`` over it, and by two standard errors of a share that
+    size (a background of one in five refuses three in twenty by chance)."""
+    if segment.refused < REFUSED_MIN or segment.share - background <= CLEAN:
+        return False
+    if background <= 0.0:
+        return True
+    spread = math.sqrt(background * (1 - background) / segment.answers)
+    return segment.share - background > 2.0 * spread
+
+
+def runs_to_freeze(background: float) -> int:
+    """Calls in a row refused that stop the rate growing: ``FREEZE_RUN``, more with a
+    background (a run its share makes once in ten thousand)."""
+    if background <= 0.0:
+        return FREEZE_RUN
+    return max(FREEZE_RUN, math.ceil(math.log(1e-4) / math.log(background)))
 
 
 def apart(a: float, b: float) -> bool:
