@@ -13,8 +13,7 @@ from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
-
-REPO_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+from .ruleset.location import default_rules_dir
 
 
 class Settings(BaseSettings):
@@ -63,7 +62,8 @@ class Settings(BaseSettings):
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.
-    rules_dir: Path = REPO_RULES_DIR
+    # default: the packs installed with the package (the repository's rules/ in a checkout)
+    rules_dir: Path = Field(default_factory=default_rules_dir)
     packs: list[str] | None = None  # None: every pack under rules_dir
     # a deployment's filters over the packs' own (JSON): {"fretcoach": {"projects": ["prod"],
     # "trace_names": {"hub-coach-chat": ["hub-chat-v2"]}}}; the rule files stay as shipped

@@ -123,15 +123,16 @@ def test_the_image_carries_what_the_worker_reads() -> None:
     copied = {shlex.split(c)[-1].removeprefix("./") for c in dockerfile_instructions("COPY")}
     for source in (s for c in dockerfile_instructions("COPY") for s in shlex.split(c)[:-1]):
         assert (REPO / source).exists(), f"COPY {source}: missing"
-    # the package carries its samples and schema (package data); rules are data beside it
+    # the package carries its samples, schema and rule packs (package data: tests/test_packaging.py
+    # installs it and finds them)
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     globs = package_data["package-data"]["stream"]
     for path in (SAMPLES, SESSION_SAMPLES, SCHEMA_PATH):
         relative = path.relative_to(REPO / "stream")
         assert any(relative.match(g) for g in globs), f"{relative} is not package data"
-    assert "rules" in copied
+    assert "rules" in copied and "stream" in copied  # both built into the package
     env = dict(re.findall(r"(SCORER_\w+)=(\S+)", DOCKERFILE))
-    assert env["SCORER_RULES_DIR"] == "/app/rules"
+    assert "SCORER_RULES_DIR" not in env  # the installed packs
     assert env["SCORER_WEB_HOST"] == "0.0.0.0"  # reachable by Prometheus
     assert int(env["SCORER_WEB_PORT"]) == Settings().web_port == 6066
     # the command exists

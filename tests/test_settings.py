@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from stream.settings import DEFAULT_JUDGE_PRICES, REPO_RULES_DIR, ModelPrice, Settings
+from stream.ruleset.location import REPO_RULES_DIR
+from stream.settings import DEFAULT_JUDGE_PRICES, ModelPrice, Settings
 
 UNPREFIXED = ("KAFKA_BOOTSTRAP_SERVERS", "OPENAI_BASE_URL", "OPENAI_API_KEY")
 

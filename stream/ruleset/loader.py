@@ -58,17 +58,25 @@ def load_rule_file(path: Path, pack_code: PackCode | None = None) -> AnyRule:
     return rule
 
 
+def pack_dirs(rules_dir: Path) -> list[Path]:
+    """The packs: every folder of ``rules_dir`` but Python's and editors' (``__pycache__``,
+    names starting with ``_`` or ``.``)."""
+    return sorted(
+        p for p in rules_dir.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+    )
+
+
 def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path]:
     if not rules_dir.is_dir():
         raise RuleFileError(str(rules_dir), ["rules directory does not exist"])
     wanted = set(packs) if packs is not None else None
     files = []
-    for pack_dir in sorted(p for p in rules_dir.iterdir() if p.is_dir()):
+    for pack_dir in pack_dirs(rules_dir):
         if wanted is not None and pack_dir.name not in wanted:
             continue
         files.extend(sorted(pack_dir.glob("*.yaml")) + sorted(pack_dir.glob("*.yml")))
     if wanted is not None:
-        missing = wanted - {p.name for p in rules_dir.iterdir() if p.is_dir()}
+        missing = wanted - {p.name for p in pack_dirs(rules_dir)}
         if missing:
             raise RuleFileError(str(rules_dir), [f"packs not found: {sorted(missing)}"])
     return files
