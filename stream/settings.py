@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .engine.spend import DEFAULT_JUDGE_PRICES, Budget, ModelPrice, judge_cost
 from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
+from .metrics.projects import DEFAULT_PROJECT_LIMIT
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
 from .ruleset.location import default_rules_dir
@@ -71,6 +72,10 @@ class Settings(BaseSettings):
     # a trace rule that matched none of this many traces in a row is reported silent (a
     # warning naming what it saw instead, and scorer_rule_silent); 0: never
     silent_after_traces: int = Field(default=500, ge=0)
+    # the projects the score metrics label by name (JSON list), every other one "other";
+    # unset: the projects the rules' filters name and the first metric_project_limit others
+    metric_projects: list[Annotated[str, Field(min_length=1)]] | None = None
+    metric_project_limit: int = Field(default=DEFAULT_PROJECT_LIMIT, ge=0)
     max_in_flight: int = 512  # traces per worker being scored at once
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured

@@ -24,7 +24,7 @@ from .kafka.broker import EmbeddedBroker
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
-from .metrics import ScorerMetrics
+from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
 from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
@@ -39,6 +39,9 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
     metrics = ScorerMetrics.default()
     ruleset = deployment_rules(settings)
+    metrics.label_projects(
+        ProjectLabels(settings.metric_projects, ruleset.projects, settings.metric_project_limit)
+    )
     judge = JudgeClient(settings.judge_config(), metrics) if settings.judge_configured else None
     app, topics = create_app(settings, bootstrap, metrics)
     ledger = spend_ledger(settings, metrics)

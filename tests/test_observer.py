@@ -55,7 +55,7 @@ def test_scores_count_by_status_and_low_scores_by_direction(metrics: ScorerMetri
         score("error", None),
     ):
         metrics.on_score_published(published)
-    labels = {"rule": "r", "pack": "p", "criterion": ""}
+    labels = {"rule": "r", "pack": "p", "criterion": "", "project": "proj"}
     assert value(metrics, "scores_total", **labels, status="ok") == 3
     assert value(metrics, "scores_total", **labels, status="error") == 1
     assert value(metrics, "low_scores_total", **labels) == 2  # 0.2 up, and 0.8 down
@@ -65,7 +65,8 @@ def test_scores_count_by_status_and_low_scores_by_direction(metrics: ScorerMetri
 
 def test_an_ok_score_that_is_not_low_still_opens_the_low_series(metrics: ScorerMetrics) -> None:
     metrics.on_score_published(score("ok", 0.5))
-    assert value(metrics, "low_scores_total", rule="r", pack="p", criterion="") == 0.0
+    labels = {"rule": "r", "pack": "p", "criterion": "", "project": "proj"}
+    assert value(metrics, "low_scores_total", **labels) == 0.0
 
 
 def test_judge_calls_count_tokens_and_cost_only_when_given(metrics: ScorerMetrics) -> None:

@@ -6,11 +6,13 @@ Faust's ``PrometheusMonitor``); the worker uses ``ScorerMetrics.default()``, on
 prometheus_client's global registry, which its /metrics page serves.
 
 Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
-topic, reason, kind, type); never trace, thread or score ids. The Grafana dashboards and the
-Prometheus rules in ``grafana/`` are written against these names.
+topic, reason, kind, type, and project, bounded by ``ProjectLabels``); never trace, thread or
+score ids. The Grafana dashboards and the Prometheus rules in ``grafana/`` are written
+against these names.
 """
 
 from .callbacks import ScorerMetrics, is_low
 from .page import sample_value
+from .projects import OTHER, ProjectLabels
 
-__all__ = ["ScorerMetrics", "is_low", "sample_value"]
+__all__ = ["OTHER", "ProjectLabels", "ScorerMetrics", "is_low", "sample_value"]

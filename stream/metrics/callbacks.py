@@ -21,6 +21,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from ..models import ScoreEvent, TokenUsage
 from ..observer import Observer
 from .families import MetricFamilies
+from .projects import ProjectLabels
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
@@ -36,8 +37,10 @@ class ScorerMetrics(MetricFamilies, Observer):
         self._decision_children: dict[tuple[str, str, str], Counter] = {}
         self._consumed_children: dict[str, Counter] = {}
         self._score_children: dict[
-            tuple[str, str, str], tuple[dict[str, Counter], Histogram, Counter]
+            tuple[str, str, str, str], tuple[dict[str, Counter], Histogram, Counter]
         ] = {}
+        # the score metrics' project label, bounded (automatic until the worker configures it)
+        self.projects = ProjectLabels()
 
     @classmethod
     def default(cls) -> ScorerMetrics:
@@ -50,6 +53,10 @@ class ScorerMetrics(MetricFamilies, Observer):
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child  # type: ignore[return-value]  # the same metric type, by its key
+
+    def label_projects(self, projects: ProjectLabels) -> None:
+        """Which projects the score metrics label by name (``SCORER_METRIC_PROJECTS``)."""
+        self.projects = projects
 
     def exposition(self) -> tuple[bytes, str]:
         """The /metrics body and its content type (aiohttp wants the charset apart)."""
@@ -74,8 +81,10 @@ class ScorerMetrics(MetricFamilies, Observer):
         self.publish_latency.observe(seconds)
 
     def on_score_published(self, score: ScoreEvent) -> None:
-        # every score: the three series of one (rule, pack, criterion) resolved together
-        labels = (score.rule_id, score.pack, score.criterion or "")
+        # every score: the three series of one (rule, pack, criterion, project) resolved
+        # together; the project bounded (a kept project's name, or "other")
+        project = self.projects.label(score.project_name)
+        labels = (score.rule_id, score.pack, score.criterion or "", project)
         try:
             by_status, value, low = self._score_children[labels]
         except KeyError:

@@ -75,21 +75,24 @@ class MetricFamilies:
             ("rule", "pack", "outcome"),
         )
         # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,
-        # declared in the rule files.
+        # declared in the rule files. ``project``: the score's project, bounded (the kept
+        # projects' names, "other" for the rest: metrics/projects.py).
         self.scores = counter(
-            "scores", "Score events published, by status", ("rule", "pack", "criterion", "status")
+            "scores",
+            "Score events published, by status and project (unkept projects: other)",
+            ("rule", "pack", "criterion", "project", "status"),
         )
         self.score_value = histogram(
             "score_value",
-            "Normalised score value (0..1) of ok scores",
+            "Normalised score value (0..1) of ok scores, by project (unkept projects: other)",
             [round(i / 10, 1) for i in range(1, 11)],
-            ("rule", "pack", "criterion"),
+            ("rule", "pack", "criterion", "project"),
         )
         self.low_scores = counter(
             "low_scores",
             "Ok scores on the bad side of their scale: below the middle, or above it for rules "
-            "where lower is better",
-            ("rule", "pack", "criterion"),
+            "where lower is better; by project (unkept projects: other)",
+            ("rule", "pack", "criterion", "project"),
         )
         self.rule_direction = gauge(
             "rule_direction",

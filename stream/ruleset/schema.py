@@ -346,6 +346,11 @@ class RuleSet:
     def packs(self) -> list[str]:
         return sorted({r.pack for r in self.rules})
 
+    @property
+    def projects(self) -> list[str]:
+        """The projects the rules' filters name (after the deployment's pack filters)."""
+        return sorted({p for r in self.rules for p in r.filter.projects or ()})
+
     def with_pack_filters(self, overrides: Mapping[str, PackFilter]) -> RuleSet:
         """This rule set with a deployment's filters over its packs' own (the digest says so);
         naming a pack that is not loaded is an error, not a silent no-op."""

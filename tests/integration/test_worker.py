@@ -92,8 +92,8 @@ async def test_bad_messages_go_to_the_dlq_and_later_traces_are_scored(
     body = worker.metrics()
     assert f'scorer_dlq_messages_total{{reason="invalid_json",topic="{names.traces}"}} 1.0' in body
     assert (
-        'scorer_scores_total{criterion="",pack="fretcoach",rule="studio_live_coach_feedback_quality",status="ok"} 1.0'
-        in body
+        'scorer_scores_total{criterion="",pack="fretcoach",project="fretcoach",'
+        'rule="studio_live_coach_feedback_quality",status="ok"} 1.0' in body
     )
     assert 'scorer_judge_calls_total{model="gpt-4o-mini",outcome="ok"} 1.0' in body
 
