@@ -55,3 +55,18 @@ def test_a_weakened_threshold_is_caught_by_the_unit_tests(tmp_path: Path) -> Non
     result = promtool("test", "rules", str(tmp_path / "scorer.rules.test.yml"))
     assert result.returncode != 0
     assert 'rule="wobble"' in result.stdout + result.stderr
+
+
+def test_score_rules_that_sum_over_projects_miss_one_projects_drop(tmp_path: Path) -> None:
+    """The per-project case can fail: with the score recording rules summed over projects,
+    shop's drop is drowned in bank's steady traffic and its alerts do not fire."""
+    rules = RULES.read_text()
+    assert "sum by (rule, pack, criterion, project)" in rules
+    (tmp_path / "scorer.rules.yml").write_text(
+        rules.replace("sum by (rule, pack, criterion, project)", "sum by (rule, pack, criterion)")
+    )
+    (tmp_path / "scorer.rules.test.yml").write_text(RULE_TESTS.read_text())
+    result = promtool("test", "rules", str(tmp_path / "scorer.rules.test.yml"))
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert 'project="shop", rule="answer"' in output
