@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
-from .errors import ScorerError
+from .config_errors import config_error
+from .errors import ConfigError, RuleFileError, ScorerError
 from .ruleset.loader import deployment_rules
 from .settings import Settings
 
@@ -21,6 +26,8 @@ rules_app = typer.Typer(help="Work with rule packs.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 # Rich assumes 80 columns when output is not a terminal (CI logs, pipes): rule ids are longer.
 console = Console(width=None if sys.stdout.isatty() else 120)
+# what stops a command: one line per problem, never wrapped, on stderr
+error_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 @app.command()
@@ -174,11 +181,30 @@ def rules_check(
 
 
 def main() -> None:
+    """The ``scorer`` command. A mistake in the settings or the rules, or a broker that
+    cannot be used, ends in one line per problem and exit code 2, not a traceback."""
     try:
         app()
+    except (ValidationError, SettingsError) as exc:
+        error = config_error(exc)
+        if error is None:  # not about the settings: a bug, whose traceback is wanted
+            raise
+        stop(error)
     except ScorerError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        raise SystemExit(2) from None
+        stop(exc)
+
+
+def stop(exc: ScorerError) -> typing.NoReturn:
+    """Print what stopped the command, one problem a line, and exit 2."""
+    if isinstance(exc, ConfigError):
+        problems = exc.problems
+    elif isinstance(exc, RuleFileError):
+        problems = [f"{exc.path}: {problem}" for problem in exc.problems]
+    else:
+        problems = [str(exc)]
+    for problem in problems:
+        error_console.print(f"[red]error:[/] {escape(' '.join(problem.split()))}")
+    raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

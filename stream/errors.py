@@ -21,6 +21,15 @@ class RuleFileError(ScorerError):
         super().__init__(f"{path}: " + "; ".join(problems))
 
 
+class ConfigError(ScorerError):
+    """The deployment's settings are wrong: one problem per item, each naming the setting as
+    the user sets it (an environment variable) and never a secret's value."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
 class JudgeError(ScorerError):
     """The judge could not produce a valid verdict (after retries, where retried)."""
 

@@ -11,12 +11,15 @@ same way. The password is a ``SecretStr``: it is not in ``repr``, logs or ``desc
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from faust.types.auth import CredentialsT
@@ -57,6 +60,15 @@ class KafkaSecurity(BaseSettings):
     ssl_key_password: SecretStr | None = None
     ssl_check_hostname: bool = True
 
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable_file(cls, path: Path | None) -> Path | None:
+        if path is None or (path.is_file() and os.access(path, os.R_OK)):
+            return path
+        if not path.exists():
+            raise ValueError(f"no such file: {path}")
+        raise ValueError(f"{path} is not a file" if not path.is_file() else f"cannot read {path}")
+
     @model_validator(mode="after")
     def _complete(self) -> KafkaSecurity:
         if self.sasl:
@@ -65,19 +77,22 @@ class KafkaSecurity(BaseSettings):
                     raise ValueError(
                         "KAFKA_SASL_MECHANISM=OAUTHBEARER needs KAFKA_SASL_OAUTH_TOKEN"
                     )
-            elif not self.sasl_username or self.sasl_password is None:
+            elif missing := [
+                name
+                for name, given in (
+                    ("KAFKA_SASL_USERNAME", bool(self.sasl_username)),
+                    ("KAFKA_SASL_PASSWORD", self.sasl_password is not None),
+                )
+                if not given
+            ]:
                 raise ValueError(
                     f"KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs "
-                    "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+                    f"{' and '.join(missing)} (KAFKA_SASL_MECHANISM={self.sasl_mechanism})"
                 )
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError(
                 "a client certificate needs both KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE"
             )
-        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            path = getattr(self, name)
-            if path is not None and not path.is_file():
-                raise ValueError(f"KAFKA_{name.upper()}: no such file: {path}")
         return self
 
     @property
@@ -92,13 +107,28 @@ class KafkaSecurity(BaseSettings):
         """The TLS context (server verified against the CA file, or the system's CAs)."""
         if not self.tls:
             return None
-        context = ssl.create_default_context(
-            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
-        )
+        try:
+            context = ssl.create_default_context(
+                cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+            )
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                [f"KAFKA_SSL_CAFILE: {self.ssl_cafile} holds no PEM certificate ({exc.reason})"]
+            ) from None
         context.check_hostname = self.ssl_check_hostname
         if self.ssl_certfile and self.ssl_keyfile:
             password = self.ssl_key_password.get_secret_value() if self.ssl_key_password else None
-            context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile), password)
+            try:
+                context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile), password)
+            except ssl.SSLError as exc:  # its text is OpenSSL's, never the password
+                raise ConfigError(
+                    [
+                        f"KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE: cannot load the client "
+                        f"certificate {self.ssl_certfile} with its key {self.ssl_keyfile} "
+                        f"({exc.reason or exc}): PEM files of one pair, and "
+                        "KAFKA_SSL_KEY_PASSWORD if the key is encrypted"
+                    ]
+                ) from None
         return context
 
     def faust_credentials(self) -> CredentialsT | None:
