@@ -2,8 +2,8 @@
 grafana/dashboards/*.json (the files Grafana's provisioning loads; a test checks they are
 current).
 
-Three dashboards: quality (scores against their baseline, low scores, thread rules), judge
-health (latency, errors, retries, tokens, cost) and pipeline health (throughput, lag, DLQ,
+Three dashboards: quality (scores against their baseline, low scores, thread rules, each
+split by project), judge health (latency, errors, retries, tokens, cost) and pipeline health (throughput, lag, DLQ,
 decisions, threads). Every query reads the metrics of stream/metrics/ or the recording
 rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against a real
 Prometheus that scraped a working worker.
@@ -19,9 +19,11 @@ from typing import Any
 OUT = Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RULES = 'pack=~"$pack", rule=~"$rule"'
+# the score metrics and their recording rules also carry a (bounded) project label
+SCORES = f'{RULES}, project=~"$project"'
 MODELS = 'model=~"$model"'
 WIDTH = 24  # Grafana's grid
-PER_RULE = "{{pack}}/{{rule}} {{criterion}}"  # legend of per-rule series
+PER_RULE = "{{pack}}/{{rule}} {{criterion}} ({{project}})"  # legend of per-rule series
 SHARE: dict[str, Any] = {"unit": "percentunit", "min": 0, "max": 1}  # a 0..1 axis
 
 
@@ -65,11 +67,11 @@ def bars(title: str, *queries: Query, **options: Any) -> Panel:
 
 
 def per_rule(*, window: str = "$__rate_interval", scope: str = "") -> str:
-    """Mean normalised score per rule (and criterion) over ``window``."""
-    by = "sum by (pack, rule, criterion)"
+    """Mean normalised score per rule (and criterion) and project over ``window``."""
+    by = "sum by (pack, rule, criterion, project)"
     mean = (
-        f"{by} (increase(scorer_score_value_sum{{{RULES}}}[{window}]))\n"
-        f"/ ({by} (increase(scorer_score_value_count{{{RULES}}}[{window}])) > 0)"
+        f"{by} (increase(scorer_score_value_sum{{{SCORES}}}[{window}]))\n"
+        f"/ ({by} (increase(scorer_score_value_count{{{SCORES}}}[{window}])) > 0)"
     )
     if scope:
         return f'({mean})\nand on (pack, rule) scorer:rule_direction{{scope="{scope}"}}'
@@ -95,54 +97,56 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
     return {
         "uid": "scorer-quality",
         "title": "LLM scorer: quality",
-        "description": "Scores per rule against their own one-day baseline, low scores, "
-        "thread-rule results. Scores are normalised to 0..1.",
+        "description": "Scores per rule and project against their own one-day baseline, low "
+        "scores, thread-rule results. Scores are normalised to 0..1. Projects not kept by "
+        "SCORER_METRIC_PROJECTS read 'other'.",
     }, [
         stat(
             "Scores per minute",
-            f"sum(rate(scorer_scores_total{{{RULES}}}[$__rate_interval])) * 60",
+            f"sum(rate(scorer_scores_total{{{SCORES}}}[$__rate_interval])) * 60",
             description="Score events published (ok, skipped and error) by the selected rules.",
         ),
         stat(
             "Mean score (range)",
-            f"sum(increase(scorer_score_value_sum{{{RULES}}}[$__range]))\n"
-            f"/ sum(increase(scorer_score_value_count{{{RULES}}}[$__range]))",
+            f"sum(increase(scorer_score_value_sum{{{SCORES}}}[$__range]))\n"
+            f"/ sum(increase(scorer_score_value_count{{{SCORES}}}[$__range]))",
             **SHARE,
             description="Normalised 0..1; for lower-is-better rules (frustration) lower is good.",
         ),
         stat(
             "Low scores (30m)",
-            f"sum(increase(scorer_low_scores_total{{{RULES}}}[30m]))\n"
-            f"/ sum(increase(scorer_score_value_count{{{RULES}}}[30m]))",
+            f"sum(increase(scorer_low_scores_total{{{SCORES}}}[30m]))\n"
+            f"/ sum(increase(scorer_score_value_count{{{SCORES}}}[30m]))",
             unit="percentunit",
             thresholds=bad,
             description="Share of ok scores on the bad side of their scale.",
         ),
         stat(
             "Error scores (range)",
-            f'sum(increase(scorer_scores_total{{{RULES}, status="error"}}[$__range]))\n'
-            f"/ sum(increase(scorer_scores_total{{{RULES}}}[$__range]))",
+            f'sum(increase(scorer_scores_total{{{SCORES}, status="error"}}[$__range]))\n'
+            f"/ sum(increase(scorer_scores_total{{{SCORES}}}[$__range]))",
             unit="percentunit",
             thresholds=bad,
             description="Scores the judge could not give after every retry.",
         ),
         stat(
             "Rules worse than baseline",
-            f"count(scorer:score_drop:30m_vs_1d{{{RULES}}} > 0.15) or vector(0)",
+            f"count(scorer:score_drop:30m_vs_1d{{{SCORES}}} > 0.15) or vector(0)",
             thresholds=[(None, "green"), (1, "red")],
-            description="Rules (and rubric criteria) whose last 30 minutes are 15 points of "
-            "the scale worse than their last day.",
+            description="Rules (and rubric criteria) per project whose last 30 minutes are 15 "
+            "points of the scale worse than their last day.",
         ),
         stat(
             "Firing quality alerts",
-            'count(ALERTS{alertstate="firing", '
+            'count(ALERTS{alertstate="firing", project=~"$project", '
             'alertname=~"ScorerRuleScoreDrop|ScorerLowScoreShareRising"}) or vector(0)',
             thresholds=[(None, "green"), (1, "red")],
+            description="The score alerts fire per rule, criterion and project.",
         ),
         graph(
             "Mean score per rule (30m) against its 1-day baseline (dashed)",
-            Query(f"scorer:score_mean:30m{{{RULES}}}", PER_RULE),
-            Query(f"scorer:score_mean:1d{{{RULES}}}", PER_RULE + " baseline"),
+            Query(f"scorer:score_mean:30m{{{SCORES}}}", PER_RULE),
+            Query(f"scorer:score_mean:1d{{{SCORES}}}", PER_RULE + " baseline"),
             **SHARE,
             width=24,
             height=10,
@@ -150,7 +154,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         graph(
             "How much worse than the baseline (positive = worse, direction respected)",
-            Query(f"scorer:score_drop:30m_vs_1d{{{RULES}}}", PER_RULE),
+            Query(f"scorer:score_drop:30m_vs_1d{{{SCORES}}}", PER_RULE),
             unit="percentunit",
             thresholds=[(None, "green"), (0.15, "red")],
             threshold_line=True,
@@ -159,9 +163,9 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         graph(
             "Share of low scores (30m) against its 1-day baseline (dashed)",
-            Query(f"scorer:low_score_share:30m{{{RULES}}}", PER_RULE),
+            Query(f"scorer:low_score_share:30m{{{SCORES}}}", PER_RULE),
             Query(
-                f"scorer:low_score_share:1d{{{RULES}}}",
+                f"scorer:low_score_share:1d{{{SCORES}}}",
                 PER_RULE + " baseline",
             ),
             **SHARE,
@@ -172,11 +176,11 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             Query(
                 # the preference is published normalised (0.5 = equivalent): back to -2..+2
                 "4 * (\n"
-                f'sum by (pack, rule) (increase(scorer_score_value_sum{{{RULES}, criterion="preference"}}'
-                "[$__rate_interval]))\n"
-                f'/ (sum by (pack, rule) (increase(scorer_score_value_count{{{RULES}, criterion="preference"}}'
-                "[$__rate_interval])) > 0)\n) - 2",
-                "{{pack}}/{{rule}}",
+                f"sum by (pack, rule, project) (increase(scorer_score_value_sum"
+                f'{{{SCORES}, criterion="preference"}}[$__rate_interval]))\n'
+                f"/ (sum by (pack, rule, project) (increase(scorer_score_value_count"
+                f'{{{SCORES}, criterion="preference"}}[$__rate_interval])) > 0)\n) - 2',
+                "{{pack}}/{{rule}} ({{project}})",
             ),
             min=-2,
             max=2,
@@ -191,12 +195,15 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "Thread rules (conversations and sessions): mean score over the range", "thread"
         ),
         graph(
-            "Scores per minute by status",
+            "Scores per minute by project and status",
             Query(
-                f"sum by (status) (rate(scorer_scores_total{{{RULES}}}[$__rate_interval])) * 60",
-                "{{status}}",
+                f"sum by (project, status) (rate(scorer_scores_total{{{SCORES}}}"
+                "[$__rate_interval])) * 60",
+                "{{project}} {{status}}",
             ),
             stack=True,
+            description="Projects not kept by SCORER_METRIC_PROJECTS (or past the first "
+            "SCORER_METRIC_PROJECT_LIMIT when it is unset) are counted under 'other'.",
         ),
         graph(
             "Mean score per rule (rate window)",
@@ -463,6 +470,9 @@ VARIABLES = {
     "pack": lambda: variable("pack", "label_values(scorer_rule_direction, pack)", "Pack"),
     "rule": lambda: variable(
         "rule", 'label_values(scorer_rule_direction{pack=~"$pack"}, rule)', "Rule"
+    ),
+    "project": lambda: variable(
+        "project", 'label_values(scorer_scores_total{pack=~"$pack"}, project)', "Project"
     ),
     "model": lambda: variable("model", "label_values(scorer_judge_calls_total, model)", "Model"),
 }

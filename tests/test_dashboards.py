@@ -91,6 +91,30 @@ def test_quality_and_pipeline_filter_by_rule_and_pack_and_judge_by_model() -> No
     assert "model" in {v["name"] for v in boards["judge.json"]["templating"]["list"]}
 
 
+SCORE_SERIES = re.compile(
+    r"\b(scorer_(?:scores_total|score_value_(?:sum|count)|low_scores_total)"
+    r"|scorer:(?:score_mean|scores|score_drop|low_score_share)[a-z0-9_:]*|ALERTS)(\{[^}]*\})?"
+)
+
+
+def test_the_quality_dashboard_selects_and_splits_scores_by_project() -> None:
+    """Every score series the quality dashboard reads is narrowed by the project variable,
+    and every per-rule sum and legend keeps the project apart."""
+    quality = dashboards()["quality.json"]
+    variable = next(v for v in quality["templating"]["list"] if v["name"] == "project")
+    assert variable["definition"] == 'label_values(scorer_scores_total{pack=~"$pack"}, project)'
+    selectors = [m for e in exprs(quality) for m in SCORE_SERIES.finditer(e)]
+    assert len(selectors) > 15
+    for match in selectors:
+        assert 'project=~"$project"' in (match.group(2) or ""), match.group(0)
+    for panel in quality["panels"]:
+        for target in panel["targets"]:
+            for by in re.findall(r"by \(([^)]*)\)", target["expr"]):
+                assert "project" in by, (panel["title"], by)
+            if "{{rule}}" in target["legendFormat"]:
+                assert "{{project}}" in target["legendFormat"], panel["title"]
+
+
 def exported_metric_names() -> set[str]:
     ScorerMetrics.default()  # registers every metric
     names = set()

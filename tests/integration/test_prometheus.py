@@ -39,6 +39,7 @@ VARIABLES = {
     "$__range": "10m",
     "$pack": ".*",
     "$rule": ".*",
+    "$project": ".*",
     "$model": ".*",
 }
 SELECTOR = re.compile(r"\b(?:scorer[A-Za-z0-9_:]*|up|ALERTS)\b(?:\{[^}]*\})?")
