@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from functools import partial
+from typing import NoReturn
 
 import faust
 
@@ -15,10 +17,12 @@ from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
 from .app import create_app
+from .config_errors import env_name
 from .engine.scorer import Scorer
 from .engine.silence import Silence, SilenceWatch
 from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON
+from .errors import ConfigError, ScorerError
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker
 from .kafka.io import check_cluster
@@ -112,7 +116,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         observer=metrics,
         security=settings.kafka,
     )
-    worker = faust.Worker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = ScorerWorker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
     # so every library builds a debug record per message (aiokafka logs one per send).
     worker.spinner = None
@@ -168,3 +172,59 @@ def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWa
             log.info("rule %s/%s matches traces again", rule.pack, rule.id)
 
     return SilenceWatch(ruleset.for_scope("trace"), after, report)
+
+
+class ScorerWorker(faust.Worker):
+    """Faust's worker, whose start-up failures we can name end the command as ours do (one
+    line, exit 2, through ``stream.cli.main``) instead of as mode's: a logged traceback, then
+    exit 1. A failure that is not ours to name keeps its traceback."""
+
+    start_error: ScorerError | None = None
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except ScorerError as exc:
+            self.start_error = exc
+        except OSError as exc:
+            self.start_error = self._listen_error(exc)
+            if self.start_error is None:
+                raise
+
+    def execute_from_commandline(self) -> NoReturn:
+        try:
+            super().execute_from_commandline()
+        except SystemExit:  # mode stops the worker, then exits; what stopped it is ours
+            if self.start_error is not None:
+                raise self.start_error from None
+            raise
+
+    def _listen_error(self, exc: OSError) -> ConfigError | None:
+        """The metrics endpoint (Faust's web server, the only thing a worker listens on)
+        could not listen where the settings say."""
+        host, port = self.app.conf.web_bind, self.app.conf.web_port
+        if f"{(host, port)}" not in str(exc):
+            return None
+        names = {n: env_name(Settings, n, os.environ) for n in ("web_host", "web_port")}
+        if exc.errno == errno.EADDRINUSE:
+            return ConfigError(
+                [
+                    f"{names['web_port']}: {host}:{port} is in use (another worker on this "
+                    f"host?): set {names['web_port']} to a free port for this worker's metrics"
+                ]
+            )
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return ConfigError(
+                [
+                    f"{names['web_host']}: {host} is not an address of this host: set it to "
+                    "one that is (0.0.0.0 for every interface)"
+                ]
+            )
+        if exc.errno == errno.EACCES:
+            return ConfigError(
+                [
+                    f"{names['web_port']}: not allowed to listen on port {port} (ports under "
+                    f"1024 need privileges): set {names['web_port']} to a higher one"
+                ]
+            )
+        return None

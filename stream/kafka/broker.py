@@ -40,13 +40,19 @@ class EmbeddedBroker:
     """A Tansu broker on 127.0.0.1, started and stopped by us."""
 
     def __init__(
-        self, port: int | None = None, log_path: Path | None = None, advertised: int | None = None
+        self,
+        port: int | None = None,
+        log_path: Path | None = None,
+        advertised: int | None = None,
+        advertised_host: str = "127.0.0.1",
     ) -> None:
         """``advertised``: the port clients are told to use (a TLS proxy in front), if not
-        the broker's own."""
+        the broker's own; ``advertised_host``: the host they are told (tests: one they cannot
+        reach, as a broker in a container advertising its own hostname)."""
         self.port = port or free_port()
         self.log_path = log_path
         self.advertised = advertised or self.port
+        self.advertised_host = advertised_host
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -68,7 +74,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                f"tcp://127.0.0.1:{self.advertised}",
+                f"tcp://{self.advertised_host}:{self.advertised}",
                 "--storage-engine",
                 "memory://tansu/",
             ],

@@ -162,12 +162,17 @@ async def collect_scores(
 
 
 async def check_cluster(
-    bootstrap: str, security: KafkaSecurity | None, timeout: float = 10.0
+    bootstrap: str,
+    security: KafkaSecurity | None,
+    timeout: float = 10.0,
+    broker_timeout: float = 5.0,
 ) -> None:
-    """Connect to the first bootstrap server as the worker will, once: a wrong password, an
-    untrusted certificate or an unreachable broker fails at once with a message that says
+    """Connect to the first bootstrap server as the worker will, once, then to every broker
+    it advertises: a wrong password, an untrusted certificate, an unreachable broker or one
+    that advertises an address this host cannot reach fails at once with a message that says
     which (Faust itself would retry for ever). Raises ``ScorerError``."""
     from aiokafka.conn import create_conn
+    from aiokafka.protocol.metadata import MetadataRequest
 
     host, _, port_text = bootstrap.split(",")[0].strip().rpartition(":")
     host, port = host.strip("[]") or "localhost", int(port_text or 9092)
@@ -184,7 +189,10 @@ async def check_cluster(
             create_conn(host, port, request_timeout_ms=int(timeout * 1000), **options(security)),
             timeout,
         )
-        conn.close()
+        try:  # the brokers as the cluster advertises them: clients go on to those
+            metadata = await asyncio.wait_for(conn.send(MetadataRequest([])), timeout)
+        finally:
+            conn.close()
     except ssl.SSLCertVerificationError as exc:
         if "hostname" in str(exc.verify_message).lower():
             raise ScorerError(
@@ -218,3 +226,53 @@ async def check_cluster(
         ) from None
     except (OSError, TimeoutError, KafkaError) as exc:
         raise ScorerError(f"{where}: cannot connect ({type(exc).__name__}: {exc})") from None
+    await check_advertised(f"{host}:{port}", metadata, security, broker_timeout)
+
+
+async def check_advertised(
+    bootstrap: str, metadata: Any, security: KafkaSecurity | None, timeout: float
+) -> None:
+    """Connect to each broker a metadata response advertises, as a client would after its
+    bootstrap. A broker that advertises an address this host cannot reach (a container's own
+    hostname, a port mapped elsewhere) raises ``ScorerError`` naming it and why."""
+    from aiokafka.cluster import ClusterMetadata
+    from aiokafka.conn import create_conn
+    from aiokafka.structs import BrokerMetadata
+
+    cluster = ClusterMetadata()
+    cluster.update_metadata(metadata)
+    brokers = sorted(
+        (b for b in cluster.brokers() if not cluster.is_bootstrap(b.nodeId)),
+        key=lambda b: str(b.nodeId),
+    )
+
+    async def unreachable(broker: BrokerMetadata) -> str | None:
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(
+                    broker.host,
+                    broker.port,
+                    request_timeout_ms=int(timeout * 1000),
+                    **options(security),
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            return f"no answer within {timeout:g}s"
+        except (OSError, KafkaError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        conn.close()
+        return None
+
+    reasons = await asyncio.gather(*(unreachable(b) for b in brokers))
+    if failed := [
+        f"broker {b.nodeId} at {b.host}:{b.port} ({reason})"
+        for b, reason in zip(brokers, reasons, strict=True)
+        if reason is not None
+    ]:
+        raise ScorerError(
+            f"Kafka at {bootstrap} advertises {' and '.join(failed)}, which cannot be reached "
+            "from here: clients connect to the "
+            "addresses a broker advertises, not to the bootstrap address; set the broker's "
+            "advertised.listeners to an address clients can reach"
+        )
