@@ -1,6 +1,6 @@
 """The ``project`` label of the score metrics, bounded: a project's own name for the projects
 it keeps, ``other`` for the rest, so the number of series stays bounded whatever project names
-traffic brings (design record 12).
+traffic brings (design record 14).
 
 Configured (``SCORER_METRIC_PROJECTS``), exactly the listed projects are kept: the same on
 every worker. Unset, the projects the loaded rules' filters name are kept, and so are the
