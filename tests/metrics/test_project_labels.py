@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 
 import pytest
-from fixtures import as_trace, fretcoach_rules, hub_trace, scorer, settings
+from fixtures import RULES_DIR, as_trace, fretcoach_rules, hub_trace, scorer, settings
 from prometheus_client import CollectorRegistry
 
 from stream.metrics import OTHER, ProjectLabels, ScorerMetrics
 from stream.metrics.projects import DEFAULT_PROJECT_LIMIT
 from stream.models import Scale, ScoreEvent
 from stream.ruleset.filters import PackFilter
+from stream.ruleset.loader import load_rules
 from stream.threads.events import SessionEvent
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
@@ -179,7 +180,7 @@ def test_the_rule_sets_projects_are_those_its_filters_name_after_pack_filters() 
 def thread_processor() -> ThreadProcessor:
     return ThreadProcessor(
         {},
-        gaps={"conversation": 900.0, "session": 900.0},
+        gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
         limits=ThreadLimits(),
         retention_s=3600.0,
         sessions_topic="coaching-sessions",
@@ -235,3 +236,35 @@ def test_a_session_score_is_labelled_with_the_sessions_project() -> None:
     assert routed.project_name == "studio-eu"
     (close,) = thread_processor().apply(0, routed)
     assert close.project_name == "studio-eu"
+
+
+def pair_trace(trace_id: str, variant: str) -> dict:
+    return {
+        "id": trace_id,
+        # the canary reports to its own project
+        "project_name": "assistant-canary" if variant == "B" else "assistant",
+        "name": "chat",
+        "input": {"messages": [{"role": "user", "content": "Reverse a string in Python."}]},
+        "output": {"messages": [{"role": "assistant", "content": f"answer {variant}"}]},
+        "metadata": {"comparison_id": "cmp-1", "variant": variant},
+    }
+
+
+async def test_a_pairs_preference_is_labelled_with_the_project_of_response_a() -> None:
+    """B (a canary in its own project) comes first; the pair is filed under A's project."""
+    rules = load_rules(RULES_DIR, ["critique"])
+    router, processor = ThreadRouter(rules), thread_processor()
+    closes: list[ThreadClose] = []
+    for trace_id, variant in (("t-b", "B"), ("t-a", "A")):
+        document = pair_trace(trace_id, variant)
+        event = router.pair_from_trace(as_trace(document), document, "llm-traces", ARRIVAL)
+        assert event is not None
+        closes += processor.apply(0, event)
+    (close,) = closes
+    result = await scorer(ruleset=rules).score_thread(close)  # no judge: one skipped score
+    (preference,) = result.scores
+    assert (preference.scope, preference.project_name) == ("pair", "assistant")
+
+    metrics = ScorerMetrics(CollectorRegistry())
+    metrics.on_score_published(preference)
+    assert projects_on(metrics) == {"assistant"}
