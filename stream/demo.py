@@ -23,6 +23,7 @@ from .engine.verdicts import NO_JUDGE_REASON
 from .kafka.broker import EmbeddedBroker, free_port
 from .kafka.io import collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
+from .ruleset.conversations import ConversationRules
 from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
@@ -43,6 +44,7 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
     """How many score events the worker must publish for these traces (rules that match and
     are sampled in publish exactly one score each, whatever its status)."""
     total = 0
+    conversations = ConversationRules.of(ruleset)
     conversation_rules: dict[str, set[str]] = defaultdict(set)  # thread id -> matched rules
     for item in items:
         if not isinstance(item, dict):
@@ -58,9 +60,10 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
         )
         if trace.thread_id:
             conversation_rules[trace.thread_id].update(
-                r.id for r in ruleset.thread_rules("conversation") if r.filter.matches(trace, topic)
+                r.id for r in conversations.matching(trace, topic)
             )
-    for thread_id, rule_ids in conversation_rules.items():
+    for thread_id, matched in conversation_rules.items():
+        rule_ids = conversations.judging(matched)
         total += sum(1 for r in ruleset.rules if r.id in rule_ids and r.sampled(thread_id))
     return total + expected_pair_scores(ruleset, items, topic)
 

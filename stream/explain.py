@@ -19,6 +19,7 @@ from .threads.router import NotPaired, ThreadRouter
 
 WOULD_JUDGE = "judge"  # the outcome shown for a rule that would call the judge
 PAIRS = "pair"  # the outcome shown for a comparison rule the trace would be one side of
+DISABLED = "disabled"  # the outcome shown for a rule switched off: the worker does not run it
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Explained:
 
     rule_id: str
     pack: str
-    outcome: str  # a decision outcome, or "judge": it would call the judge
+    outcome: str  # a decision outcome, "judge": it would call the judge, or "disabled"
     detail: str | None = None
     value: float | None = None
     prompt: str | None = None
@@ -71,6 +72,11 @@ def explain_trace(
             Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
         )
     explained.extend(_pairs(ruleset, trace, document, topic))
+    explained.extend(
+        Explained(off.rule.id, off.rule.pack, DISABLED, f"switched off by {off.by}")
+        for off in ruleset.disabled
+        if off.rule.scope != "thread"  # as the rules that run: thread rules are not explained
+    )
     order = {rule.id: i for i, rule in enumerate(ruleset.rules)}
     explained.sort(key=lambda e: order.get(e.rule_id, len(order)))
     return trace.id, explained

@@ -6,6 +6,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -88,6 +89,60 @@ class Trace(BaseModel):
             return []
         kept = (t for t in value if isinstance(t, str | int | float) and not isinstance(t, bool))
         return [str(t) for t in kept]
+
+    @cached_property
+    def view(self) -> dict[str, Any]:
+        """The trace as one JSON object, as a rule filter's ``when`` reads it: every field as
+        taken (unknown ones too, such as Opik's ``error_info``, ``total_estimated_cost`` and
+        ``duration``), times as ISO 8601 text, and, unless the trace carries a field of that
+        name, ``latency_s`` (end minus start time in seconds, else Opik's ``duration`` in
+        milliseconds / 1000, else null), ``cost`` (Opik's ``total_estimated_cost``, else null)
+        and ``error`` (true when the trace has an ``error_info`` or a span whose status is
+        ``error``). Built once, when first read: a trace is not changed after parsing."""
+        extra = self.model_extra or {}
+        computed = {
+            "latency_s": _latency_s(self),
+            "cost": _number(extra.get("total_estimated_cost")),
+        }
+        computed["error"] = bool(extra.get("error_info")) or _span_in_error(extra.get("spans"))
+        return {
+            **computed,
+            **extra,
+            "id": self.id,
+            "name": self.name,
+            "project_name": self.project_name,
+            "thread_id": self.thread_id,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+            "input": self.input,
+            "output": self.output,
+            "metadata": self.metadata,
+            "tags": self.tags,
+            "usage": self.usage,
+        }
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _latency_s(trace: Trace) -> float | None:
+    start, end = trace.start_time, trace.end_time
+    if start is not None and end is not None:
+        if (start.tzinfo is None) != (end.tzinfo is None):  # a naive time is taken as UTC
+            start, end = (
+                start.replace(tzinfo=start.tzinfo or UTC),
+                end.replace(tzinfo=end.tzinfo or UTC),
+            )
+        return (end - start).total_seconds()
+    duration_ms = _number((trace.model_extra or {}).get("duration"))
+    return duration_ms / 1000 if duration_ms is not None else None
+
+
+def _span_in_error(spans: Any) -> bool:
+    if not isinstance(spans, list):
+        return False
+    return any(isinstance(span, dict) and span.get("status") == "error" for span in spans)
 
 
 def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:

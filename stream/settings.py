@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # a deployment's filters over the packs' own (JSON): {"fretcoach": {"projects": ["prod"],
     # "trace_names": {"hub-coach-chat": ["hub-chat-v2"]}}}; the rule files stay as shipped
     pack_filters: dict[str, PackFilter] = Field(default_factory=dict)
+    # rule ids switched off (JSON list), as "enabled: false" in their files would; an id that
+    # names no loaded rule fails start-up
+    disabled_rules: list[str] = Field(default_factory=list)
     # a trace rule that matched none of this many traces in a row is reported silent (a
     # warning naming what it saw instead, and scorer_rule_silent); 0: never
     silent_after_traces: int = Field(default=500, ge=0)

@@ -19,7 +19,7 @@ from .agents.traces import register_trace_agent
 from .app import create_app
 from .config_errors import env_name
 from .engine.scorer import Scorer
-from .engine.silence import Silence, SilenceWatch
+from .engine.silence import Silence, SilenceWatch, UnjudgedThreads
 from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON
 from .errors import ConfigError, ScorerError
@@ -159,7 +159,8 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
 
 
 def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWatch | None:
-    """Reports trace rules that match no traffic: one warning each, and scorer_rule_silent."""
+    """Reports trace rules that match no traffic: one warning each, and scorer_rule_silent;
+    and traces with a thread id that no conversation rule matches: a warning naming them."""
     if not after:
         return None
 
@@ -171,7 +172,16 @@ def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWa
         else:
             log.info("rule %s/%s matches traces again", rule.pack, rule.id)
 
-    return SilenceWatch(ruleset.for_scope("trace"), after, report)
+    def report_threads(unjudged: UnjudgedThreads) -> None:
+        log.warning("%s", unjudged.describe())
+
+    return SilenceWatch(
+        ruleset.for_scope("trace"),
+        after,
+        report,
+        ruleset.thread_rules("conversation"),
+        report_threads,
+    )
 
 
 class ScorerWorker(faust.Worker):

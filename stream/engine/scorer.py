@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import MissingVariable
 from ..models import Trace
 from ..observer import Observer
+from ..ruleset.conversations import ConversationRules
 from ..ruleset.schema import AnyRule, ComparisonRule, RuleSet
 from ..threads.state import ThreadClose
 from .context import ScoringContext
@@ -57,6 +58,7 @@ class Scorer:
             observer or Observer(),
         )
         self.trace_rules = ruleset.for_scope("trace")
+        self.conversations = ConversationRules.of(ruleset)
 
     @property
     def judge(self) -> Judge | None:
@@ -91,14 +93,14 @@ class Scorer:
             matched.append(rule.id)
             self._plan_rule(plan, rule, document)
         if self.silence is not None:
-            self.silence.saw(trace, matched)
+            self.silence.saw(trace, matched, topic)
         return plan
 
     def plan_thread(self, close: ThreadClose) -> Plan:
         """The thread rules of ``close``'s kind on the thread document of that close.
 
         Conversation rules apply when their filter matched a trace of the thread (the trace
-        agent records that); session rules filter on the session's project and topic. An
+        agent records that), fallback ones only if no other did; session rules filter on the session's project and topic. An
         empty thread is not sent to a judge (``skipped``); checks decide for themselves.
         """
         document = close.pending.document
@@ -109,9 +111,10 @@ class Scorer:
             return plan
         as_trace = Trace(id=close.thread_id, project_name=close.project_name)
         ctx = self.context
+        judging = self.conversations.judging(close.pending.rules)
         for rule in self.ruleset.thread_rules(close.kind):
             if close.kind == "conversation":
-                why = None if rule.id in close.pending.rules else "no trace of the thread matched"
+                why = None if rule.id in judging else _not_judging(rule.id, close.pending.rules)
             else:
                 why = rule.filter.mismatch(as_trace, close.topic)
             if why is not None:
@@ -163,3 +166,10 @@ class Scorer:
             *(kind_of(job.rule).run(self.context, job, plan) for job in plan.judge_jobs)
         )
         return TraceResult(plan.outcomes + list(judged))
+
+
+def _not_judging(rule_id: str, matched: list[str]) -> str:
+    """Why a conversation rule does not judge a thread."""
+    if rule_id in matched:  # a fallback rule, and another rule claims the thread
+        return "a fallback rule: other conversation rules judge this thread"
+    return "no trace of the thread matched"

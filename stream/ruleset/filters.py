@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..models import Trace, stable_fraction
 from .paths import compile_path
 from .specs import Strict
+from .when import WhenExpression, compile_when
 
 
 class RuleFilter(Strict):
@@ -22,12 +24,30 @@ class RuleFilter(Strict):
     metadata: dict[str, Any] | None = Field(
         default=None, description="JMESPath (into trace metadata) -> required value"
     )
+    when: str | None = Field(
+        default=None,
+        min_length=1,
+        description="JMESPath over the whole trace (Trace.view); the trace matches when the "
+        "result is truthy. matches(subject, pattern) tests a regular expression",
+    )
 
     @model_validator(mode="after")
     def _paths_compile(self) -> RuleFilter:
         for path in self.metadata or {}:
             compile_path(path)
         return self
+
+    @field_validator("when")
+    @classmethod
+    def _when_compiles(cls, when: str | None) -> str | None:
+        if when is not None:
+            compile_when(when)  # ValueError: the loader names the field filter.when
+        return when
+
+    @cached_property
+    def when_expression(self) -> WhenExpression | None:
+        """``when``, compiled (once: it was checked when the rule loaded)."""
+        return compile_when(self.when) if self.when is not None else None
 
     def matches(self, trace: Trace, topic: str | None = None) -> bool:
         return self.mismatch(trace, topic) is None
@@ -49,6 +69,8 @@ class RuleFilter(Strict):
             found = compile_path(path).search(trace.metadata)
             if found != expected:
                 return f"filter.metadata {path!r} = {expected!r}: it is {found!r}"
+        if self.when_expression is not None:  # last: the trace's view is built only here
+            return self.when_expression.mismatch(trace.view)
         return None
 
 

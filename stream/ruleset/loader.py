@@ -4,18 +4,28 @@ Adding a pack is adding a folder."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 from pydantic import ValidationError
 
-from ..errors import RuleFileError
+from ..errors import RuleFileError, ScorerError
 from .filters import PackFilter
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
-from .schema import RULE_ADAPTER, AnyRule, ComparisonRule, PackCode, RuleSet
+from .schema import (
+    DISABLED_BY_SETTING,
+    DISABLED_IN_FILE,
+    RULE_ADAPTER,
+    AnyRule,
+    ComparisonRule,
+    DisabledRule,
+    PackCode,
+    RuleSet,
+)
 
 
 def _format_validation_error(exc: ValidationError) -> list[str]:
@@ -83,7 +93,8 @@ def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path
 
 
 def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None:
-    """Threads of one kind are folded and closed once for every rule: their specs must agree
+    """Threads of one kind are closed once for every rule, and folded once for every rule
+    that folds alike (the fallback conversation rules, or the others): their specs must agree
     (and pairs are made once for every comparison rule: their pairings must agree)."""
     if isinstance(rule, ComparisonRule):
         first = next((r for r in loaded if isinstance(r, ComparisonRule)), None)
@@ -96,25 +107,37 @@ def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None
     if rule.thread is None:
         return None
     for other in loaded:
-        if (
-            other.thread is not None
-            and other.thread.kind == rule.thread.kind
-            and other.thread.folding() != rule.thread.folding()
-        ):
+        if other.thread is None or other.thread.kind != rule.thread.kind:
+            continue
+        if other.thread.fallback != rule.thread.fallback:
+            if other.thread.inactivity_gap_s != rule.thread.inactivity_gap_s:
+                return (
+                    f"field thread: inactivity_gap_s differs from rule {other.id!r}; every "
+                    f"{rule.thread.kind} rule of a rule set must use the same gap"
+                )
+        elif other.thread.folding() != rule.thread.folding():
+            group = "fallback " if rule.thread.fallback else ""
             return (
                 "field thread: user/assistant/end paths or inactivity_gap_s differ from "
-                f"rule {other.id!r}; every {rule.thread.kind} rule of a rule set must use "
-                "the same ones"
+                f"rule {other.id!r}; every {group}{rule.thread.kind} rule of a rule set must "
+                "use the same ones"
             )
     return None
 
 
 def check_rules(
-    rules_dir: Path, packs: Iterable[str] | None = None
+    rules_dir: Path, packs: Iterable[str] | None = None, disabled: Collection[str] = ()
 ) -> tuple[RuleSet, list[RuleFileError]]:
-    """Load every rule file, collecting all errors instead of stopping at the first."""
+    """Load every rule file, collecting all errors instead of stopping at the first.
+
+    A rule switched off (``enabled: false`` in its file, or its id in ``disabled``: the
+    deployment's SCORER_DISABLED_RULES) is validated like the others and kept apart in
+    ``RuleSet.disabled``: it does not constrain the rules that run (their thread specs need
+    not agree with its) and is not part of the digest, which covers the rules that run.
+    """
     errors: list[RuleFileError] = []
     rules: list[AnyRule] = []
+    switched_off: list[DisabledRule] = []
     seen: dict[str, Path] = {}
     digest = hashlib.sha256()
     try:
@@ -140,23 +163,60 @@ def check_rules(
                 )
             )
             continue
+        if not rule.enabled or rule.id in disabled:
+            seen[rule.id] = path
+            by = DISABLED_IN_FILE if not rule.enabled else DISABLED_BY_SETTING
+            switched_off.append(DisabledRule(rule, by))
+            continue
         if problem := _conflicting_thread_spec(rule, rules):
             errors.append(RuleFileError(str(path), [problem]))
             continue
         seen[rule.id] = path
         rules.append(rule)
         digest.update(path.read_bytes())
-    return RuleSet(rules=rules, digest=digest.hexdigest()[:12]), errors
+    return RuleSet(rules, digest.hexdigest()[:12], switched_off), errors
 
 
-def load_rules(rules_dir: Path, packs: Iterable[str] | None = None) -> RuleSet:
-    """Load a rule set or fail with every problem found (start-up must not half-load)."""
-    ruleset, errors = check_rules(rules_dir, packs)
+def load_rules(
+    rules_dir: Path, packs: Iterable[str] | None = None, disabled: Collection[str] = ()
+) -> RuleSet:
+    """Load a rule set or fail with every problem found (start-up must not half-load).
+
+    ``disabled``: rule ids switched off (SCORER_DISABLED_RULES); one that names no rule of
+    these packs is a mistake, not a silent no-op."""
+    ruleset, errors = check_rules(rules_dir, packs, disabled)
     if errors:
         raise RuleFileError(str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems])
+    if unknown := unknown_rule_ids(ruleset, disabled):
+        raise ScorerError(f"{DISABLED_BY_SETTING} {unknown}")
     if not ruleset.rules:
-        raise RuleFileError(str(rules_dir), ["no rule files found"])
+        why = "no rule files found"
+        if ruleset.disabled:
+            why = (
+                f"every rule is switched off ({len(ruleset.disabled)} by {DISABLED_IN_FILE} "
+                f"or {DISABLED_BY_SETTING}): a worker would score nothing"
+            )
+        raise RuleFileError(str(rules_dir), [why])
     return ruleset
+
+
+def unknown_rule_ids(ruleset: RuleSet, ids: Iterable[str]) -> str | None:
+    """What is wrong with rule ids that name no loaded rule (with the nearest loaded id, for
+    a typo), or None when every one names a rule."""
+    known = ruleset.ids
+    unknown = sorted(set(ids) - known)
+    if not unknown:
+        return None
+    hints = []
+    for rule_id in unknown:
+        if near := difflib.get_close_matches(rule_id, known, n=1):
+            hints.append(f"{rule_id!r}: did you mean {near[0]!r}?")
+    packs = sorted({r.pack for r in ruleset.rules} | {d.rule.pack for d in ruleset.disabled})
+    return (
+        f"names rules that are not loaded: {unknown}"
+        + (f" ({'; '.join(hints)})" if hints else "")
+        + f"; the packs loaded are {packs}"
+    )
 
 
 class RulesConfig(Protocol):
@@ -168,10 +228,14 @@ class RulesConfig(Protocol):
     def packs(self) -> list[str] | None: ...
     @property
     def pack_filters(self) -> Mapping[str, PackFilter]: ...
+    @property
+    def disabled_rules(self) -> list[str]: ...
 
 
 def deployment_rules(config: RulesConfig, packs: list[str] | None = None) -> RuleSet:
     """The rule set a deployment runs: the packs' rule files (``packs``, or the configured
-    ones), with the deployment's pack filters over their own."""
-    loaded = load_rules(config.rules_dir, packs if packs is not None else config.packs)
+    ones) but the rules switched off (``enabled: false``, SCORER_DISABLED_RULES), with the
+    deployment's pack filters over their own. Reads the files anew at every call."""
+    chosen = packs if packs is not None else config.packs
+    loaded = load_rules(config.rules_dir, chosen, config.disabled_rules)
     return loaded.with_pack_filters(config.pack_filters)

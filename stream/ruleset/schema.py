@@ -75,6 +75,11 @@ class RuleBase(Strict):
     thread: ThreadSpec | None = Field(
         default=None, description="Thread-scope rules only; variables map into the thread document"
     )
+    enabled: bool = Field(
+        default=True,
+        description="false: validated like any rule, but not run (SCORER_DISABLED_RULES "
+        "switches rules off without editing their files)",
+    )
 
     @model_validator(mode="after")
     def _thread_matches_scope(self) -> RuleBase:
@@ -84,6 +89,11 @@ class RuleBase(Strict):
             )
         if self.scope != "thread" and self.thread is not None:
             raise ValueError("a thread section is for thread-scope rules only")
+        if self.thread is not None and self.thread.kind == "session" and self.filter.when:
+            raise ValueError(
+                "filter.when is for rules over traces: a session rule filters on the "
+                "session's project and topic only"
+            )
         if self.scope == "pair" and not isinstance(self, ComparisonRule):
             raise ValueError("scope: pair is for comparison rules (kind: comparison) only")
         return self
@@ -316,12 +326,32 @@ Rule = Annotated[AnyRule, Field(discriminator="kind")]
 RULE_ADAPTER: TypeAdapter[AnyRule] = TypeAdapter(Rule)
 
 
+DISABLED_IN_FILE = "enabled: false"
+DISABLED_BY_SETTING = "SCORER_DISABLED_RULES"
+
+
+@dataclass(frozen=True)
+class DisabledRule:
+    """A rule loaded and validated but not run, and what switched it off (``by``: its file's
+    ``enabled: false``, or ``SCORER_DISABLED_RULES``)."""
+
+    rule: AnyRule
+    by: str
+
+
 @dataclass
 class RuleSet:
-    """The loaded rules, with a hash that identifies this exact set."""
+    """The rules a worker runs, with a hash that identifies this exact set (the rules switched
+    off are not in it, and are kept apart in ``disabled`` for listings)."""
 
     rules: list[AnyRule] = field(default_factory=list)
     digest: str = ""
+    disabled: list[DisabledRule] = field(default_factory=list)
+
+    @property
+    def ids(self) -> set[str]:
+        """Every loaded rule's id, switched off or not."""
+        return {r.id for r in self.rules} | {d.rule.id for d in self.disabled}
 
     def for_scope(self, scope: str) -> list[AnyRule]:
         return [r for r in self.rules if r.scope == scope]
@@ -369,4 +399,4 @@ class RuleSet:
         ]
         applied = orjson.dumps({pack: f.model_dump() for pack, f in sorted(overrides.items())})
         digest = hashlib.sha256(self.digest.encode() + applied).hexdigest()[:12]
-        return RuleSet(rules, digest)
+        return RuleSet(rules, digest, self.disabled)

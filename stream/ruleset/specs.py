@@ -167,6 +167,11 @@ class ThreadSpec(Strict):
     conversation finished when its value is true. ``session``: coaching-session events, which
     end with an ``end`` event. Either closes after ``inactivity_gap_s`` without activity
     (None: the deployment's ``SCORER_THREAD_INACTIVITY_GAP_S``, 15 minutes like Opik).
+
+    ``fallback`` (conversations only): the rule judges only the conversations that no other
+    conversation rule claims, so a generic pack scores any thread and stands back where a
+    pack written for the application (its trace names) judges it; its turn paths may differ
+    from the other rules' (design record 12).
     """
 
     kind: Literal["conversation", "session"]
@@ -174,6 +179,11 @@ class ThreadSpec(Strict):
     assistant: str | None = None
     end: str | None = None
     inactivity_gap_s: float | None = Field(default=None, gt=0)
+    fallback: bool = Field(
+        default=False,
+        description="Judge only conversations no other (non-fallback) conversation rule "
+        "matches a trace of",
+    )
 
     @model_validator(mode="after")
     def _turn_paths(self) -> ThreadSpec:
@@ -186,10 +196,13 @@ class ThreadSpec(Strict):
                     compile_path(path)
         elif paths != (None, None) or self.end is not None:
             raise ValueError("user, assistant and end paths are for conversation threads only")
+        elif self.fallback:
+            raise ValueError("fallback is for conversation threads only")
         return self
 
     def folding(self) -> tuple[Any, ...]:
-        """What every rule of one thread kind must agree on: threads are folded once."""
+        """What the rules of one thread kind that fold alike (the fallback ones, or the others)
+        must agree on: their threads' turns are read once."""
         return (self.user, self.assistant, self.end, self.inactivity_gap_s)
 
 

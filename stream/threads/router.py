@@ -16,8 +16,10 @@ from typing import Any, Literal, NamedTuple
 
 from ..models import Trace
 from ..observer import Observer
-from ..ruleset.paths import compile_path
+from ..ruleset.conversations import ConversationRules
+from ..ruleset.paths import CompiledPath, compile_path
 from ..ruleset.schema import RuleSet
+from ..ruleset.specs import ThreadSpec
 from .events import SessionEvent, ThreadEvent
 from .turns import PairMember, Turn, capped_document
 
@@ -64,6 +66,29 @@ class NotPaired:
     unknown_variant: bool = False
 
 
+class TurnPaths(NamedTuple):
+    """Where a trace's turn is read: its user and assistant messages, and its end mark."""
+
+    user: CompiledPath | None
+    assistant: CompiledPath | None
+    end: CompiledPath | None
+
+    @classmethod
+    def of(cls, spec: ThreadSpec | None) -> TurnPaths:
+        def compiled(path: str | None) -> CompiledPath | None:
+            return compile_path(path) if path else None
+
+        if spec is None:
+            return cls(None, None, None)
+        return cls(compiled(spec.user), compiled(spec.assistant), compiled(spec.end))
+
+    def read(self, document: Any) -> tuple[list[dict[str, Any]], bool]:
+        """The turn's messages and whether it marks its conversation finished."""
+        user = self.user.search(document) if self.user else None
+        assistant = self.assistant.search(document) if self.assistant else None
+        return _messages(user, assistant), bool(self.end and self.end.search(document))
+
+
 class ThreadRouter:
     """Turns traces and session events into thread events, as the rule set asks."""
 
@@ -74,12 +99,13 @@ class ThreadRouter:
         observer: Observer | None = None,
     ) -> None:
         self.turn_max_bytes = turn_max_bytes
-        self.conversation_rules = ruleset.thread_rules("conversation")
+        self.conversations = ConversationRules.of(ruleset)
+        self.conversation_rules = self.conversations.rules
         self.session_rules = ruleset.thread_rules("session")
-        spec = ruleset.thread_spec("conversation")
-        self._user = compile_path(spec.user) if spec and spec.user else None
-        self._assistant = compile_path(spec.assistant) if spec and spec.assistant else None
-        self._end = compile_path(spec.end) if spec and spec.end else None
+        # each group of conversation rules reads turns with its own paths
+        self._turn_paths = {
+            fallback: TurnPaths.of(self.conversations.spec(fallback)) for fallback in (False, True)
+        }
         self.pair_rules = ruleset.pair_rules()
         self.pair = ruleset.pair_spec()
         self._pair_key = compile_path(self.pair.key) if self.pair else None
@@ -109,14 +135,13 @@ class ThreadRouter:
         it); ``key``: its message's key, if known."""
         if trace.thread_id is None or not self.conversation_rules:
             return None
-        rules = [r.id for r in self.conversation_rules if r.filter.matches(trace, topic)]
-        if not rules:
+        matched = self.conversations.matching(trace, topic)
+        if not matched:
             return None
-        user = self._user.search(document) if self._user else None
-        assistant = self._assistant.search(document) if self._assistant else None
-        turn = Turn(
-            key=trace.id, event_time=_moment(trace, arrival), messages=_messages(user, assistant)
-        )
+        rules = [r.id for r in matched]
+        fallback = matched[0].thread is not None and matched[0].thread.fallback
+        messages, end = self._turn_paths[fallback].read(document)
+        turn = Turn(key=trace.id, event_time=_moment(trace, arrival), messages=messages)
         return ThreadEvent(
             type="turn",
             kind="conversation",
@@ -126,7 +151,7 @@ class ThreadRouter:
             source=source,
             spread=_spread(key, trace.thread_id),
             turn=turn.capped(self.turn_max_bytes),
-            end=bool(self._end and self._end.search(document)),
+            end=end,
             rules=rules,
         )
 

@@ -271,7 +271,7 @@ PACK_BREAKAGES = [
 ]
 
 
-@pytest.mark.parametrize("pack", ["fretcoach", "mlflow", "critique", "coaching"])
+@pytest.mark.parametrize("pack", ["fretcoach", "mlflow", "critique", "coaching", "conversation"])
 def test_cli_rules_check_passes_on_each_shipped_pack(pack: str) -> None:
     result = CliRunner().invoke(app, ["rules", "check", str(RULES_DIR), "--pack", pack])
     assert result.exit_code == 0, result.output

@@ -9,7 +9,7 @@ from fixtures import RULES_DIR, as_trace, fretcoach_rules, hub_trace, live_trace
 
 from stream.ruleset.loader import load_rules
 from stream.threads.events import SessionEvent, table_key
-from stream.threads.router import ThreadRouter
+from stream.threads.router import ThreadRouter, TurnPaths
 
 ARRIVAL = 1_800_000_000.0
 
@@ -170,3 +170,34 @@ def test_a_message_keyed_by_its_thread_id_is_not_spread_and_one_keyed_otherwise_
     turn = SessionEvent(session_id="s-1", type="end", seq=9)
     assert router.from_session(turn, ARRIVAL, "coaching-sessions:0", b"s-1").spread is False
     assert router.from_session(turn, ARRIVAL, "coaching-sessions:0").spread is True
+
+
+def test_each_group_of_conversation_rules_reads_turns_with_its_own_paths() -> None:
+    """FretCoach's hub traces go to its rules, read with its paths; any other trace with a
+    thread id to the conversation pack's fallback rules, read with theirs."""
+    router = ThreadRouter(load_rules(RULES_DIR, ["fretcoach", "conversation"]))
+    hub = conversation()
+    event = router.from_trace(as_trace(hub), hub, "llm-traces", ARRIVAL)
+    assert event is not None and event.turn is not None
+    assert event.rules == ["hub_conversational_coherence", "hub_user_frustration_score"]
+    mine = {
+        "id": "run-1",
+        "name": "AgentExecutor",
+        "project_name": "mine",
+        "thread_id": "conv-1",
+        "input": {"input": [{"role": "user", "content": "What is 2 + 2?"}]},
+        "output": {"output": "4"},
+    }
+    event = router.from_trace(as_trace(mine), mine, "llm-traces", ARRIVAL)
+    assert event is not None and event.turn is not None
+    assert event.rules == [
+        "conversation_coherence",
+        "conversation_goal_completion",
+        "conversation_user_frustration",
+    ]
+    assert event.turn.messages == [
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    # FretCoach's paths would read no message from it: the fallback paths are the ones used
+    assert TurnPaths.of(router.conversations.spec(fallback=False)).read(mine) == ([], False)
