@@ -99,6 +99,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         settings.rules_dir,
         ruleset.digest,
     )
+    for off in ruleset.disabled:
+        log.info("rule %s/%s is switched off (%s)", off.rule.pack, off.rule.id, off.by)
     lag_meter = LagMeter(
         app,
         [
