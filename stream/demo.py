@@ -21,7 +21,7 @@ from rich.table import Table
 from .engine.scorer import primary_shape
 from .engine.verdicts import NO_JUDGE_REASON
 from .kafka.broker import EmbeddedBroker, free_port
-from .kafka.io import collect_scores, ensure_topics, produce, read_traces
+from .kafka.io import check_cluster, collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
 from .ruleset.conversations import ConversationRules
 from .ruleset.loader import deployment_rules
@@ -153,6 +153,8 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
             bootstrap = broker.bootstrap
             console.print(f"[bold]embedded broker[/] (Tansu) on {bootstrap}")
         security = None if broker else settings.kafka
+        if broker is None:  # its credentials and advertised brokers, before any topic
+            asyncio.run(check_cluster(bootstrap, settings.kafka))
         asyncio.run(
             ensure_topics(
                 bootstrap,

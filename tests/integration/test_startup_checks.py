@@ -63,13 +63,13 @@ async def test_a_broker_advertising_where_it_listens_passes(broker: EmbeddedBrok
     await asyncio.wait_for(check_cluster(broker.bootstrap, None), 15)
 
 
-def test_the_worker_and_replay_stop_in_one_line_at_a_misadvertised_broker(
+def test_the_worker_replay_and_demo_stop_in_one_line_at_a_misadvertised_broker(
     misadvertised: tuple[EmbeddedBroker, int], tmp_path: Path
 ) -> None:
     broker, advertised = misadvertised
     traces = tmp_path / "t.jsonl"
     traces.write_text('{"id": "t1"}\n')
-    for args in (["worker"], ["replay", str(traces)]):
+    for args in (["worker"], ["replay", str(traces)], ["demo", "--timeout", "5"]):
         started = time.monotonic()
         result = run_scorer(args, tmp_path, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap)
         said = one_error_line(result)
