@@ -13,7 +13,7 @@ from typing import Protocol
 import yaml
 from pydantic import ValidationError
 
-from ..errors import RuleFileError, ScorerError
+from ..errors import ConfigError, RuleFileError
 from .filters import PackFilter
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
 from .schema import (
@@ -188,7 +188,7 @@ def load_rules(
     if errors:
         raise RuleFileError(str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems])
     if unknown := unknown_rule_ids(ruleset, disabled):
-        raise ScorerError(f"{DISABLED_BY_SETTING} {unknown}")
+        raise ConfigError([f"{DISABLED_BY_SETTING} {unknown}"])
     if not ruleset.rules:
         why = "no rule files found"
         if ruleset.disabled:

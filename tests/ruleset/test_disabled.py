@@ -14,7 +14,7 @@ from fixtures import RULES_DIR, as_trace, hub_trace, scorer
 from typer.testing import CliRunner
 
 from stream.cli import app
-from stream.errors import RuleFileError, ScorerError
+from stream.errors import ConfigError, RuleFileError
 from stream.explain import DISABLED, explain_trace
 from stream.ruleset.loader import check_rules, deployment_rules, load_rules
 from stream.settings import Settings
@@ -96,7 +96,7 @@ def test_an_unknown_id_in_the_setting_is_a_clear_error(
     deployment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SCORER_DISABLED_RULES", '["hub_answer_corectness", "no_such_rule"]')
-    with pytest.raises(ScorerError) as caught:
+    with pytest.raises(ConfigError) as caught:
         deployment_rules(Settings())
     assert str(caught.value) == (
         "SCORER_DISABLED_RULES names rules that are not loaded: ['hub_answer_corectness', "
@@ -105,7 +105,7 @@ def test_an_unknown_id_in_the_setting_is_a_clear_error(
     )
     # a rule of a pack this deployment does not load is not loaded either
     monkeypatch.setenv("SCORER_DISABLED_RULES", '["response_comparison"]')
-    with pytest.raises(ScorerError, match=r"not loaded: \['response_comparison'\]"):
+    with pytest.raises(ConfigError, match=r"not loaded: \['response_comparison'\]"):
         deployment_rules(Settings())
 
 
