@@ -1,6 +1,9 @@
 """Consume score events into your own store: here SQLite, one row per score_id.
 
-    python examples/consume_scores.py --bootstrap localhost:9092 --db scores.sqlite
+    python examples/consume_scores.py --db scores.sqlite
+
+The broker is --bootstrap, else KAFKA_BOOTSTRAP_SERVERS, else the embedded broker that your
+`scorer worker` or `scorer demo --keep-running` runs (its address is recorded while it runs).
 
 Delivery is at-least-once, and a redelivered score carries the same deterministic score_id,
 so an upsert on score_id makes duplicates harmless. Offsets are committed only after the rows
@@ -15,10 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sqlite3
 
 from aiokafka import AIOKafkaConsumer
 
+from stream.kafka.broker import EMBEDDED_PORT, recorded_bootstrap
 from stream.kafka.security import KafkaSecurity
 
 FIELDS = (
@@ -75,7 +80,13 @@ async def consume(bootstrap: str, topic: str, group: str, db: str, idle_s: float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default="localhost:9092")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        or recorded_bootstrap()
+        or f"127.0.0.1:{EMBEDDED_PORT}",
+        help="host:port (default: KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)",
+    )
     parser.add_argument("--topic", default="scores")
     parser.add_argument("--group", default="scores-to-sqlite")
     parser.add_argument("--db", default="scores.sqlite")

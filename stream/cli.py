@@ -36,12 +36,20 @@ def demo(
         Path | None, typer.Option(help="Traces to produce (default: bundled samples)")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for every score")] = 120.0,
+    keep_running: Annotated[
+        bool,
+        typer.Option(
+            "--keep-running",
+            help="Keep the broker (port 9092), the worker and its metrics endpoint (port 6066) "
+            "up after the summary, until Ctrl-C",
+        ),
+    ] = False,
 ) -> None:
     """Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set) and a worker, produce
     the sample traces and print a summary of the scores that come back."""
     from .demo import run_demo
 
-    raise typer.Exit(run_demo(Settings(), traces, timeout, console))
+    raise typer.Exit(run_demo(Settings(), traces, timeout, console, keep_running))
 
 
 @app.command()
@@ -64,13 +72,27 @@ def replay(
     ],
     topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
 ) -> None:
-    """Produce traces from a file, for backfills and demos (needs KAFKA_BOOTSTRAP_SERVERS)."""
+    """Produce traces from a file, for backfills and demos (into KAFKA_BOOTSTRAP_SERVERS, else
+    the embedded broker a running `scorer worker` or `scorer demo --keep-running` started)."""
+    from .kafka.broker import recorded_bootstrap
     from .kafka.io import check_cluster, produce, read_traces
+    from .kafka.security import KafkaSecurity
 
     settings = Settings()
     if not settings.kafka_bootstrap_servers:
-        console.print("[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/]")
-        raise typer.Exit(2)
+        embedded = recorded_bootstrap()
+        if embedded is None:
+            console.print(
+                "[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/] (or start "
+                "`scorer worker`: its embedded broker is found by itself)"
+            )
+            raise typer.Exit(2)
+        console.print(f"replaying into the embedded broker on {embedded}")
+        # plaintext, as the embedded broker is
+        settings = settings.model_copy(
+            update={"kafka_bootstrap_servers": embedded, "kafka": KafkaSecurity.model_construct()}
+        )
+    assert settings.kafka_bootstrap_servers is not None
     asyncio.run(check_cluster(settings.kafka_bootstrap_servers, settings.kafka))
     items = read_traces(file)
     target = topic or settings.traces_topic

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -20,7 +23,8 @@ from rich.table import Table
 
 from .engine.scorer import primary_shape
 from .engine.verdicts import NO_JUDGE_REASON
-from .kafka.broker import EmbeddedBroker, free_port
+from .errors import ScorerError
+from .kafka.broker import EmbeddedBroker, free_port, how_to_use, port_free, user_broker
 from .kafka.io import check_cluster, collect_scores, ensure_topics, produce, read_traces
 from .models import Trace
 from .ruleset.conversations import ConversationRules
@@ -132,7 +136,59 @@ def summary_table(scores: dict[str, dict[str, Any]], ruleset: RuleSet) -> Table:
     return table
 
 
-def run_demo(settings: Settings, traces_file: Path | None, timeout: float, console: Console) -> int:
+def check_judge_reachable(base_url: str | None, timeout: float = 3.0) -> None:
+    """Fail at once, in one line, when the configured judge cannot be connected to (the demo
+    would otherwise wait its whole timeout for scores that never come)."""
+    if not base_url:
+        return
+    url = urllib.parse.urlsplit(base_url)
+    if not url.hostname:
+        raise ScorerError(f"OPENAI_BASE_URL {base_url!r} is not a URL (http://host:port/v1)")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout).close()
+    except OSError as exc:
+        raise ScorerError(
+            f"the judge at OPENAI_BASE_URL={base_url} cannot be reached ({exc}): start it, or "
+            "unset OPENAI_BASE_URL to run the demo without a judge"
+        ) from None
+
+
+def judge_trouble(metrics_text: str) -> str | None:
+    """What the worker's metrics say went wrong with the judge, if anything."""
+    down = [
+        line.split("{", 1)[1].split("}", 1)[0]
+        for line in metrics_text.splitlines()
+        if line.startswith("scorer_judge_available{") and float(line.rsplit(" ", 1)[1]) == 0
+    ]
+    if down:
+        return f"the judge was unavailable ({', '.join(down)}): see the worker's log above"
+    return None
+
+
+def wait_for_interrupt(console: Console, worker: subprocess.Popen[bytes]) -> None:
+    """Keep everything up until Ctrl-C (or SIGTERM), or until the worker stops by itself."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.is_set() and worker.poll() is None:
+            stop.wait(0.5)
+    except KeyboardInterrupt:  # a terminal's Ctrl-C reaches the worker too: not "by itself"
+        stop.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not stop.is_set():
+        console.print(f"[red]the worker stopped by itself (exit code {worker.returncode})[/]")
+    console.print("stopping the worker and the broker")
+
+
+def run_demo(
+    settings: Settings,
+    traces_file: Path | None,
+    timeout: float,
+    console: Console,
+    keep_running: bool = False,
+) -> int:
     items = (
         read_traces(traces_file)
         if traces_file
@@ -146,12 +202,26 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
     broker: EmbeddedBroker | None = None
     bootstrap = settings.kafka_bootstrap_servers
     worker: subprocess.Popen[bytes] | None = None
-    web_port = free_port()
+    check_judge_reachable(settings.openai_base_url)
+    # kept running, the demo is for looking at: the documented ports; else any free ones
+    web_port = settings.web_port if keep_running else free_port()
+    if keep_running and not port_free(web_port):
+        raise ScorerError(
+            f"port {web_port} (SCORER_WEB_PORT, the metrics endpoint) is in use: stop what "
+            "uses it, or set SCORER_WEB_PORT to another port"
+        )
     try:
         if not bootstrap:
-            broker = EmbeddedBroker().start()
+            if keep_running:
+                broker = user_broker(settings.embedded_port, fixed=True)
+            else:
+                broker = EmbeddedBroker().start()
             bootstrap = broker.bootstrap
-            console.print(f"[bold]embedded broker[/] (Tansu) on {bootstrap}")
+            console.print(
+                how_to_use(bootstrap, settings.traces_topic, settings.scores_topic),
+                highlight=False,
+                markup=False,
+            )
         security = None if broker else settings.kafka
         if broker is None:  # its credentials and advertised brokers, before any topic
             asyncio.run(check_cluster(bootstrap, settings.kafka))
@@ -215,18 +285,27 @@ def run_demo(settings: Settings, traces_file: Path | None, timeout: float, conso
                 else ""
             )
         )
+        metrics_url = f"http://127.0.0.1:{web_port}/metrics"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=5) as resp:
-                lines = [
-                    ln
-                    for ln in resp.read().decode().splitlines()
-                    if ln.startswith("scorer_scores_total")
-                ]
-            console.print(
-                f"metrics: http://127.0.0.1:{web_port}/metrics ({len(lines)} scorer_scores_total series)"
-            )
+            with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+                text = resp.read().decode()
+            lines = [ln for ln in text.splitlines() if ln.startswith("scorer_scores_total")]
+            console.print(f"metrics: {metrics_url} ({len(lines)} scorer_scores_total series)")
+            if decided < expected and (trouble := judge_trouble(text)):
+                console.print(f"[red]{trouble}[/]")
         except OSError as exc:
             console.print(f"[red]metrics endpoint not reachable: {exc}[/]")
+        if decided < expected:
+            console.print(
+                f"[red]{expected - decided} scores did not come within {timeout:.0f}s[/] "
+                "(--timeout waits longer)"
+            )
+        if keep_running:
+            console.print(
+                f"the broker, the worker and {metrics_url} stay up: send more traces, scrape "
+                "the metrics, watch the dashboards (docs/operations.md#dashboards); Ctrl-C stops"
+            )
+            wait_for_interrupt(console, worker)
         return 0 if decided == expected else 1
     finally:
         if worker and worker.poll() is None:

