@@ -7,7 +7,7 @@ registry; ``stream.metrics.ScorerMetrics`` turns the callbacks into Prometheus m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .models import ScoreEvent, TokenUsage
 
@@ -60,6 +60,10 @@ class Observer:
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:
         """A rule set was loaded: its digest, and (rule, pack, scope, +1/-1) per rule."""
+
+    def on_rules_reload(self, outcome: str, projects: Iterable[str] = ()) -> None:
+        """The rule files were looked at again while running: ``reloaded`` (a new set runs,
+        whose filters name ``projects``), ``invalid`` or ``needs_restart`` (the set stays)."""
 
     def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
         """A trace rule matched none of the last traces (``silent``), or matched again."""

@@ -11,7 +11,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .engine.spend import DEFAULT_JUDGE_PRICES, Budget, ModelPrice, judge_cost
 from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
-from .metrics.projects import DEFAULT_PROJECT_LIMIT
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
 from .ruleset.location import default_rules_dir
@@ -75,13 +74,18 @@ class Settings(BaseSettings):
     # rule ids switched off (JSON list), as "enabled: false" in their files would; an id that
     # names no loaded rule fails start-up
     disabled_rules: list[str] = Field(default_factory=list)
+    # how often the rule files are looked at for changes, reloaded when they changed
+    # (validated first: a bad file keeps the running set); 0: only on SIGHUP
+    rules_reload_s: float = Field(default=5.0, ge=0)
     # a trace rule that matched none of this many traces in a row is reported silent (a
     # warning naming what it saw instead, and scorer_rule_silent); 0: never
     silent_after_traces: int = Field(default=500, ge=0)
     # the projects the score metrics label by name (JSON list), every other one "other";
     # unset: the projects the rules' filters name and the first metric_project_limit others
     metric_projects: list[Annotated[str, Field(min_length=1)]] | None = None
-    metric_project_limit: int = Field(default=DEFAULT_PROJECT_LIMIT, ge=0)
+    # the metrics' DEFAULT_PROJECT_LIMIT (not imported: settings load no metrics library;
+    # tests/metrics/test_project_labels.py holds the two equal)
+    metric_project_limit: int = Field(default=10, ge=0)
     max_in_flight: int = 512  # traces per worker being scored at once
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import os
+import signal
 from functools import partial
 from typing import NoReturn
 
@@ -28,6 +29,7 @@ from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
+from .live_rules import LiveRules, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
 from .ruleset.loader import deployment_rules
@@ -78,18 +80,20 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
             sources=sources,
             observer=metrics,
         )
+    live = LiveRules(
+        settings,
+        ruleset,
+        scorer,
+        router,
+        metrics,
+        partial(silence_watch, after=settings.silent_after_traces, observer=metrics),
+    )
     if ruleset.for_scope("thread") or ruleset.pair_rules():
-        register_thread_agent(app, topics, scorer, settings, metrics, sources)
+        live.processor = register_thread_agent(app, topics, scorer, settings, metrics, sources)
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)
-    metrics.on_rules_loaded(
-        __version__,
-        ruleset.digest,
-        [
-            (rule.id, rule.pack, rule.scope, 1 if rule.output.higher_is_better else -1)
-            for rule in ruleset.rules
-        ],
-    )
+    register_rule_reloads(app, live, settings.rules_reload_s)
+    metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(
@@ -123,6 +127,21 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     # so every library builds a debug record per message (aiokafka logs one per send).
     worker.spinner = None
     return worker
+
+
+def register_rule_reloads(app: faust.App, live: LiveRules, every_s: float) -> None:
+    """Rule files looked at every ``every_s`` (0: only on SIGHUP), and on SIGHUP."""
+
+    @app.task
+    async def reload_on_sighup() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, live.reload, "SIGHUP")
+
+    if every_s > 0:
+
+        @app.timer(every_s, name="rules.reload")
+        async def reload_changed_rules() -> None:
+            live.check()
 
 
 def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:

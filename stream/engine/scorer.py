@@ -47,16 +47,18 @@ class Scorer:
         ledger: SpendLedger | None = None,
         silence: SilenceWatch | None = None,
     ) -> None:
-        self.ruleset = ruleset
         self.silence = silence
         self.context = ScoringContext(
-            judge,
-            default_model,
-            max_prompt_tokens,
-            {rule.id: primary_shape(rule) for rule in ruleset.rules},
-            ledger,
-            observer or Observer(),
+            judge, default_model, max_prompt_tokens, {}, ledger, observer or Observer()
         )
+        self.use(ruleset, silence)
+
+    def use(self, ruleset: RuleSet, silence: SilenceWatch | None = None) -> None:
+        """Score with ``ruleset`` from now on (a live reload); what is being scored keeps the
+        rules it was planned with. ``silence``: the watch over the new rule set's traffic."""
+        self.ruleset = ruleset
+        self.silence = silence
+        self.context.shapes = {rule.id: primary_shape(rule) for rule in ruleset.rules}
         self.trace_rules = ruleset.for_scope("trace")
         self.conversations = ConversationRules.of(ruleset)
 

@@ -4,7 +4,7 @@ concerns (declared in ``families.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import TypeVar
 
@@ -138,6 +138,11 @@ class ScorerMetrics(MetricFamilies, Observer):
             self.rule_direction.labels(rule=rule, pack=pack, scope=scope).set(direction)
             if scope == "trace":
                 self.rule_silent.labels(rule=rule, pack=pack).set(0)
+
+    def on_rules_reload(self, outcome: str, projects: Iterable[str] = ()) -> None:
+        self.rules_reloads.labels(outcome).inc()
+        if outcome == "reloaded":
+            self.projects.name(projects)
 
     def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
         self.rule_silent.labels(rule=rule, pack=pack).set(1 if silent else 0)

@@ -238,3 +238,9 @@ class MetricFamilies:
             "least read spans partition is read up to (a backlog holds traces back)",
         )
         self.worker_info = gauge("worker_info", "Worker build and rule set", ("version", "ruleset"))
+        self.rules_reloads = counter(
+            "rules_reloads",
+            "Rule files looked at again while running (changed on disk, or SIGHUP), by outcome: "
+            "reloaded, invalid (the running set stays), needs_restart (the running set stays)",
+            ("outcome",),
+        )

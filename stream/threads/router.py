@@ -99,6 +99,11 @@ class ThreadRouter:
         observer: Observer | None = None,
     ) -> None:
         self.turn_max_bytes = turn_max_bytes
+        self.observer = observer or Observer()
+        self.use(ruleset)
+
+    def use(self, ruleset: RuleSet) -> None:
+        """Route for ``ruleset`` from now on (a live reload)."""
         self.conversations = ConversationRules.of(ruleset)
         self.conversation_rules = self.conversations.rules
         self.session_rules = ruleset.thread_rules("session")
@@ -110,7 +115,6 @@ class ThreadRouter:
         self.pair = ruleset.pair_spec()
         self._pair_key = compile_path(self.pair.key) if self.pair else None
         self._pair_variant = compile_path(self.pair.variant) if self.pair else None
-        self.observer = observer or Observer()
 
     @property
     def wants_conversations(self) -> bool:

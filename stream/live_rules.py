@@ -1,0 +1,177 @@
+"""Rule files reloaded while the worker runs: when a file under the rules directory changes
+(looked at every ``SCORER_RULES_RELOAD_S``), or on SIGHUP.
+
+The new rule set is loaded and validated exactly as at start-up (``deployment_rules``) before
+anything changes: a bad file keeps the running set and logs the file, the field and the
+problem. A good one is swapped in between two records, so each trace is scored wholly by the
+old set or wholly by the new one; what is being judged keeps the rules it was planned with.
+Rules that need an agent this worker did not start with (the first session rule, the first
+thread or pair rule) need a restart, and say so. See docs/design/16-live-rule-reload.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import __version__
+from .engine.scorer import Scorer
+from .engine.silence import SilenceWatch
+from .errors import RuleFileError, ScorerError
+from .observer import Observer
+from .ruleset.loader import RulesConfig, deployment_rules
+from .ruleset.schema import RuleSet
+from .threads.gaps import inactivity_gaps
+from .threads.processor import ThreadProcessor
+from .threads.router import ThreadRouter
+
+log = logging.getLogger(__name__)
+
+
+def rules_fingerprint(rules_dir: Path) -> str:
+    """What changes when a rule or pack file is added, removed or edited: every file's path,
+    size and modification time (Python's caches left out)."""
+    digest = hashlib.sha256()
+    if not rules_dir.is_dir():
+        return "missing"
+    for path in sorted(rules_dir.rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        try:
+            stat = path.stat()
+        except OSError:  # removed while we looked
+            continue
+        digest.update(
+            f"{path.relative_to(rules_dir)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+def rule_directions(ruleset: RuleSet) -> list[tuple[str, str, str, int]]:
+    """Each rule's id, pack, scope and direction, as the rule metrics carry them."""
+    return [
+        (rule.id, rule.pack, rule.scope, 1 if rule.output.higher_is_better else -1)
+        for rule in ruleset.rules
+    ]
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """The agents a worker started with: what a reloaded rule set may use without a restart."""
+
+    sessions: bool  # the session agent (session rules)
+    threads: bool  # the thread agent (conversation, session and pair rules close there)
+
+    @classmethod
+    def of(cls, ruleset: RuleSet, router: ThreadRouter) -> Wiring:
+        return cls(
+            sessions=bool(router.session_rules),
+            threads=bool(ruleset.for_scope("thread") or ruleset.pair_rules()),
+        )
+
+    def missing(self, ruleset: RuleSet) -> str | None:
+        """What ``ruleset`` needs that this worker was not started with, or None."""
+        if ruleset.thread_rules("session") and not self.sessions:
+            return "it adds session rules, and this worker started without the session agent"
+        if (ruleset.for_scope("thread") or ruleset.pair_rules()) and not self.threads:
+            return "it adds thread or pair rules, and this worker started without the thread agent"
+        return None
+
+
+class ReloadConfig(RulesConfig, Protocol):
+    """What a reload reads of the deployment (``Settings`` is one)."""
+
+    @property
+    def thread_inactivity_gap_s(self) -> float: ...
+
+
+class LiveRules:
+    """The worker's rule set, reloaded from its files when they change."""
+
+    def __init__(
+        self,
+        settings: ReloadConfig,
+        ruleset: RuleSet,
+        scorer: Scorer,
+        router: ThreadRouter,
+        metrics: Observer,
+        silence: Callable[[RuleSet], SilenceWatch | None],
+    ) -> None:
+        self.settings = settings
+        self.ruleset = ruleset
+        self.scorer = scorer
+        self.router = router
+        self.metrics = metrics
+        self.silence = silence
+        self.wiring = Wiring.of(ruleset, router)
+        self.processor: ThreadProcessor | None = None  # the thread agent's, when it has one
+        self.fingerprint = rules_fingerprint(settings.rules_dir)
+
+    def check(self) -> bool:
+        """Reload if a file changed since the last look; whether a new set runs now."""
+        fingerprint = rules_fingerprint(self.settings.rules_dir)
+        if fingerprint == self.fingerprint:
+            return False
+        self.fingerprint = fingerprint
+        return self.reload("a rule file changed")
+
+    def reload(self, why: str) -> bool:
+        """Load, validate and swap in the rule files' set; whether a new set runs now."""
+        self.fingerprint = rules_fingerprint(self.settings.rules_dir)
+        try:
+            ruleset = deployment_rules(self.settings)
+        except ScorerError as exc:
+            problems = (
+                [f"{exc.path}: {p}" if not p.startswith(exc.path) else p for p in exc.problems]
+                if isinstance(exc, RuleFileError)
+                else [str(exc)]
+            )
+            log.error(
+                "rules not reloaded (%s): the running rule set %s stays; fix and save again:\n  %s",
+                why,
+                self.ruleset.digest,
+                "\n  ".join(problems),
+            )
+            self.metrics.on_rules_reload("invalid")
+            return False
+        if ruleset.digest == self.ruleset.digest:
+            log.info("rules looked at (%s): unchanged, rule set %s", why, ruleset.digest)
+            return False
+        if (missing := self.wiring.missing(ruleset)) is not None:
+            log.error(
+                "rules not reloaded (%s): %s; restart the worker to run rule set %s "
+                "(the running rule set %s stays)",
+                why,
+                missing,
+                ruleset.digest,
+                self.ruleset.digest,
+            )
+            self.metrics.on_rules_reload("needs_restart")
+            return False
+        self._swap(ruleset, why)
+        return True
+
+    def _swap(self, ruleset: RuleSet, why: str) -> None:
+        before = {rule.id: rule for rule in self.ruleset.rules}
+        after = {rule.id: rule for rule in ruleset.rules}
+        self.scorer.use(ruleset, self.silence(ruleset))
+        self.router.use(ruleset)
+        if self.processor is not None:
+            self.processor.gaps = inactivity_gaps(ruleset, self.settings.thread_inactivity_gap_s)
+        self.metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
+        self.metrics.on_rules_reload("reloaded", ruleset.projects)
+        changed = sorted(i for i in before.keys() & after.keys() if before[i] != after[i])
+        log.warning(
+            "rules reloaded (%s): rule set %s -> %s; added %s, removed %s, changed %s",
+            why,
+            self.ruleset.digest,
+            ruleset.digest,
+            sorted(after.keys() - before.keys()) or "none",
+            sorted(before.keys() - after.keys()) or "none",
+            changed or "none",
+        )
+        self.ruleset = ruleset
