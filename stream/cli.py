@@ -1,4 +1,4 @@
-"""The ``scorer`` command line: demo, worker, replay, explain, rules check."""
+"""The ``scorer`` command line: demo, worker, replay, explain, rules check, sink."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ from .settings import Settings
 app = typer.Typer(help="Kafka-native streaming scorer for LLM traces.", no_args_is_help=True)
 rules_app = typer.Typer(help="Work with rule packs.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+sink_app = typer.Typer(
+    help="Post scores to where traces are browsed (Langfuse, Opik).", no_args_is_help=True
+)
+app.add_typer(sink_app, name="sink")
 # Rich assumes 80 columns when output is not a terminal (CI logs, pipes): rule ids are longer.
 console = Console(width=None if sys.stdout.isatty() else 120)
 # what stops a command: one line per problem, never wrapped, on stderr
@@ -221,6 +225,74 @@ def rules_check(
     switched = f" ({len(off)} switched off)" if off else ""
     console.print(f"{len(every)} rules ok{switched}, {len(errors)} files with errors")
     raise typer.Exit(1 if errors or unknown or not ruleset.rules else 0)
+
+
+IdleOption = Annotated[
+    float | None,
+    typer.Option("--idle", help="Stop after this many seconds without a score (a backfill)"),
+]
+LoglevelOption = Annotated[str, typer.Option(help="crit, error, warn, info or debug")]
+
+
+@sink_app.command("langfuse")
+def sink_langfuse(idle: IdleOption = None, loglevel: LoglevelOption = "info") -> None:
+    """Post every ok score to Langfuse (LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY,
+    LANGFUSE_SECRET_KEY): a trace score on its trace, a thread score on the session of that
+    id. Reads the scores topic as consumer group <SCORER_APP_ID>-sink-langfuse; commits
+    only what Langfuse accepted."""
+    from .sinks import LangfuseSinkSettings, langfuse_sink
+
+    sink = LangfuseSinkSettings()  # type: ignore[call-arg]  # the keys come from the environment
+    _run_sink(lambda **where: langfuse_sink(sink, **where), idle, loglevel)
+
+
+@sink_app.command("opik")
+def sink_opik(idle: IdleOption = None, loglevel: LoglevelOption = "info") -> None:
+    """Post every ok score to Opik as a feedback score (OPIK_URL_OVERRIDE, default a local
+    Opik; OPIK_API_KEY and OPIK_WORKSPACE for Comet's cloud): a trace score on its trace, a
+    thread score on the thread of that id. Reads the scores topic as consumer group
+    <SCORER_APP_ID>-sink-opik; commits only what Opik accepted."""
+    from .sinks import OpikSinkSettings, opik_sink
+
+    sink = OpikSinkSettings()
+    _run_sink(lambda **where: opik_sink(sink, **where), idle, loglevel)
+
+
+def _run_sink(build: typing.Callable[..., typing.Any], idle: float | None, loglevel: str) -> None:
+    """The broker as `scorer replay` finds it, then the sink until Ctrl-C, SIGTERM or idle."""
+    import signal
+
+    from .kafka.broker import recorded_bootstrap
+    from .kafka.io import check_cluster
+    from .kafka.security import KafkaSecurity
+
+    logging.basicConfig(
+        level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"),
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
+    settings = Settings()
+    bootstrap = settings.kafka_bootstrap_servers
+    security: KafkaSecurity | None = settings.kafka
+    if not bootstrap:
+        bootstrap, security = recorded_bootstrap(), None  # the embedded broker: plaintext
+        if bootstrap is None:
+            raise ConfigError(
+                ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
+                 "`scorer worker`: its embedded broker is found by itself)"]
+            )  # fmt: skip
+    sink = build(
+        bootstrap=bootstrap, topic=settings.scores_topic, app_id=settings.app_id, security=security
+    )
+
+    async def run() -> None:
+        await check_cluster(bootstrap, security)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await sink.run(stop, idle)
+
+    asyncio.run(run())
 
 
 def main() -> None:

@@ -45,8 +45,10 @@ def env_name(model: type[BaseSettings], field: str, environ: Mapping[str, str]) 
     (the names are case-insensitive unless the model says otherwise)."""
     info = model.model_fields.get(field)
     alias = info.validation_alias if info is not None else None
-    if isinstance(alias, AliasChoices):
-        alias = next((c for c in alias.choices if isinstance(c, str)), None)
+    if isinstance(alias, AliasChoices):  # the choice the user set, else the first
+        names = [c for c in alias.choices if isinstance(c, str)]
+        upper = {key.upper() for key in environ}
+        alias = next((c for c in names if c.upper() in upper), names[0] if names else None)
     name = alias if isinstance(alias, str) else f"{model.model_config.get('env_prefix', '')}{field}"
     if model.model_config.get("case_sensitive"):
         return name
@@ -75,7 +77,7 @@ def _problem(model: type[BaseSettings], error: Any, environ: Mapping[str, str]) 
     said = str(error["ctx"]["error"]) if error["type"] == "value_error" else _lower(error["msg"])
     if not loc or not isinstance(loc[0], str):  # a check across fields: the input is everything
         return said
-    field = loc[0]
+    field = _field_named(model, loc[0])
     where = env_name(model, field, environ) + "".join(
         f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:]
     )
@@ -87,6 +89,19 @@ def _problem(model: type[BaseSettings], error: Any, environ: Mapping[str, str]) 
         and error["type"] != "value_error"  # a validator's words already say what was wrong
     )
     return f"{where}: {said}" + (f" (got {value!r})" if shown else "")
+
+
+def _field_named(model: type[BaseSettings], name: str) -> str:
+    """The field pydantic reported as ``name``: an aliased field (``KAFKA_BOOTSTRAP_SERVERS``,
+    ``LANGFUSE_SECRET_KEY``) is reported by its alias, which is not a field name."""
+    if name in model.model_fields:
+        return name
+    for field, info in model.model_fields.items():
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        if name in choices:
+            return field
+    return name
 
 
 def _unreadable(exc: SettingsError, environ: Mapping[str, str]) -> ConfigError | None:

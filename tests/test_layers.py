@@ -27,6 +27,7 @@ IO_ROOMS = (
     "stream.kafka",
     "stream.metrics",
     "stream.settings",
+    "stream.sinks",
     "stream.worker",
 )
 
