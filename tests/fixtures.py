@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import orjson
 from stream.engine.scorer import Scorer
 from stream.judge.client import JudgeClient
 from stream.metrics import ScorerMetrics
-from stream.models import Trace
+from stream.models import Scale, ScoreEvent, Trace, score_id
 from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import RuleSet
 from stream.settings import Settings
@@ -80,3 +81,36 @@ def scorer(
 
 def as_trace(document: dict[str, Any]) -> Trace:
     return Trace.model_validate(document)
+
+
+def uuid7() -> str:
+    """A version 7 UUID, as Opik gives its traces (random, with 7 in the version nibble)."""
+    raw = bytearray(uuid.uuid4().bytes)
+    raw[6] = (raw[6] & 0x0F) | 0x70
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def score_event(**overrides: Any) -> ScoreEvent:
+    """An ok trace score of a 1..5 judge rule (raw 4, value 0.75); ``overrides`` any field.
+    The score id is derived from rule, scope and target as the engine derives it."""
+    fields: dict[str, Any] = {
+        "rule_id": "answer_quality",
+        "pack": "demo",
+        "rule_version": 1,
+        "scope": "trace",
+        "target_id": uuid7(),
+        "project_name": "shop",
+        "value": 0.75,
+        "raw_value": 4.0,
+        "scale": Scale(min=1, max=5),
+        "reason": "clear and correct",
+        "higher_is_better": True,
+        "status": "ok",
+        "judge_model": "gpt-4o-mini",
+        **overrides,
+    }
+    fields.setdefault(
+        "score_id",
+        score_id(fields["rule_id"], fields["rule_version"], fields["scope"], fields["target_id"]),
+    )
+    return ScoreEvent(**fields)

@@ -3,11 +3,10 @@ the consumer group."""
 
 from __future__ import annotations
 
-import aiohttp
-
 from ..kafka.security import KafkaSecurity
 from .delivery import Delivery
 from .langfuse import LangfusePlatform
+from .langfuse import auth_headers as langfuse_auth
 from .opik import OpikPlatform, auth_headers
 from .runner import ScoreSink
 from .settings import LangfuseSinkSettings, OpikSinkSettings, SinkSettings
@@ -26,8 +25,8 @@ def langfuse_sink(
     security: KafkaSecurity | None,
 ) -> ScoreSink:
     platform = LangfusePlatform(sink.value, sink.labels)
-    auth = aiohttp.BasicAuth(sink.public_key, sink.secret_key.get_secret_value())
-    delivery = _delivery(platform, sink.host, sink, auth=auth)
+    headers = langfuse_auth(sink.public_key, sink.secret_key.get_secret_value())
+    delivery = _delivery(platform, sink.host, sink, headers)
     return _sink(platform, delivery, sink, bootstrap, topic, app_id, security)
 
 
@@ -42,7 +41,7 @@ def opik_sink(
     platform = OpikPlatform(sink.value, sink.project_name, max_items=sink.batch_size)
     key = sink.api_key.get_secret_value() if sink.api_key is not None else None
     headers = auth_headers(key, sink.workspace)
-    delivery = _delivery(platform, sink.base_url, sink, headers=headers)
+    delivery = _delivery(platform, sink.base_url, sink, headers)
     return _sink(platform, delivery, sink, bootstrap, topic, app_id, security)
 
 
@@ -50,15 +49,12 @@ def _delivery(
     platform: LangfusePlatform | OpikPlatform,
     base_url: str,
     sink: SinkSettings,
-    *,
-    headers: dict[str, str] | None = None,
-    auth: aiohttp.BasicAuth | None = None,
+    headers: dict[str, str],
 ) -> Delivery:
     return Delivery(
         platform,
         base_url,
         headers=headers,
-        auth=auth,
         timeout_s=sink.timeout_s,
         backoff_base_s=sink.backoff_base_s,
         backoff_max_s=sink.backoff_max_s,

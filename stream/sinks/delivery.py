@@ -105,7 +105,6 @@ class Delivery:
         base_url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        auth: aiohttp.BasicAuth | None = None,
         timeout_s: float = 30.0,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
@@ -114,7 +113,6 @@ class Delivery:
         self.platform = platform
         self.base_url = base_url.rstrip("/")
         self._headers = {"Content-Type": "application/json", **(headers or {})}
-        self._auth = auth
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -122,9 +120,7 @@ class Delivery:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Delivery:
-        self._session = aiohttp.ClientSession(
-            headers=self._headers, auth=self._auth, timeout=self._timeout
-        )
+        self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

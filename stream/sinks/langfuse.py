@@ -28,6 +28,7 @@ docs/limitations.md).
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ MAX_BATCH_BYTES = 3_000_000  # Langfuse takes 3.5 MB a batch; the rest is headro
 MAX_ID_CHARS = 800
 # labels read as a yes/no answer: a BOOLEAN score, 1 for the first kind
 BOOLEAN_LABELS = {"yes": 1, "true": 1, "pass": 1, "no": 0, "false": 0, "fail": 0}
+
+
+def auth_headers(public_key: str, secret_key: str) -> dict[str, str]:
+    """Basic auth: the public key as the user, the secret key as the password."""
+    token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
 
 
 def score_body(score: ScoreEvent, value_mode: ValueMode, labels: str) -> dict[str, Any] | Unsent:

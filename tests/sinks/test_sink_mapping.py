@@ -1,0 +1,184 @@
+"""Scores as each platform's body: which are posted, under what name, with what value and
+type; every body the mapping makes passes the platform's own validation (the doubles')."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from fixtures import score_event, uuid7
+from platform_doubles import langfuse_score_problems
+
+from stream.models import ThreadInfo
+from stream.sinks.langfuse import LangfusePlatform, read_multistatus, score_body
+from stream.sinks.opik import THREADS_PATH, TRACES_PATH, OpikPlatform, feedback_score, opik_trace_id
+from stream.sinks.platform import Item, Rejected
+from stream.sinks.scores import Unsent
+
+THREAD = ThreadInfo(
+    kind="conversation", close_seq=1, close_reason="inactivity", turn_count=3, dropped_turns=0
+)
+
+
+def test_langfuse_trace_score_numeric_normalised_with_its_scales_in_metadata() -> None:
+    score = score_event()
+    body = score_body(score, "normalised", "categorical")
+    assert isinstance(body, dict)
+    assert body["id"] == score.score_id  # Langfuse upserts on it: a redelivery replaces
+    assert body["traceId"] == score.target_id and "sessionId" not in body
+    assert (body["name"], body["value"], body["dataType"]) == ("answer_quality", 0.75, "NUMERIC")
+    assert body["comment"] == "clear and correct"
+    meta = body["metadata"]
+    assert (meta["raw_value"], meta["scale"], meta["value"]) == (4.0, "4 on 1..5", 0.75)
+    assert (meta["rule_id"], meta["pack"], meta["rule_version"]) == ("answer_quality", "demo", 1)
+    assert meta["project_name"] == "shop" and meta["higher_is_better"] is True
+    assert langfuse_score_problems(body) == []
+
+
+def test_langfuse_raw_value_on_the_rules_own_scale() -> None:
+    body = score_body(score_event(), "raw", "categorical")
+    assert isinstance(body, dict) and body["value"] == 4.0
+
+
+@pytest.mark.parametrize(
+    ("label", "value", "data_type"),
+    [
+        ("Excellent", "Excellent", "CATEGORICAL"),
+        ("yes", 1, "BOOLEAN"),
+        ("No", 0, "BOOLEAN"),
+        ("pass", 1, "BOOLEAN"),
+        ("fail", 0, "BOOLEAN"),
+    ],
+)
+def test_langfuse_labels_are_categorical_or_boolean(
+    label: str, value: object, data_type: str
+) -> None:
+    body = score_body(score_event(label=label), "normalised", "categorical")
+    assert isinstance(body, dict)
+    assert (body["value"], body["dataType"]) == (value, data_type)
+    assert body["metadata"]["label"] == label and body["metadata"]["value"] == 0.75
+    assert langfuse_score_problems(body) == []
+
+
+def test_langfuse_labels_numeric_when_asked() -> None:
+    body = score_body(score_event(label="Excellent"), "normalised", "numeric")
+    assert isinstance(body, dict)
+    assert (body["value"], body["dataType"]) == (0.75, "NUMERIC")
+
+
+def test_langfuse_thread_score_goes_to_the_session() -> None:
+    score = score_event(scope="thread", target_id="conv-42", thread=THREAD, criterion="overall")
+    body = score_body(score, "normalised", "categorical")
+    assert isinstance(body, dict)
+    assert body["sessionId"] == "conv-42" and "traceId" not in body
+    assert body["name"] == "answer_quality.overall"
+    assert body["metadata"]["thread_kind"] == "conversation"
+    assert langfuse_score_problems(body) == []
+
+
+@pytest.mark.parametrize("status", ["skipped", "error"])
+def test_not_ok_scores_are_not_posted(status: str) -> None:
+    score = score_event(status=status, value=None, raw_value=None, status_reason="judge down")
+    for unsent in (
+        score_body(score, "normalised", "categorical"),
+        feedback_score(score, "normalised", None),
+    ):
+        assert unsent == Unsent("status", f"{status} score: judge down")
+
+
+def test_pair_scores_have_no_trace_on_either_platform() -> None:
+    score = score_event(scope="pair", target_id="cmp-7", raw_value=1.0, scale={"min": -2, "max": 2})
+    lf = score_body(score, "normalised", "categorical")
+    op = feedback_score(score, "normalised", None)
+    assert isinstance(lf, Unsent) and lf.kind == "target" and "cmp-7" in lf.reason
+    assert isinstance(op, Unsent) and op.kind == "target"
+
+
+def test_langfuse_refuses_an_id_langfuse_cannot_store() -> None:
+    assert isinstance(score_body(score_event(target_id="a\rb"), "normalised", "x"), Unsent)
+    assert isinstance(score_body(score_event(target_id="t" * 801), "normalised", "x"), Unsent)
+
+
+def test_opik_trace_score_item() -> None:
+    score = score_event(label="Good")
+    path, item = feedback_score(score, "normalised", None)  # type: ignore[misc]
+    assert path == TRACES_PATH
+    assert item == {
+        "id": score.target_id,
+        "project_name": "shop",
+        "name": "answer_quality",
+        "value": 0.75,
+        "source": "sdk",
+        "category_name": "Good",
+        "reason": "clear and correct (4 on 1..5)",
+    }
+    _, raw = feedback_score(score, "raw", None)  # type: ignore[misc]
+    assert raw["value"] == 4.0 and raw["reason"] == "clear and correct"
+
+
+def test_opik_thread_score_item_and_the_default_project() -> None:
+    score = score_event(scope="thread", target_id="conv-42", project_name="default", thread=THREAD)
+    path, item = feedback_score(score, "normalised", None)  # type: ignore[misc]
+    assert path == THREADS_PATH
+    assert item["thread_id"] == "conv-42" and "project_name" not in item  # Opik's default
+    _, named = feedback_score(score, "normalised", "my-app")  # type: ignore[misc]
+    assert named["project_name"] == "my-app"  # OPIK_PROJECT_NAME for traces that named none
+
+
+def test_opik_trace_ids_are_uuid7() -> None:
+    v7 = uuid7()
+    assert opik_trace_id(v7) == v7 and opik_trace_id(v7.upper()) == v7
+    assert opik_trace_id("6f1c8f5e-3b7a-4c1e-9a57-5d1b2f0c9e11") is None  # a v4
+    assert opik_trace_id("trace-1") is None
+    unsent = feedback_score(score_event(target_id="trace-1"), "normalised", None)
+    assert isinstance(unsent, Unsent) and unsent.kind == "target" and "UUIDv7" in unsent.reason
+
+
+def test_opik_requests_one_per_endpoint_at_most_max_items_each() -> None:
+    platform = OpikPlatform(max_items=2)
+    scores = [score_event() for _ in range(3)]
+    scores += [score_event(scope="thread", target_id=f"c{i}", thread=THREAD) for i in range(2)]
+    items = [Item(str(n), s, platform.prepare(s)) for n, s in enumerate(scores)]
+    requests = platform.requests(items)
+    assert [(r.method, r.path, len(r.items)) for r in requests] == [
+        ("PUT", TRACES_PATH, 2),
+        ("PUT", TRACES_PATH, 1),
+        ("PUT", THREADS_PATH, 2),
+    ]
+    assert orjson.loads(requests[0].body)["scores"][0]["id"] == scores[0].target_id
+
+
+def test_langfuse_requests_split_by_size_and_read_per_event() -> None:
+    ids = iter(f"event-{n}" for n in range(10))
+    platform = LangfusePlatform(max_batch_bytes=1500, new_id=lambda: next(ids), clock=lambda: "T")
+    scores = [score_event() for _ in range(3)]
+    items = [Item(str(n), s, platform.prepare(s)) for n, s in enumerate(scores)]
+    requests = platform.requests(items)
+    assert len(requests) > 1 and sum(len(r.items) for r in requests) == 3
+    events = [e for r in requests for e in orjson.loads(r.body)["batch"]]
+    assert [e["id"] for e in events] == ["event-0", "event-1", "event-2"]
+    assert {e["type"] for e in events} == {"score-create"}
+    assert [e["body"]["id"] for e in events] == [s.score_id for s in scores]
+
+    request = platform.requests(items)[0]
+    first, *rest = request.items
+    answer = {
+        "successes": [{"id": first, "status": 201}],
+        "errors": [{"id": k, "status": 500, "message": "busy"} for k in rest[:1]],
+    }
+    outcomes = platform.read(request, orjson.dumps(answer))
+    assert outcomes[first] == "accepted"
+    assert all(outcomes[k] == "retry" for k in rest)  # a 5xx entry, or not named: again
+
+
+def test_multistatus_errors_keep_langfuses_words() -> None:
+    read = read_multistatus(
+        {
+            "successes": [],
+            "errors": [{"id": "e", "status": 400, "message": "Invalid", "error": "x"}],
+        }
+    )
+    assert read["e"].status == 400 and read["e"].message == "Invalid: x"
+    assert not read["e"].accepted and not read["e"].retryable
+    with pytest.raises(ValueError):
+        read_multistatus({"successes": [{"status": 201}]})
+    assert Rejected("400: Invalid: x") == Rejected("400: Invalid: x")
