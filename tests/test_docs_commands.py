@@ -36,6 +36,7 @@ from stream.kafka.security import KafkaSecurity
 from stream.ruleset.loader import check_rules
 from stream.ruleset.specs import PairSpec, ThreadSpec
 from stream.settings import Settings
+from stream.sinks.settings import LangfuseSinkSettings, OpikSinkSettings
 
 REPO = Path(__file__).resolve().parent.parent
 # the user's documents; CHANGELOG.md is history, docs/limitations.md names what does not exist
@@ -95,7 +96,7 @@ def blocks(lang: str) -> list[Block]:
 def known_environment() -> set[str]:
     """The environment variables the scorer reads."""
     names = set()
-    for model in (Settings, KafkaSecurity):
+    for model in (Settings, KafkaSecurity, LangfuseSinkSettings, OpikSinkSettings):
         prefix = model.model_config.get("env_prefix", "")
         for field, info in model.model_fields.items():
             alias = info.validation_alias

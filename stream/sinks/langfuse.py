@@ -22,8 +22,7 @@ and ``scores.yml`` of langfuse/langfuse (commit 62751446, 2026), and the server'
 
 The endpoint is marked deprecated for traces and observations (Langfuse v4 takes them over
 OpenTelemetry); its v4 ``events_only`` mode still accepts ``score-create`` events, and on
-Langfuse Cloud the route itself is announced to go on November 16, 2026 (see
-docs/limitations.md).
+Langfuse Cloud the route itself is announced to go on November 16, 2026 (design record 17).
 """
 
 from __future__ import annotations
