@@ -106,3 +106,18 @@ def test_the_scripted_judge_answers_every_shipped_rule_in_its_schema(rule: Promp
     example = schema_example(schema, schema)
     jsonschema.validate(example, schema)
     parse(orjson.dumps(example).decode(), Quoted())
+
+
+def test_the_printed_commands_are_this_installations_own() -> None:
+    """What the worker prints runs as printed: its Python and scorer (no activated
+    virtualenv needed), and options the replay command and the example consumer take."""
+    import shlex
+
+    from test_docs_commands import check_shell
+
+    printed = broker.how_to_use("127.0.0.1:9092", "llm-traces", "scores")
+    lines = [line.split(":", 1)[1] for line in printed.splitlines()[1:]]
+    for line in lines:
+        words = shlex.split(line.split("  (")[0])
+        check_shell(words, "printed by the worker")
+    assert Path(shlex.split(lines[1])[0]).resolve() == Path(sys.executable).resolve()

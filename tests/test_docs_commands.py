@@ -57,6 +57,14 @@ PLACEHOLDERS = {
 }
 
 
+def placeholder(word: str) -> str:
+    """What stands for a word of a documented command: a capital placeholder, or a user's own
+    file (``my_traces.jsonl``: the docs' name for the reader's traces), is given a real one."""
+    if re.fullmatch(r"my_\w+\.jsonl", word):
+        return str(SAMPLE)
+    return PLACEHOLDERS.get(word, word)
+
+
 @dataclass(frozen=True)
 class Block:
     path: Path
@@ -219,7 +227,7 @@ def makefile_targets() -> set[str]:
 def parse_scorer(args: list[str]) -> None:
     """Parse ``scorer ARGS`` as the command line would, without running it: an unknown
     subcommand or option, or a missing argument, raises typer's usage error."""
-    args = [PLACEHOLDERS.get(a, a) for a in args if a not in ("[", "]", "...")]
+    args = [placeholder(a) for a in args if a not in ("[", "]", "...")]
     command: Any = typer.main.get_command(app)  # typer's own click, vendored
     while hasattr(command, "list_commands"):  # a group: the next word names a command of it
         assert args, f"scorer {command.name}: which command? {command.list_commands(None)}"
@@ -337,7 +345,7 @@ def test_offline_commands_run_as_written(documented: str) -> None:
         k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "KAFKA_", "OPENAI_"))
     }
     result = subprocess.run(
-        [sys.executable, "-m", "stream.cli", *[PLACEHOLDERS.get(w, w) for w in words[1:]]],
+        [sys.executable, "-m", "stream.cli", *[placeholder(w) for w in words[1:]]],
         capture_output=True,
         text=True,
         timeout=120,

@@ -175,12 +175,22 @@ def user_broker(port: int = EMBEDDED_PORT, *, fixed: bool = False) -> EmbeddedBr
     return EmbeddedBroker(port).start().record()
 
 
+def _as_typed(path: str) -> str:
+    """``path`` as a user would type it here: relative when it is under this directory."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else path
+
+
 def how_to_use(bootstrap: str, traces_topic: str, scores_topic: str) -> str:
-    """What a user can do with the embedded broker, printed when it starts."""
+    """What a user can do with the embedded broker, printed when it starts: the commands with
+    this installation's own Python and ``scorer`` (a virtualenv need not be activated)."""
+    python = _as_typed(sys.executable)
+    scorer = Path(sys.executable).parent / "scorer"
+    command = _as_typed(str(scorer)) if scorer.exists() else "scorer"
     return (
         f"embedded broker (Tansu) on {bootstrap}, memory only, until this command stops\n"
-        f"  read the scores:  python examples/consume_scores.py --bootstrap {bootstrap} "
-        f"--topic {scores_topic}\n"
-        f"  send traces:      KAFKA_BOOTSTRAP_SERVERS={bootstrap} scorer replay FILE "
-        f"--topic {traces_topic}"
+        f"  send traces:      KAFKA_BOOTSTRAP_SERVERS={bootstrap} {command} replay FILE "
+        f"--topic {traces_topic}\n"
+        f"  read the scores:  {python} examples/consume_scores.py --bootstrap {bootstrap} "
+        f"--topic {scores_topic}  (the example is in the repository)"
     )
