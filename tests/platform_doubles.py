@@ -3,10 +3,10 @@
 Real HTTP servers (aiohttp, in a background thread, as ``scripted_judge.MockJudge``) that
 check what their platform checks, as the platform's published reference and server code say
 (the references are named at the top of ``stream/sinks/langfuse.py`` and ``opik.py``):
-credentials, the body field by field, per-event 207 answers (Langfuse), whole-batch refusals
+credentials, the body field by field, one score a request (Langfuse), whole-batch refusals
 (Opik). They store scores as the platforms do (upserted on the score id; on trace or thread and
 name), keep every request they were sent, and can be told to fail: the next answers
-(429 with Retry-After, 5xx), or one score's event (Langfuse's 207 error entries).
+(429 with Retry-After, 5xx), or one score's requests (Langfuse).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
-import re
 import threading
 import time
 import uuid
@@ -24,7 +23,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-ISO_WITH_OFFSET = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 OPIK_MAX_VALUE = 999_999_999.999999999
 
 
@@ -168,7 +166,8 @@ def langfuse_score_problems(body: Any) -> list[str]:
 
 
 class LangfuseDouble(Double):
-    """``POST /api/public/ingestion`` with basic auth; score-create events, answered 207."""
+    """``POST /api/public/scores`` with basic auth: one score a request, validated as
+    Langfuse's route does, answered ``200 {"id"}`` (or ``400 {"message"}``)."""
 
     name = "langfuse"
 
@@ -176,15 +175,17 @@ class LangfuseDouble(Double):
         super().__init__()
         self.public_key, self.secret_key = public_key, secret_key
         self.scores: dict[str, dict[str, Any]] = {}  # by score id: the last body upserted
-        self.events: list[dict[str, Any]] = []  # every event received, in order
-        self.refusals: dict[str, list[tuple[int, str]]] = {}  # score id: per-event answers
+        self.received: list[dict[str, Any]] = []  # every valid score body, in order
+        self.refusals: dict[str, list[tuple[int, str]]] = {}  # score id: next answers
+        self.in_flight = 0
+        self.most_in_flight = 0
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/api/public/ingestion", self._ingest)]
+        return [web.post("/api/public/scores", self._create)]
 
     def refuse(self, score_id: str, *answers: tuple[int, str]) -> None:
-        """Answer the next events of this score with these (status, message) error entries
-        of the 207; then accept it as usual."""
+        """Answer the next requests for this score with these (status, message); then accept
+        it as usual."""
         with self.lock:
             self.refusals.setdefault(score_id, []).extend(answers)
 
@@ -192,8 +193,19 @@ class LangfuseDouble(Double):
         expected = base64.b64encode(f"{self.public_key}:{self.secret_key}".encode()).decode()
         return request.headers.get("Authorization") == f"Basic {expected}"
 
-    async def _ingest(self, request: web.Request) -> web.Response:
+    async def _create(self, request: web.Request) -> web.Response:
         body = await _json(request)
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.005)  # a round trip: lets concurrent requests overlap
+            return await self._answer(request, body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorised(request):
             self._log(request, 401, body)
             return web.json_response(
@@ -201,51 +213,21 @@ class LangfuseDouble(Double):
             )
         if (scripted := await self._scripted(request, body)) is not None:
             return scripted
-        if not isinstance(body, dict) or not isinstance(body.get("batch"), list):
+        if problems := langfuse_score_problems(body):
             self._log(request, 400, body)
-            return web.json_response(
-                {"message": "Invalid request data", "errors": ["batch: expected an array"]},
-                status=400,
-            )
-        successes, errors = [], []
-        for event in body["batch"]:
-            event_id = event.get("id") if isinstance(event, dict) else None
-            outcome = self._event(event)
-            if outcome is None:
-                successes.append({"id": event_id, "status": 201})
-            else:
-                status, message, error = outcome
-                errors.append(
-                    {"id": event_id, "status": status, "message": message, "error": error}
-                )
-        self._log(request, 207, body)
-        return web.json_response({"successes": successes, "errors": errors}, status=207)
-
-    def _event(self, event: Any) -> tuple[int, str, Any] | None:
-        if not isinstance(event, dict):
-            return 400, "Invalid request data", "event: expected an object"
-        problems = []
-        if not _langfuse_id(event.get("id")):
-            problems.append("id: invalid")
-        if not isinstance(event.get("timestamp"), str) or not ISO_WITH_OFFSET.match(
-            event["timestamp"]
-        ):
-            problems.append("timestamp: an ISO 8601 datetime with an offset is required")
-        if event.get("type") != "score-create":
-            problems.append(f"type: {event.get('type')!r} is not handled by this double")
-        problems += langfuse_score_problems(event.get("body"))
-        if problems:
-            return 400, "Invalid request data", problems
-        score = event["body"]
+            return web.json_response({"message": "Invalid request data", "error": problems}, 400)
         with self.lock:
-            self.events.append(event)
-            queued = self.refusals.get(score.get("id"), [])
+            self.received.append(body)
+            queued = self.refusals.get(body.get("id"), [])
             refusal = queued.pop(0) if queued else None
-            if refusal is not None:
-                return refusal[0], refusal[1], None
-            key = score.get("id") or str(uuid.uuid4())
-            self.scores[key] = score  # score-create upserts on id
-        return None
+            if refusal is None:
+                key = body.get("id") or str(uuid.uuid4())
+                self.scores[key] = body  # a score created again with its id replaces it
+        if refusal is not None:
+            self._log(request, refusal[0], body)
+            return web.json_response({"message": refusal[1]}, status=refusal[0])
+        self._log(request, 200, body)
+        return web.json_response({"id": key})
 
 
 # --- Opik --------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def _delivery(
         timeout_s=sink.timeout_s,
         backoff_base_s=sink.backoff_base_s,
         backoff_max_s=sink.backoff_max_s,
+        concurrency=sink.concurrency,
     )
 
 

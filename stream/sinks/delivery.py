@@ -1,9 +1,11 @@
 """Posting prepared scores to a platform until each one is accepted or refused for good: the
 policy every sink shares, over aiohttp.
 
-- ``2xx``: the platform reads which items it accepted (Langfuse's 207 names each event; Opik's
-  204 accepts the batch); an item refused by a 4xx of its own is logged with the platform's
+- ``2xx``: the platform reads which items it accepted (Langfuse's 200 accepts its one score,
+  Opik's 204 the batch); an item refused by a 4xx of its own is logged with the platform's
   reason and counted, an item refused by a 429 or 5xx of its own is sent again.
+- Up to ``concurrency`` requests are in flight at once (Langfuse takes one score a request);
+  each waits out its own refusals.
 - ``429``, ``5xx``, no answer (connection refused, reset, timed out): the same request again
   after the platform's ``Retry-After`` or a doubling backoff, for as long as it takes. The
   offsets are not committed meanwhile, so an outage delays scores and drops none.
@@ -108,9 +110,11 @@ class Delivery:
         timeout_s: float = 30.0,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
+        concurrency: int = 1,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         self.platform = platform
+        self.concurrency = max(1, concurrency)
         self.base_url = base_url.rstrip("/")
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -132,9 +136,21 @@ class Delivery:
         return float(min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
 
     async def deliver(self, items: list[Item], tally: Tally) -> None:
-        """Post ``items`` until each is accepted or refused for good; raises ``SinkError``
-        when the platform refuses every request."""
+        """Post ``items`` until each is accepted or refused for good, ``concurrency`` requests
+        at a time; raises ``SinkError`` when the platform refuses every request."""
         queue = deque(self.platform.requests(items))
+        try:
+            async with asyncio.TaskGroup() as posting:  # one failing poster stops the others
+                for _ in range(min(self.concurrency, len(queue))):
+                    posting.create_task(self._drain(queue, tally))
+        except* SinkError as failed:  # what stopped them, as one of them raised it
+            fatal = failed.exceptions[0]
+        else:
+            return
+        raise fatal
+
+    async def _drain(self, queue: deque[Request], tally: Tally) -> None:
+        """Post requests off ``queue`` (shared with the other posters) until it is empty."""
         attempt = 0
         while queue:
             request = queue.popleft()

@@ -33,6 +33,8 @@ class SinkSettings(BaseSettings):
     # own scale, such as 1..5); both are in the score's metadata or reason either way
     value: Literal["normalised", "raw"] = "normalised"
     timeout_s: float = Field(default=30.0, gt=0)  # one HTTP request
+    # requests in flight at once (Langfuse takes one score a request, Opik a batch)
+    concurrency: int = Field(default=8, ge=1, le=64)
     # waits between attempts after a 429, a 5xx or no answer: doubling from base to max,
     # unless the platform says how long (Retry-After); a platform that stays down is retried
     # until it answers, the offsets uncommitted meanwhile (nothing is dropped)

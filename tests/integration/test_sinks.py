@@ -113,12 +113,12 @@ async def test_langfuse_sink_posts_each_score_once_and_again_after_a_crash(
 
         tally, again, before_crash = await crash_then_resume(
             build,
-            lambda: [e["body"]["id"] for e in double.events],
+            lambda: [body["id"] for body in double.received],
             monkeypatch, len(posted) + len(unposted) + 1, broker.bootstrap, names, group,
         )  # fmt: skip
         ids = {s.score_id for s in posted}
         assert set(double.scores) == ids  # stored once each: upserted on the score id
-        per_id = Counter(e["body"]["id"] for e in double.events)
+        per_id = Counter(body["id"] for body in double.received)
         assert set(per_id) == ids
         # what was posted before the crash was posted again, with the same ids; the rest once
         assert per_id == Counter(ids) + before_crash

@@ -1,6 +1,6 @@
-"""Posting to the platforms' doubles: credentials, per-event answers, retries with the
-platform's Retry-After, 5xx and no answer sent again, a refused batch split to the score at
-fault, and nothing secret in what is logged."""
+"""Posting to the platforms' doubles: credentials, one score a request sent several at once
+(Langfuse), retries with the platform's Retry-After, 5xx and no answer sent again, a refused
+batch split to the score at fault (Opik), and nothing secret in what is logged."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def opik() -> Iterator[OpikDouble]:
 
 
 def langfuse_delivery(
-    double: LangfuseDouble, sleeps: Sleeps, secret: str = "sk-lf-test"
+    double: LangfuseDouble, sleeps: Sleeps, secret: str = "sk-lf-test", concurrency: int = 1
 ) -> Delivery:
     return Delivery(
         LangfusePlatform(),
@@ -47,6 +47,7 @@ def langfuse_delivery(
         headers=auth_headers(double.public_key, secret),
         backoff_base_s=0.5,
         backoff_max_s=4.0,
+        concurrency=concurrency,
         sleep=sleeps,
     )
 
@@ -56,15 +57,16 @@ def items(platform: Any, scores: list[ScoreEvent]) -> list[Item]:
 
 
 async def test_langfuse_every_score_upserted_by_its_id(langfuse: LangfuseDouble) -> None:
-    scores = [score_event() for _ in range(5)]
+    scores = [score_event() for _ in range(20)]
     tally, sleeps = Tally(), Sleeps()
-    async with langfuse_delivery(langfuse, sleeps) as delivery:
+    async with langfuse_delivery(langfuse, sleeps, concurrency=4) as delivery:
         await delivery.deliver(items(delivery.platform, scores), tally)
         await delivery.deliver(items(delivery.platform, scores), tally)  # delivered twice
-    assert (tally.sent, tally.rejected, tally.retries, sleeps) == (10, 0, 0, [])
+    assert (tally.sent, tally.rejected, tally.retries, sleeps) == (40, 0, 0, [])
     assert set(langfuse.scores) == {s.score_id for s in scores}  # each once: upserted
-    assert len(langfuse.events) == 10
-    assert len({e["id"] for e in langfuse.events}) == 10  # a new event id every request
+    assert len(langfuse.received) == 40
+    assert {(r.method, r.path) for r in langfuse.requests} == {("POST", "/api/public/scores")}
+    assert 1 < langfuse.most_in_flight <= 4  # several at once, never more than asked
 
 
 async def test_langfuse_wrong_keys_stop_the_sink_without_the_secret(
@@ -79,7 +81,7 @@ async def test_langfuse_wrong_keys_stop_the_sink_without_the_secret(
     assert tally.sent == 0 and langfuse.scores == {}
 
 
-async def test_langfuse_207_partial_failure(
+async def test_langfuse_one_score_refused_one_sent_again(
     langfuse: LangfuseDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
     good, refused, busy = score_event(), score_event(), score_event()
@@ -92,8 +94,20 @@ async def test_langfuse_207_partial_failure(
     assert (tally.sent, tally.rejected, tally.retries) == (2, 1, 1)
     assert set(langfuse.scores) == {good.score_id, busy.score_id}
     assert refused.score_id in caplog.text and "Invalid request data" in caplog.text
-    assert sleeps == [0.5]  # the 5xx event waited once, alone
-    assert [len(r.body["batch"]) for r in langfuse.requests] == [3, 1]
+    assert sleeps == [0.5]  # the 5xx score waited once, alone
+    assert [r.status for r in langfuse.requests] == [200, 400, 500, 200]
+
+
+async def test_langfuse_wrong_keys_stop_every_poster(langfuse: LangfuseDouble) -> None:
+    """With several requests in flight, the first 401 stops the sink (one SinkError, not a
+    group of them), and nothing is counted sent."""
+    tally = Tally()
+    scores = [score_event() for _ in range(12)]
+    with pytest.raises(SinkError, match="refused the credentials"):
+        async with langfuse_delivery(langfuse, Sleeps(), "sk-lf-WRONG", concurrency=4) as delivery:
+            await delivery.deliver(items(delivery.platform, scores), tally)
+    assert tally.sent == 0 and langfuse.scores == {}
+    assert len(langfuse.requests) <= 4
 
 
 async def test_langfuse_429_honours_retry_after(langfuse: LangfuseDouble) -> None:
@@ -102,7 +116,7 @@ async def test_langfuse_429_honours_retry_after(langfuse: LangfuseDouble) -> Non
     async with langfuse_delivery(langfuse, sleeps) as delivery:
         await delivery.deliver(items(delivery.platform, [score_event()]), tally)
     assert sleeps == [7.0] and (tally.sent, tally.retries) == (1, 1)
-    assert [r.status for r in langfuse.requests] == [429, 207]
+    assert [r.status for r in langfuse.requests] == [429, 200]
 
 
 async def test_5xx_and_no_answer_are_tried_again_with_doubling_waits(

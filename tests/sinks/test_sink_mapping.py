@@ -9,9 +9,9 @@ from fixtures import score_event, uuid7
 from platform_doubles import langfuse_score_problems
 
 from stream.models import ThreadInfo
-from stream.sinks.langfuse import LangfusePlatform, read_multistatus, score_body
+from stream.sinks.langfuse import LangfusePlatform, score_body
 from stream.sinks.opik import THREADS_PATH, TRACES_PATH, OpikPlatform, feedback_score, opik_trace_id
-from stream.sinks.platform import Item, Rejected
+from stream.sinks.platform import Item
 from stream.sinks.scores import Unsent
 
 THREAD = ThreadInfo(
@@ -147,38 +147,13 @@ def test_opik_requests_one_per_endpoint_at_most_max_items_each() -> None:
     assert orjson.loads(requests[0].body)["scores"][0]["id"] == scores[0].target_id
 
 
-def test_langfuse_requests_split_by_size_and_read_per_event() -> None:
-    ids = iter(f"event-{n}" for n in range(10))
-    platform = LangfusePlatform(max_batch_bytes=1500, new_id=lambda: next(ids), clock=lambda: "T")
+def test_langfuse_one_request_a_score_whose_body_is_the_score() -> None:
+    platform = LangfusePlatform()
     scores = [score_event() for _ in range(3)]
     items = [Item(str(n), s, platform.prepare(s)) for n, s in enumerate(scores)]
     requests = platform.requests(items)
-    assert len(requests) > 1 and sum(len(r.items) for r in requests) == 3
-    events = [e for r in requests for e in orjson.loads(r.body)["batch"]]
-    assert [e["id"] for e in events] == ["event-0", "event-1", "event-2"]
-    assert {e["type"] for e in events} == {"score-create"}
-    assert [e["body"]["id"] for e in events] == [s.score_id for s in scores]
-
-    request = platform.requests(items)[0]
-    first, *rest = request.items
-    answer = {
-        "successes": [{"id": first, "status": 201}],
-        "errors": [{"id": k, "status": 500, "message": "busy"} for k in rest[:1]],
-    }
-    outcomes = platform.read(request, orjson.dumps(answer))
-    assert outcomes[first] == "accepted"
-    assert all(outcomes[k] == "retry" for k in rest)  # a 5xx entry, or not named: again
-
-
-def test_multistatus_errors_keep_langfuses_words() -> None:
-    read = read_multistatus(
-        {
-            "successes": [],
-            "errors": [{"id": "e", "status": 400, "message": "Invalid", "error": "x"}],
-        }
-    )
-    assert read["e"].status == 400 and read["e"].message == "Invalid: x"
-    assert not read["e"].accepted and not read["e"].retryable
-    with pytest.raises(ValueError):
-        read_multistatus({"successes": [{"status": 201}]})
-    assert Rejected("400: Invalid: x") == Rejected("400: Invalid: x")
+    assert [(r.method, r.path, list(r.items)) for r in requests] == [
+        ("POST", "/api/public/scores", [str(n)]) for n in range(3)
+    ]
+    assert [orjson.loads(r.body)["id"] for r in requests] == [s.score_id for s in scores]
+    assert platform.read(requests[0], b'{"id": "x"}') == {"0": "accepted"}
