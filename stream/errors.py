@@ -65,10 +65,12 @@ class MissingVariable(ScorerError):  # noqa: N818 - named as the skipped score r
 
 
 class EmptyVariable(MissingVariable):
-    """A mapped variable that must not be empty resolved to an empty string, list or object."""
+    """A mapped variable that must not be empty resolved to an empty string, list or object;
+    ``reason`` (the variable's ``empty_reason``) says what that means, before the path."""
 
-    def __init__(self, variable: str, path: str) -> None:
+    def __init__(self, variable: str, path: str, reason: str | None = None) -> None:
         self.variable = variable
         self.path = path
         self.missing_at = path
-        ScorerError.__init__(self, f"variable {variable!r}: path {path!r} is empty")
+        where = f"variable {variable!r}: path {path!r} is empty"
+        ScorerError.__init__(self, f"{reason} ({where})" if reason else where)

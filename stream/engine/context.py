@@ -68,7 +68,8 @@ class ScoringContext:
         assert measured.status != "ok" or not isinstance(rule, RubricRule | ComparisonRule)
         score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
         outcome = OUTCOME_OF_STATUS[measured.status]
-        decided = self.decide(rule, plan, outcome, measured.status_reason, score.score_id, now)
+        detail = measured.status_reason or measured.decision_detail
+        decided = self.decide(rule, plan, outcome, detail, score.score_id, now)
         decided.score = score
         return decided
 

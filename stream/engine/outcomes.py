@@ -45,6 +45,9 @@ class Measured:
     latency_ms: float | None = None
     usage: TokenUsage | None = None
     details: dict[str, Any] | None = None
+    # what the decision record says of an ``ok`` score (e.g. the items a fan-out left out);
+    # a score not ok says its status_reason
+    decision_detail: str | None = None
 
 
 @dataclass

@@ -21,9 +21,10 @@ def resolve_variables(
     values = {}
     for name, spec in rule.variable_specs.items():
         try:
-            values[name] = (lookup if spec.allow_empty else lookup_nonempty)(
-                document, name, spec.path
-            )
+            if spec.allow_empty:
+                values[name] = lookup(document, name, spec.path)
+            else:
+                values[name] = lookup_nonempty(document, name, spec.path, spec.empty_reason)
         except MissingVariable:
             if spec.missing == "skip":
                 raise

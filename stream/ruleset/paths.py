@@ -132,11 +132,12 @@ def lookup(document: Any, variable: str, path: str) -> Any:
     raise MissingVariable(variable, path, missing_at)
 
 
-def lookup_nonempty(document: Any, variable: str, path: str) -> Any:
-    """``lookup``, and an empty string, list or object counts as missing too."""
+def lookup_nonempty(document: Any, variable: str, path: str, reason: str | None = None) -> Any:
+    """``lookup``, and an empty string, list or object counts as missing too (``reason``:
+    what an empty value means, said before the path)."""
     value = lookup(document, variable, path)
     if value in EMPTY:
-        raise EmptyVariable(variable, path)
+        raise EmptyVariable(variable, path, reason)
     return value
 
 

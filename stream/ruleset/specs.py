@@ -100,6 +100,12 @@ class VariableSpec(Strict):
     allow_empty: bool = Field(
         default=True, description="false: an empty string, list or object counts as missing"
     )
+    empty_reason: str | None = Field(
+        default=None,
+        min_length=1,
+        description="With allow_empty: false, what the skipped score of an empty value says "
+        "before the path (e.g. 'the trace retrieved no documents')",
+    )
     missing: Literal["skip", "empty"] = Field(
         default="skip",
         description="A missing (or null) value: skip the rule with a skipped score naming the "
@@ -111,6 +117,10 @@ class VariableSpec(Strict):
     def _tag_for_tagged(self) -> VariableSpec:
         if (self.format == "tagged") != (self.tag is not None):
             raise ValueError("tag is required by format: tagged and only used by it")
+        if self.empty_reason is not None and self.allow_empty:
+            raise ValueError(
+                "empty_reason says why an empty value is skipped: set allow_empty: false"
+            )
         return self
 
 
@@ -121,7 +131,16 @@ class FanOut(Strict):
 
     variable: str = Field(description="The list variable; each call sees one item as it")
     max_items: int = Field(
-        default=10, ge=1, le=100, description="The most items judged per trace (the first ones)"
+        default=20,
+        ge=1,
+        le=100,
+        description="The most items judged per trace (the first ones); the score says how "
+        "many there were and how many were judged",
+    )
+    noun: str = Field(
+        default="items",
+        min_length=1,
+        description="What the score's reason calls the items, plural (e.g. documents)",
     )
 
 

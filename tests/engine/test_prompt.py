@@ -67,6 +67,25 @@ def test_empty_values_raise_only_when_allow_empty_is_false(empty: Any) -> None:
         resolve_variables(rule(), {"input": {"question": "q"}, "metadata": {"facts": empty}})
 
 
+def test_an_empty_reason_is_said_before_the_path() -> None:
+    facts = {"path": "metadata.facts", "allow_empty": False, "empty_reason": "no facts were given"}
+    r = rule(variables={"question": "input.question", "facts": facts})
+    with pytest.raises(EmptyVariable) as caught:
+        resolve_variables(r, {"input": {"question": "q"}, "metadata": {"facts": []}})
+    assert str(caught.value) == (
+        "no facts were given (variable 'facts': path 'metadata.facts' is empty)"
+    )
+    with pytest.raises(MissingVariable) as absent:  # absent is not empty: the path is the reason
+        resolve_variables(r, {"input": {"question": "q"}, "metadata": {}})
+    assert type(absent.value) is MissingVariable and "no facts" not in str(absent.value)
+
+
+def test_an_empty_reason_needs_allow_empty_false() -> None:
+    facts = {"path": "metadata.facts", "empty_reason": "no facts were given"}
+    with pytest.raises(ValueError, match=r"empty_reason .* set allow_empty: false"):
+        rule(variables={"question": "input.question", "facts": facts})
+
+
 def test_render_prompt_formats_values_fills_options_and_adds_suffixes_that_hold() -> None:
     r = rule()
     prompt = render_prompt(r, resolve_variables(r, DOC), DOC)

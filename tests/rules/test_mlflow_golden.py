@@ -27,6 +27,7 @@ from stream.engine.prompt import (
 from stream.judge.answers import InvalidAnswer, parse_answer, response_schema
 from stream.ruleset.loader import load_rule_file, load_rules
 from stream.ruleset.schema import LLMJudgeRule, RuleSet
+from stream.ruleset.specs import FanOut
 
 SEED = judge_prompts()
 METRICS = metrics()
@@ -348,7 +349,7 @@ def test_retrieval_relevance_scores_the_share_of_relevant_documents() -> None:
     (score,) = result.scores
     assert calls == 4
     assert (score.status, score.raw_value, score.value, score.label) == ("ok", 0.75, 0.75, None)
-    assert score.reason == "3 of 4 items judged yes"
+    assert score.reason == "3 of 4 documents judged yes"  # all judged: no bound to name
     assert score.details is not None
     assert [(i["index"], i["label"]) for i in score.details["items"]] == [
         (0, "yes"),
@@ -357,34 +358,115 @@ def test_retrieval_relevance_scores_the_share_of_relevant_documents() -> None:
         (3, "yes"),
     ]
     assert (score.details["items_total"], score.details["items_judged"]) == (4, 4)
+    assert score.details["items_max"] == 20
     assert score.usage is not None and score.usage.prompt_tokens == prompt_tokens  # every call
 
 
-def test_retrieval_relevance_is_bounded_per_trace_and_says_so() -> None:
+def score_documents(count: int) -> tuple[Any, Any, list[int]]:
+    """retrieval_relevance on a trace that retrieved ``count`` documents, every one judged
+    relevant: its score, its decision record and which documents the judge was sent."""
     ruleset = RuleSet([load("retrieval_relevance")])
     document = copy.deepcopy(trace())
-    document["metadata"]["retrieval_context"] = [f"Doc {n} about scales." for n in range(25)]
+    document["metadata"]["retrieval_context"] = [f"Doc {n} about scales." for n in range(count)]
     with MockJudge() as judge:
         judge.script("", '{"rationale": "Let\'s think step by step.", "result": "yes"}')
         result = asyncio.run(
             scorer(judge.base_url, ruleset).score_trace(as_trace(document), document)
         )
-        calls = len(judge.requests)
-    (score,) = result.scores
-    assert calls == load("retrieval_relevance").fan_out.max_items == 10  # type: ignore[union-attr]
+        sent = sorted(int(p.split("<document>Doc ")[1].split(" ")[0]) for p in judge.prompts())
+    (outcome,) = result.outcomes
+    assert outcome.score is not None
+    return outcome.score, outcome.decision, sent
+
+
+def test_retrieval_relevance_judges_the_20_documents_a_retriever_returns_by_default() -> None:
+    assert load("retrieval_relevance").fan_out == FanOut(variable="doc", noun="documents")
+    score, decision, sent = score_documents(20)
+    assert sent == list(range(20))  # every document, each once
+    assert (score.status, score.raw_value) == ("ok", 1.0) and score.details is not None
+    assert score.reason == "20 of 20 documents judged yes"
+    assert [score.details[k] for k in ("items_total", "items_judged", "items_max")] == [20, 20, 20]
+    assert (decision.outcome, decision.detail) == ("scored", None)
+
+
+def test_retrieval_relevance_past_its_bound_judges_the_first_20_and_says_so() -> None:
+    score, decision, sent = score_documents(25)
+    assert sent == list(range(20))  # the first 20, each once
     assert score.raw_value == 1.0 and score.details is not None
-    assert (score.details["items_total"], score.details["items_judged"]) == (25, 10)
-    assert "the first 10 of 25 items were judged" in (score.reason or "")
+    assert [score.details[k] for k in ("items_total", "items_judged", "items_max")] == [25, 20, 20]
+    bound = "the first 20 of 25 documents were judged (fan_out.max_items: 20)"
+    assert score.reason == f"20 of 20 documents judged yes; {bound}"
+    assert (decision.outcome, decision.detail) == ("scored", bound)
 
 
-def test_retrieval_relevance_without_documents_is_skipped_with_the_path() -> None:
+NO_DOCUMENTS = "the trace retrieved no documents"
+# the rules that render the retrieved documents, each with its variable, and a line of its
+# prompt that only it sends (to tell that it was never sent)
+RETRIEVAL_RULES = {
+    "groundedness": ("retrieval_context", "  <answer>" + ANSWER + "</answer>\n</claim>"),
+    "context_sufficiency": ("retrieval_context", "<answer>\n- practice daily"),
+    "faithfulness": ("context", "numerical score called faithfulness"),
+    "relevance": ("context", "numerical score called relevance "),
+    "retrieval_relevance": ("doc", "Consider the following question and document."),
+}
+
+
+def test_every_rule_that_renders_retrieved_documents_is_covered() -> None:
+    rendering = {
+        rule.id
+        for rule in load_rules(RULES_DIR, ["mlflow"]).rules
+        if any("retrieval_context" in spec.path for spec in rule.variable_specs.values())
+    }
+    assert rendering == set(RETRIEVAL_RULES)
+
+
+@pytest.mark.parametrize("retrieved", [[], "", DOCS], ids=["empty list", "empty string", "docs"])
+def test_a_trace_that_retrieved_no_documents_skips_every_retrieval_rule_unjudged(
+    retrieved: Any,
+) -> None:
+    """Through the whole pack and a real HTTP judge: an empty retrieval list is never judged
+    as <document>[]</document>; each rule that renders it is skipped with that reason (score
+    and decision), while the pack's other rules are judged. With documents, all are judged."""
+    document = trace(expected_facts=FACTS)
+    document["metadata"]["retrieval_context"] = retrieved
+    with MockJudge() as judge:
+        judge.script("", '{"rationale": "Let\'s think step by step.", "result": "yes"}')
+        judge.script("numerical score called", "score: 5\njustification: All supported.")
+        result = asyncio.run(
+            scorer(judge.base_url, load_rules(RULES_DIR, ["mlflow"])).score_trace(
+                as_trace(document), document
+            )
+        )
+        prompts = judge.prompts()
+    outcomes = {o.decision.rule_id: o for o in result.outcomes}
+    assert outcomes["relevance_to_query"].decision.outcome == "scored"  # the judge was there
+    for rule_id, (variable, marker) in RETRIEVAL_RULES.items():
+        score, decision = outcomes[rule_id].score, outcomes[rule_id].decision
+        assert score is not None
+        sent = [p for p in prompts if marker in p]
+        if retrieved:
+            assert (score.status, decision.outcome, score.value) == ("ok", "scored", 1.0), rule_id
+            assert len(sent) == (len(DOCS) if rule_id == "retrieval_relevance" else 1), rule_id
+            continue
+        why = f"{NO_DOCUMENTS} (variable '{variable}': path 'metadata.retrieval_context' is empty)"
+        assert (score.status, score.status_reason) == ("skipped", why), rule_id
+        assert (decision.outcome, decision.detail) == ("skipped", why), rule_id
+        assert sent == [], rule_id  # no judge call
+    assert not any("<document>[]</document>" in p or "<document></document>" in p for p in prompts)
+
+
+def test_a_trace_without_retrieval_context_is_skipped_with_the_path() -> None:
+    """Absent (not a RAG trace, or retrieval not recorded) is not empty: the path is the reason."""
     ruleset = RuleSet([load("retrieval_relevance")])
     document = copy.deepcopy(trace())
-    document["metadata"]["retrieval_context"] = []
+    del document["metadata"]["retrieval_context"]
     result = asyncio.run(scorer(None, ruleset).score_trace(as_trace(document), document))
     (score,) = result.scores
     assert score.status == "skipped"
-    assert "metadata.retrieval_context" in (score.status_reason or "")
+    assert score.status_reason == (
+        "variable 'doc': path 'metadata.retrieval_context' is missing "
+        "(no value at 'metadata.retrieval_context')"
+    )
 
 
 def test_a_document_the_judge_cannot_answer_for_is_listed_and_the_rest_decide() -> None:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from stream.cli import app
 from stream.errors import RuleFileError
-from stream.ruleset.loader import check_rules, load_rules
+from stream.ruleset.loader import check_rules, load_rule_file, load_rules
+from stream.ruleset.schema import LLMJudgeRule
 
 RULE = "hub_answer_correctness"
 
@@ -123,6 +124,17 @@ def test_a_fan_out_names_one_of_the_rules_variables(rules_copy: Path) -> None:
         for p in found
     ), found
     assert any("hub_response_clarity.yaml" in p and "max_items" in p for p in found), found
+
+
+def test_a_fan_out_bound_defaults_to_20_and_stays_within_100(rules_copy: Path) -> None:
+    path = edit(rules_copy, RULE, fan_out={"variable": "input"})
+    edit(rules_copy, "hub_response_clarity", fan_out={"variable": "input", "max_items": 101})
+    found = problems(rules_copy)
+    assert not any(f"{RULE}.yaml" in p for p in found), found
+    assert any("hub_response_clarity.yaml" in p and "max_items" in p for p in found), found
+    rule = load_rule_file(path)
+    assert isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
+    assert (rule.fan_out.max_items, rule.fan_out.noun) == (20, "items")
 
 
 def test_duplicate_ids_fail(rules_copy: Path) -> None:

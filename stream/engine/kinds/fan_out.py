@@ -1,6 +1,6 @@
 """LLM-judge rules with ``fan_out``: one judge call per item of a list variable (the first
 ``max_items``), one score: the mean of the items' raw values (a yes/no choice: the share
-judged yes), each item's verdict in ``details``."""
+judged yes), each item's verdict in ``details``, and the bound named when it left items out."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ class FanOutKind(JudgedKind):
         if not calls:  # the list is empty
             assert isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
             name = rule.fan_out.variable
-            return f"variable '{name}': path '{rule.variable_specs[name].path}' holds no items"
+            path, noun = rule.variable_specs[name].path, rule.fan_out.noun
+            return f"variable '{name}': path '{path}' holds no {noun}"
         return calls
 
     def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
@@ -69,11 +70,13 @@ class FanOutKind(JudgedKind):
                 }
             )
         ctx.charge(rule, usage)  # every call counts, answered or not
+        assert rule.fan_out is not None
         details = {
             **(job_details(job) or {}),
             "items": per_item,
             "items_total": job.total_items,
             "items_judged": len(judged),
+            "items_max": rule.fan_out.max_items,
         }
         errors = [item["error"] for item in per_item if "error" in item]
         if not judged:
@@ -87,6 +90,7 @@ class FanOutKind(JudgedKind):
             latency_ms=latency,
             usage=usage,
             details=details,
+            decision_detail=left_out(rule, job),
         )
         return ctx.finish(rule, plan, answered, utcnow())
 
@@ -99,13 +103,27 @@ def _added(total: TokenUsage | None, more: TokenUsage | None) -> TokenUsage | No
 
 def summary(rule: LLMJudgeRule, job: JudgeJob, judged: list[float], errors: list[str]) -> str:
     """The score's reason: how many items were judged the top choice, and what was left out."""
-    best = rule.output.scale.max
-    text = f"{sum(1 for raw in judged if raw == best)} of {len(judged)} items judged {top_choice(rule)}"
+    assert rule.fan_out is not None
+    best, noun = rule.output.scale.max, rule.fan_out.noun
+    top = sum(1 for raw in judged if raw == best)
+    text = f"{top} of {len(judged)} {noun} judged {top_choice(rule)}"
     if errors:
         text += f"; {len(errors)} could not be judged ({errors[0]})"
-    if job.total_items > len(job.items):
-        text += f"; the first {len(job.items)} of {job.total_items} items were judged"
+    if (bound := left_out(rule, job)) is not None:
+        text += f"; {bound}"
     return text
+
+
+def left_out(rule: LLMJudgeRule, job: JudgeJob) -> str | None:
+    """What the rule's bound left out, naming the bound; None when every item was judged."""
+    assert rule.fan_out is not None
+    if job.total_items <= len(job.items):
+        return None
+    spec = rule.fan_out
+    return (
+        f"the first {len(job.items)} of {job.total_items} {spec.noun} were judged "
+        f"(fan_out.max_items: {spec.max_items})"
+    )
 
 
 def top_choice(rule: LLMJudgeRule) -> str:
