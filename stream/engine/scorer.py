@@ -116,7 +116,7 @@ class Scorer:
         judging = self.conversations.judging(close.pending.rules)
         for rule in self.ruleset.thread_rules(close.kind):
             if close.kind == "conversation":
-                why = None if rule.id in judging else _not_judging(rule.id, close.pending.rules)
+                why = None if rule.id in judging else self._not_judging(rule, judging)
             else:
                 why = rule.filter.mismatch(as_trace, close.topic)
             if why is not None:
@@ -127,6 +127,15 @@ class Scorer:
             else:
                 self._plan_rule(plan, rule, document)
         return plan
+
+    def _not_judging(self, rule: AnyRule, judging: set[str]) -> str:
+        """Why a conversation rule does not judge a thread: a fallback rule stands back where
+        a claiming rule judges it (whether or not the thread's traces reached the fallback
+        rule: a trace a claiming rule matches goes to the claiming rules only)."""
+        fallback = rule.thread is not None and rule.thread.fallback
+        if fallback and any(r.id in judging for r in self.conversations.claiming):
+            return "a fallback rule: other conversation rules judge this thread"
+        return "no trace of the thread matched"
 
     def _plan_pair(self, plan: Plan, rule: ComparisonRule, close: ThreadClose) -> None:
         """A comparison rule on a pair: judged when both of its traces came (and one of them
@@ -168,10 +177,3 @@ class Scorer:
             *(kind_of(job.rule).run(self.context, job, plan) for job in plan.judge_jobs)
         )
         return TraceResult(plan.outcomes + list(judged))
-
-
-def _not_judging(rule_id: str, matched: list[str]) -> str:
-    """Why a conversation rule does not judge a thread."""
-    if rule_id in matched:  # a fallback rule, and another rule claims the thread
-        return "a fallback rule: other conversation rules judge this thread"
-    return "no trace of the thread matched"

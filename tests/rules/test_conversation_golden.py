@@ -274,7 +274,8 @@ def test_a_thread_whose_turns_hold_no_message_is_skipped_not_judged() -> None:
 
 def test_fretcoach_conversations_stay_fretcoachs() -> None:
     """Loaded together, FretCoach's hub conversation goes to its own rules only: read with its
-    paths, judged by its rules, the conversation pack's filtered saying why."""
+    paths, judged by its rules, the conversation pack's filtered saying why (they stand back,
+    although no trace of the thread reached them: FretCoach's rules claimed every one)."""
     document = hub_trace()
     document["thread_id"] = "ticket-981"
     close = folded([document], ["fretcoach", "conversation"])
@@ -283,7 +284,10 @@ def test_fretcoach_conversations_stay_fretcoachs() -> None:
     plan = scorer(None, ruleset).plan_thread(close)
     decided = {o.decision.rule_id: (o.decision.outcome, o.decision.detail) for o in plan.outcomes}
     for rule_id in RULE_IDS:
-        assert decided[rule_id] == ("filtered", "no trace of the thread matched")
+        assert decided[rule_id] == (
+            "filtered",
+            "a fallback rule: other conversation rules judge this thread",
+        )
 
 
 def test_a_thread_mixing_a_fretcoach_trace_and_others_is_judged_by_fretcoach_alone() -> None:
