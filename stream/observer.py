@@ -68,6 +68,10 @@ class Observer:
     def on_rule_silent(self, rule: str, pack: str, silent: bool) -> None:
         """A trace rule matched none of the last traces (``silent``), or matched again."""
 
+    def on_comparison_contradiction(self, rule: str, pack: str) -> None:
+        """A comparison's preference favoured the response its ratings put strictly lower
+        (flagged on the preference score, its value kept)."""
+
     # -- judge -----------------------------------------------------------------------
 
     def on_judge_call(

@@ -55,6 +55,11 @@ class IssueTableParams(AggregateParams):
         values = [row.value for row in self.rows]
         return Scale(min=min(values), max=max(values))
 
+    def primary_labels(self) -> list[str]:
+        """The rows' labels, highest value first (the seed's order: Excellent .. Unacceptable)."""
+        ordered = sorted(self.rows, key=lambda row: -row.value)
+        return list(dict.fromkeys(row.label for row in ordered))
+
     def overall(self, major: int, minor: int) -> IssueRow:
         return next(row for row in self.rows if row.matches(major, minor))
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput, RubricScore
 from ..ruleset.schema import CriteriaRule
 from .outcomes import Measured, ScoreShape
-from .verdicts import Verdict
+from .verdicts import RubricAnswers, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,14 @@ def criteria_input(
     )
 
 
+def stated_details(rule: CriteriaRule, answers: RubricAnswers) -> dict[str, str]:
+    """The aggregate's label as the judge stated it (``judge_<stated_aggregate>``), for the
+    details of the aggregate the engine computed; empty when not asked or not given."""
+    if rule.stated_aggregate is None or answers.stated is None:
+        return {}
+    return {f"judge_{rule.stated_aggregate}": answers.stated}
+
+
 def measured_scores(
     rule: CriteriaRule,
     verdict: Verdict,
@@ -68,8 +76,10 @@ def measured_scores(
     cap, or rendered empty); ``primary=""``: none of them does (a comparison's preference
     score carries them)."""
     primary = rule.aggregator.primary if primary is None else primary
-    notes = getattr(verdict.answer, "notes", None) or {}
-    prompt_details = {**notes, **(prompt_details or {})} or None
+    answer = verdict.answer
+    notes = getattr(answer, "notes", None) or {}
+    stated = stated_details(rule, answer) if isinstance(answer, RubricAnswers) else {}
+    prompt_details = {**notes, **stated, **(prompt_details or {})} or None
     shaped = []
     for result in results:
         ok = result.error is None and result.raw_value is not None

@@ -30,30 +30,38 @@ class ParsedAnswer:
     reason: str | None
 
 
+# the remarks a rule asks for beside the ratings: lists (``notes``) and texts (``summaries``)
+Remarks = dict[str, list[str] | str]
+
+
 class RubricAnswers(dict[str, CriterionAnswer | None]):
     """A rubric's answers per criterion (None: an answer outside the allowed values; absent:
-    left out), and the lists of remarks the rubric asks for beside them (``notes``, e.g. the
-    critique's key strengths and weaknesses)."""
+    left out), the remarks the rubric asks for beside them (``notes``: e.g. the critique's key
+    strengths and weaknesses, and its summaries), and the aggregate's label as the judge
+    stated it (``stated``, when the rule asks for it: e.g. seed 001's Overall Quality)."""
 
     def __init__(
         self,
         answers: dict[str, CriterionAnswer | None] | None = None,
-        notes: dict[str, list[str]] | None = None,
+        notes: Remarks | None = None,
+        stated: str | None = None,
     ) -> None:
         super().__init__(answers or {})
-        self.notes: dict[str, list[str]] = notes or {}
+        self.notes: Remarks = notes or {}
+        self.stated = stated
 
 
 @dataclass
 class ComparisonAnswers:
     """A comparison's answer: each response's answers per criterion (``a`` and ``b``), the
     preference between them (None: missing or outside its scale, with ``preference_error``),
-    and the lists of remarks the rule asks for beside them (e.g. key differentiators)."""
+    and the remarks the rule asks for beside them (e.g. the prompt summary, the key
+    differentiators)."""
 
     responses: dict[str, RubricAnswers]
     preference: ParsedAnswer | None
     preference_error: str | None = None
-    notes: dict[str, list[str]] = field(default_factory=dict)
+    notes: Remarks = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.verdicts import ComparisonAnswers, RubricAnswers
+from ..engine.verdicts import ComparisonAnswers, Remarks, RubricAnswers
 from ..ruleset.aggregators import CriterionAnswer
-from ..ruleset.schema import ComparisonRule, CriteriaRule
+from ..ruleset.schema import RESPONSE_FIELDS, ComparisonRule, CriteriaRule
 from .answers import (
     NOTHING_QUOTED,
     InvalidAnswer,
@@ -24,31 +24,45 @@ from .answers import (
 
 
 def _criteria_schema(rule: CriteriaRule) -> dict[str, Any]:
-    return {c.id: verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
+    """One verdict object per criterion, then the aggregate's label as the judge states it
+    (when the rule asks for it)."""
+    criteria = {c.id: verdict_object(rule.output, no_na=not c.na_valid) for c in rule.criteria}
+    if rule.stated_aggregate is not None:
+        labels = rule.validated_aggregate.primary_labels()
+        stated: dict[str, Any] = {"type": "string"}
+        if labels:
+            stated["enum"] = labels
+        criteria[rule.stated_aggregate] = stated
+    return criteria
 
 
 def _notes_schema(rule: CriteriaRule) -> dict[str, Any]:
     return {note: {"type": "array", "items": {"type": "string"}} for note in rule.notes}
 
 
+def _summaries_schema(rule: CriteriaRule) -> dict[str, Any]:
+    return {name: {"type": "string"} for name in rule.summaries}
+
+
 def rubric_schema(rule: CriteriaRule) -> dict[str, Any]:
-    """Structured output for a rubric: one verdict object per criterion, every one required."""
-    return closed_object({**_criteria_schema(rule), **_notes_schema(rule)})
-
-
-# the answer's objects holding each response's ratings (a comparison)
-RESPONSE_FIELDS = {"a": "response_a", "b": "response_b"}
+    """Structured output for a rubric: the summaries asked for, one verdict object per
+    criterion (and the stated aggregate), the notes; every one required."""
+    return closed_object(
+        {**_summaries_schema(rule), **_criteria_schema(rule), **_notes_schema(rule)}
+    )
 
 
 def comparison_schema(rule: ComparisonRule) -> dict[str, Any]:
-    """Structured output for a comparison, in the order of the seed's report: each response's
-    ratings, then the preference and its justification, then the remarks asked for."""
+    """Structured output for a comparison, in the order of the seed's report (its Example
+    Evaluation Template): the summaries (Prompt Summary), each response's ratings (and its
+    stated Overall Quality), then the preference and its justification, then the notes (Key
+    Differentiators)."""
     preference = verdict_object(rule.preference)["properties"]
     verdict = rule.preference.verdict_field
     assert verdict is not None  # required by the rule (load time)
     responses = {name: closed_object(_criteria_schema(rule)) for name in RESPONSE_FIELDS.values()}
     ordered = {verdict: preference[verdict], rule.preference.reason_field: {"type": "string"}}
-    return closed_object({**responses, **ordered, **_notes_schema(rule)})
+    return closed_object({**_summaries_schema(rule), **responses, **ordered, **_notes_schema(rule)})
 
 
 def _criterion_answers(rule: CriteriaRule, obj: dict[str, Any]) -> RubricAnswers:
@@ -67,6 +81,10 @@ def _criterion_answers(rule: CriteriaRule, obj: dict[str, Any]) -> RubricAnswers
             answers[criterion.id] = None
         else:
             answers[criterion.id] = CriterionAnswer(parsed.raw_value, parsed.label, parsed.reason)
+    if rule.stated_aggregate is not None:
+        stated = obj.get(rule.stated_aggregate)
+        if isinstance(stated, str) and stated.strip():
+            answers.stated = stated.strip()
     return answers
 
 
@@ -112,13 +130,18 @@ def parse_comparison(
     raise quoted.none_of_its_own(f"no JSON object rating both responses ({fields})")
 
 
-def _notes(rule: CriteriaRule, obj: dict[str, Any]) -> dict[str, list[str]]:
-    """The remarks the rule asks for, as the judge gave them (a list of strings, or one)."""
-    notes = {}
+def _notes(rule: CriteriaRule, obj: dict[str, Any]) -> Remarks:
+    """The remarks the rule asks for, as the judge gave them: each note a list of strings
+    (one string is read as a list of one), each summary a string."""
+    notes: Remarks = {}
     for name in rule.notes:
         value = obj.get(name)
         if isinstance(value, str) and value.strip():
             value = [value]
         if isinstance(value, list) and (items := [str(v) for v in value if str(v).strip()]):
             notes[name] = items
+    for name in rule.summaries:
+        text = obj.get(name)
+        if isinstance(text, str) and text.strip():
+            notes[name] = text.strip()
     return notes

@@ -127,6 +127,9 @@ class ScorerMetrics(MetricFamilies, Observer):
             child = self._decision_children[key] = self.decisions.labels(*key)
         child.inc()
 
+    def on_comparison_contradiction(self, rule: str, pack: str) -> None:
+        self._child(self.comparison_contradictions, rule, pack).inc()
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

@@ -74,6 +74,13 @@ class MetricFamilies:
             "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
             ("rule", "pack", "outcome"),
         )
+        self.comparison_contradictions = counter(
+            "comparison_contradictions",
+            "Comparison preferences that favour the response whose overall rating is strictly "
+            "worse (seed 001: the ranking must align with the ratings); flagged on the "
+            "preference score, its value kept",
+            ("rule", "pack"),
+        )
         # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,
         # declared in the rule files. ``project``: the score's project, bounded (the kept
         # projects' names, "other" for the rest: metrics/projects.py).

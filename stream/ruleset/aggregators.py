@@ -80,6 +80,11 @@ class AggregateParams(BaseModel):
         """The scale of the primary score (None: the rule's answer scale)."""
         return None
 
+    def primary_labels(self) -> list[str] | None:
+        """The labels the primary score can have, best first (None: not a closed set); what
+        a rule's ``stated_aggregate`` offers the judge."""
+        return None
+
 
 AggregateFunc = Callable[[RubricInput, Any], list[RubricScore]]
 

@@ -189,13 +189,34 @@ class CriteriaRule(PromptedRule):
         "key_strengths, key_weaknesses: seed 001's report), carried in the primary score's "
         "details",
     )
+    summaries: list[str] = Field(
+        default_factory=list,
+        description="Texts asked of the judge before its ratings (e.g. prompt_summary: seed "
+        "001's Prompt Summary), carried as strings where the notes are",
+    )
+    stated_aggregate: str | None = Field(
+        default=None,
+        description="The answer field in which the judge also states the aggregate's label "
+        "for a response (e.g. overall_quality: seed 001's Overall Quality), from the labels the "
+        "aggregator can give. The published aggregate stays the one computed from the ratings; "
+        "the judge's own is carried in its details as judge_<field>",
+    )
 
     @model_validator(mode="after")
     def _notes_apart_from_criteria(self) -> CriteriaRule:
-        if clash := sorted(set(self.notes) & {c.id for c in self.criteria}):
+        ids = {c.id for c in self.criteria}
+        if clash := sorted(set(self.notes) & ids):
             raise ValueError(f"notes {clash} have the names of criteria")
-        if len(set(self.notes)) != len(self.notes):
-            raise ValueError("notes are named twice")
+        if clash := sorted(set(self.summaries) & ids):
+            raise ValueError(f"summaries {clash} have the names of criteria")
+        if self.stated_aggregate in ids:
+            raise ValueError(
+                f"stated_aggregate {self.stated_aggregate!r} is the name of a criterion"
+            )
+        fields = [*self.notes, *self.summaries, *filter(None, [self.stated_aggregate])]
+        if len(set(fields)) != len(fields):
+            twice = sorted({f for f in fields if fields.count(f) > 1})
+            raise ValueError(f"notes, summaries and stated_aggregate name {twice} twice")
         return self
 
     _aggregator: AggregatorSpec | None = PrivateAttr(default=None)
@@ -250,6 +271,10 @@ class RubricRule(CriteriaRule):
     kind: Literal["rubric"]
 
 
+# a comparison answer's objects holding each response's ratings, by pair slot
+RESPONSE_FIELDS = {"a": "response_a", "b": "response_b"}
+
+
 class ComparisonRule(CriteriaRule):
     """Two responses to the same request judged side by side in one call (seed 001's
     Response Comparison Methodology): each rated on the criteria (and aggregated as a rubric
@@ -278,6 +303,9 @@ class ComparisonRule(CriteriaRule):
             raise ValueError("preference: verdict_field names the answer's field (preference)")
         if forced := [c.id for c in self.criteria if c.na_when is not None]:
             raise ValueError(f"criteria {forced}: na_when is for rubrics, not comparisons")
+        taken = {*RESPONSE_FIELDS.values(), spec.verdict_field, spec.reason_field}
+        if clash := sorted(set(self.notes + self.summaries) & taken):
+            raise ValueError(f"notes or summaries named {clash}: the answer's own fields")
         return self
 
     @property

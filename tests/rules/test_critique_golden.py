@@ -10,15 +10,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import re
 from typing import Any
 
 import orjson
 import pytest
 from fixtures import RULES_DIR, as_trace, scorer
 from scripted_judge import MockJudge
-from seed_rubrics import critique_dimensions, critique_sections, overall_table
+from seed_rubrics import (
+    CRITIQUE_SEED,
+    critique_dimensions,
+    critique_sections,
+    overall_table,
+    section,
+)
 
 from stream.engine.prompt import render_prompt, resolve_variables
+from stream.judge.criteria import rubric_schema
 from stream.models import Scale
 from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput
 from stream.ruleset.loader import load_rule_file, load_rules
@@ -48,8 +56,8 @@ def trace(prompt: str = "Write a Python function that reverses a string.") -> di
 
 def test_prompt_holds_the_seeds_rubric_verbatim_and_the_six_dimensions() -> None:
     rule = rubric_rule()
-    for section in critique_sections():
-        assert section in rule.prompt
+    for text in critique_sections():
+        assert text in rule.prompt
     assert [c.name for c in rule.criteria] == critique_dimensions()
     assert len(rule.criteria) == 6
     assert "overall" not in rule.prompt.lower().split("## prompt")[-1]  # never asked
@@ -57,6 +65,23 @@ def test_prompt_holds_the_seeds_rubric_verbatim_and_the_six_dimensions() -> None
     rendered = render_prompt(rule, resolve_variables(rule, document), document)
     assert "## Prompt\n\nWrite a Python function that reverses a string.\n\n" in rendered
     assert "## Response\n\ndef rev(s):\n    return s[::-1]\n\n" in rendered
+
+
+def test_the_prompt_asks_for_key_strengths_and_weaknesses_in_the_seeds_words() -> None:
+    rule = rubric_rule()
+    workflow = section(
+        CRITIQUE_SEED.read_text(encoding="utf-8"),
+        "### For Single Response Evaluation:",
+        "### For Response Comparison:",
+    )
+    step = re.search(r"^6\. (.+)$", workflow, re.MULTILINE)
+    assert step is not None and step[1] == "Document key strengths and weaknesses"
+    asked = rule.prompt.split("## Response\n")[-1].split("\n---\n", 1)[1]
+    assert f'to "{step[1]}", "key_strengths" and "key_weaknesses", each a list' in asked
+    # the example answer in the prompt has exactly the fields of the answer schema
+    example = orjson.loads(asked.strip().splitlines()[-1])
+    assert list(example) == rubric_schema(rule)["required"]
+    assert list(example)[-2:] == rule.notes == ["key_strengths", "key_weaknesses"]
 
 
 def seed_overall(major: int, minor: int) -> str:

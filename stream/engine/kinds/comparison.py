@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...models import Outcome, ScoreEvent, utcnow
+from ...ruleset.aggregators import RubricScore
 from ...ruleset.schema import AnyRule, ComparisonRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape, Target, make_score
 from ..plan import JudgeJob, Plan
 from ..prompt import FittedPrompt
-from ..rubric import aggregated, criteria_input, measured_scores
+from ..rubric import aggregated, criteria_input, measured_scores, stated_details
 from ..verdicts import ComparisonAnswers, Verdict
 from .base import Found, JudgedKind, job_details
 
@@ -61,20 +62,26 @@ class ComparisonKind(JudgedKind):
             "variants": {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS},
         }
         extra: list[ScoreEvent] = []
+        overall: dict[str, RubricScore | None] = {}
         for slot in PAIR_SLOTS:
-            responses = criteria_input(rule, answer.responses[slot])
-            results = aggregated(rule, responses, plan.target.id)
+            answers = answer.responses[slot]
+            results = aggregated(rule, criteria_input(rule, answers), plan.target.id)
             if isinstance(results, str):
                 failed = Measured("error", results, judge_model=verdict.model, usage=verdict.usage)
                 return ctx.finish(rule, plan, failed, now)
+            primary = rule.aggregator.primary
+            overall[slot] = next((r for r in results if r.name == primary), None)
             trace_id, project = job.members[slot]
             target = Target(trace_id, project, f"{plan.target.score_key}/{slot}")
             about = {"comparison_id": plan.target.id, "variant": variants[slot]}
+            stated = stated_details(rule, answers)
             for shape, measured in measured_scores(rule, verdict, results, primary=""):
-                measured.details = {**(measured.details or {}), **about}
+                own = stated if shape.criterion == primary else {}
+                measured.details = {**(measured.details or {}), **own, **about}
                 extra.append(make_score(rule, target, shape, measured, now))
         preferred = answer.preference
         details = {**answer.notes, **pair, **(job_details(job) or {})}
+        contradiction = None
         if preferred is None:
             why = answer.preference_error or "the judge gave no preference"
             measured = Measured("error", why)
@@ -82,15 +89,63 @@ class ComparisonKind(JudgedKind):
             measured = Measured(
                 "ok", raw_value=preferred.raw_value, label=preferred.label, reason=preferred.reason
             )
+            ranking = ranking_against_ratings(preferred.raw_value, overall, variants)
+            if ranking is not None:
+                details.update(ranking)
+                if ranking["ranking_contradicts_ratings"]:
+                    contradiction = _contradiction(preferred.raw_value, overall, variants)
+                    ctx.observer.on_comparison_contradiction(rule.id, rule.pack)
         measured.judge_model, measured.latency_ms = verdict.model, verdict.latency_ms
         measured.usage = verdict.usage  # one judge call: counted once, on the preference
         measured.details = details
         score = make_score(rule, plan.target, ctx.shapes[rule.id], measured, now)
         outcome: Outcome = "scored" if score.status == "ok" else "error"
-        decided = ctx.decide(rule, plan, outcome, score.status_reason, score.score_id, now)
+        said = score.status_reason or contradiction
+        decided = ctx.decide(rule, plan, outcome, said, score.score_id, now)
         decided.score = score
         decided.extra = extra
         return decided
+
+
+def _rating(result: RubricScore | None) -> float | None:
+    """A response's aggregate as a value where higher is better (None: not rated)."""
+    if result is None or result.error is not None or result.raw_value is None:
+        return None
+    return result.raw_value if result.higher_is_better else -result.raw_value
+
+
+def ranking_against_ratings(
+    preference: float, overall: dict[str, RubricScore | None], variants: dict[str, str]
+) -> dict[str, Any] | None:
+    """Whether the preference agrees with the two responses' aggregates (seed 001: "Ensure
+    ranking aligns with individual ratings"): it contradicts them when it favours the
+    response whose aggregate is strictly worse (A preferred, A rated worse; or B preferred, B
+    rated worse). A preference of 0, or two responses rated alike, contradicts nothing: the
+    seed ranks by the differentiators, which one label cannot weigh. None: a response's
+    aggregate is missing, nothing to check against."""
+    a, b = _rating(overall["a"]), _rating(overall["b"])
+    if a is None or b is None:
+        return None
+    rated = {variants[s]: r.label or f"{r.raw_value:g}" for s, r in overall.items() if r}
+    favours = (preference > 0) - (preference < 0)  # +1: A, -1: B
+    better = (a > b) - (a < b)
+    return {
+        "overall_ratings": rated,
+        "ranking_contradicts_ratings": favours != 0 and better != 0 and favours != better,
+    }
+
+
+def _contradiction(
+    preference: float, overall: dict[str, RubricScore | None], variants: dict[str, str]
+) -> str:
+    """What the decision record says of a preference that contradicts the ratings."""
+    favoured, other = ("a", "b") if preference > 0 else ("b", "a")
+    said = {s: (r.label if r and r.label else "?") for s, r in overall.items()}
+    return (
+        f"the preference ({preference:+g}) favours {variants[favoured]}, rated "
+        f"{said[favoured]}, over {variants[other]}, rated {said[other]}: the ranking "
+        "contradicts the ratings"
+    )
 
 
 def missing_partner(rule: ComparisonRule, pair_id: str, document: dict[str, Any]) -> str | None:
