@@ -176,29 +176,29 @@ def explain(
         turn_max_bytes=settings.turn_max_bytes,
     )
     records = explain_file(ruleset, [message_value(i) for i in read_traces(file)], options, topic)
-    closes = [r for r in records if isinstance(r, ExplainedClose)]
-    if thread_id is not None:
-        closes = [c for c in closes if c.thread_id == thread_id]
-        wanted = {t for c in closes for t in (*c.traces, *c.variants.values())}
-        records = [r for r in records if isinstance(r, ExplainedTrace) and r.trace_id in wanted]
-        records += closes
-    if trace_id is not None:
+    if trace_id is not None or thread_id is not None:
+        # the trace and its thread or pair; the thread and its traces (both: either)
+        closes = [r for r in records if isinstance(r, ExplainedClose)]
+        threads = [c for c in closes if c.thread_id == thread_id]
+        traces = {t for c in threads for t in (*c.traces, *c.variants.values())} | {trace_id}
         records = [
             r
             for r in records
-            if (isinstance(r, ExplainedTrace) and r.trace_id == trace_id)
-            or (isinstance(r, ExplainedClose) and r.involves(trace_id))
+            if (isinstance(r, ExplainedTrace) and r.trace_id in traces)
+            or (
+                isinstance(r, ExplainedClose)
+                and (r.thread_id == thread_id or r.involves(trace_id or ""))
+            )
         ]
     if not any(isinstance(r, ExplainedTrace | ExplainedClose) for r in records):
         for invalid in records:
             if isinstance(invalid, Invalid):
                 _print_invalid(invalid)
-        if trace_id is not None:
-            console.print(f"[red]no trace found with id {trace_id!r}[/]")
-        elif thread_id is not None:
-            console.print(f"[red]no thread, session or pair found with id {thread_id!r}[/]")
-        else:
-            console.print("[red]no trace or session event found[/]")
+        asked = [
+            *([f"no trace found with id {trace_id!r}"] if trace_id is not None else []),
+            *([f"no thread, session or pair found with id {thread_id!r}"] if thread_id else []),
+        ]
+        console.print(f"[red]{'; '.join(asked) or 'no trace or session event found'}[/]")
         raise typer.Exit(1)
     for record in records:
         if as_json:

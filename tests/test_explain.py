@@ -523,5 +523,13 @@ def test_the_command_explains_threads_sessions_and_pairs(
     assert [json.loads(line)["scope"] for line in one.output.splitlines()] == ["thread"]
     mine = CliRunner().invoke(app, ["explain", str(path), "--json", "--trace-id", b["id"]])
     assert [json.loads(line)["scope"] for line in mine.output.splitlines()] == ["trace", "pair"]
+    both = CliRunner().invoke(
+        app, ["explain", str(path), "--json", "--trace-id", b["id"], "--thread-id", "sess-78"]
+    )
+    assert [json.loads(line)["scope"] for line in both.output.splitlines()] == [
+        "trace",
+        "pair",
+        "thread",
+    ]
     none = CliRunner().invoke(app, ["explain", str(path), "--thread-id", "nope"])
     assert none.exit_code == 1 and "no thread, session or pair found with id 'nope'" in none.output
