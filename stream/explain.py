@@ -21,6 +21,7 @@ import orjson
 from pydantic import ValidationError
 
 from .engine.plan import Plan
+from .engine.prompt import DEFAULT_MAX_PROMPT_TOKENS
 from .engine.scorer import Scorer
 from .engine.verdicts import ToolBox, Verdict
 from .models import Trace, parse_trace
@@ -173,11 +174,8 @@ def explain_trace(
 
 def _scorer(ruleset: RuleSet, default_model: str, max_prompt_tokens: int | None) -> Scorer:
     # a judge that is never called: the scorer plans judge calls as the worker's does
-    if max_prompt_tokens is None:
-        return Scorer(ruleset, _NoCall(), default_model=default_model)
-    return Scorer(
-        ruleset, _NoCall(), default_model=default_model, max_prompt_tokens=max_prompt_tokens
-    )
+    cap = DEFAULT_MAX_PROMPT_TOKENS if max_prompt_tokens is None else max_prompt_tokens
+    return Scorer(ruleset, _NoCall(), default_model=default_model, max_prompt_tokens=cap)
 
 
 def _trace_rules(scorer: Scorer, trace: Trace, document: Any, topic: str | None) -> list[Explained]:
