@@ -56,6 +56,9 @@ class Observer:
     def on_decision(self, rule: str, pack: str, outcome: str) -> None:
         """A rule decided ``outcome`` for one target (filtered, sampled_out, skipped, ...)."""
 
+    def on_prompt_cut(self, rule: str, pack: str) -> None:
+        """A rule's prompt for one target was over its cap and judged cut in the middle."""
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

@@ -43,7 +43,7 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
     observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
     callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
-    assert len(callbacks) == 28  # on_comparison_contradiction is the newest
+    assert len(callbacks) == 29  # on_comparison_contradiction and on_prompt_cut are the newest
     assert callbacks <= set(vars(ScorerMetrics))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from ..models import utcnow
 from ..ruleset.schema import ComparisonRule, LLMJudgeRule, RubricRule
@@ -33,6 +34,7 @@ class JudgeJob:
     tools: TraceTools | None = None  # judge.tools: trace: the judge reads the trace by tools
     # a comparison: slot -> (its trace id, its project)
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
+    prompt_cut: dict[str, Any] | None = None  # what its prompts lost to fit (details.prompt_cut)
 
 
 @dataclass

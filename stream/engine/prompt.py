@@ -84,6 +84,43 @@ class FittedPrompt:
     system: str | None
     quoted: list[str]
     cut: dict[str, int]  # variable -> characters cut from its middle
+    cap: int = DEFAULT_MAX_PROMPT_TOKENS  # the cap it was fitted to (estimated tokens)
+    uncut_tokens: int = 0  # its estimated size before anything was cut
+
+
+def prompt_cut(fitted: list[FittedPrompt], setting: str) -> dict[str, Any] | None:
+    """What a rule's prompts lost to fit their cap, for the score's ``details.prompt_cut``:
+    characters cut per variable (summed over the rule's calls), their total and estimated
+    tokens, the largest prompt's estimated size before the cut, the cap and the ``setting``
+    it came from; with several calls (fan-out), how many were cut. None when nothing was."""
+    cut = [f for f in fitted if f.cut]
+    if not cut:
+        return None
+    variables: dict[str, int] = {}
+    for one in cut:
+        for name, characters in one.cut.items():
+            variables[name] = variables.get(name, 0) + characters
+    characters = sum(variables.values())
+    details: dict[str, Any] = {
+        "variables": variables,
+        "characters": characters,
+        "tokens": -(-characters // CHARS_PER_TOKEN),
+        "prompt_tokens": max(one.uncut_tokens for one in cut),
+        "cap_tokens": cut[0].cap,
+        "cap_setting": setting,
+    }
+    if len(fitted) > 1:
+        details["calls_cut"] = len(cut)
+    return details
+
+
+def describe_cut(cut: dict[str, Any]) -> str:
+    """One line for a decision record: what ``prompt_cut`` (as above) says."""
+    went = ", ".join(f"{n} characters of {name}" for name, n in cut["variables"].items())
+    return (
+        f"prompt cut to fit {cut['cap_setting']} ({cut['cap_tokens']} tokens, about "
+        f"{cut['prompt_tokens']} before the cut): {went} cut from the middle"
+    )
 
 
 def estimated_tokens(*texts: str | None) -> int:
@@ -98,12 +135,15 @@ def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: i
     original = dict(texts)
     cut: dict[str, int] = {}
     marker_len = len(CUT_MARKER.format(n=10**9, cap=cap))
+    uncut: int | None = None
     while True:
         prompt = _render_with_suffixes(rule, texts, document)
         system = _render_system(rule, texts)
         size = estimated_tokens(prompt, system)
+        uncut = size if uncut is None else uncut
         if size <= cap:
-            return FittedPrompt(prompt, system, [texts[name] for name in values], cut)
+            quoted = [texts[name] for name in values]
+            return FittedPrompt(prompt, system, quoted, cut, cap, uncut)
         if rule.judge.oversize == "skip":
             raise PromptTooLarge(f"the prompt is about {size} tokens, over the cap of {cap}")
         # the largest variable as shown now gives up what is over (plus room for the marker)

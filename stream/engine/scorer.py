@@ -23,7 +23,7 @@ from ..ruleset.schema import AnyRule, ComparisonRule, RuleSet
 from ..threads.state import ThreadClose
 from .context import ScoringContext
 from .kinds import Found, kind_of, missing_partner, primary_shape
-from .outcomes import Measured, Target, TraceResult
+from .outcomes import Measured, RuleOutcome, Target, TraceResult
 from .plan import JudgeJob, Plan
 from .prompt import DEFAULT_MAX_PROMPT_TOKENS, resolve_variables
 from .silence import SilenceWatch
@@ -173,7 +173,11 @@ class Scorer:
         """Make the plan's judge calls concurrently and add their outcomes."""
         if not plan.judge_jobs:
             return TraceResult(plan.outcomes)
-        judged = await asyncio.gather(
-            *(kind_of(job.rule).run(self.context, job, plan) for job in plan.judge_jobs)
-        )
+        judged = await asyncio.gather(*(self._judge(job, plan) for job in plan.judge_jobs))
         return TraceResult(plan.outcomes + list(judged))
+
+    async def _judge(self, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        kind = kind_of(job.rule)
+        outcome = await kind.run(self.context, job, plan)
+        kind.settle(self.context, job, outcome)
+        return outcome

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -101,6 +101,17 @@ class ScorerMetrics(MetricFamilies, Observer):
             # the low-score series exists from a rule's first ok score, so its share reads 0,
             # not nothing, until a low score comes
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
+        elif score.status == "error" and score.details and "counted_as" in score.details:
+            self._count_error(score, project, score.details["counted_as"])
+
+    def _count_error(self, score: ScoreEvent, project: str, counted: dict[str, Any]) -> None:
+        """An error score whose rule counts errors as a value: that value once for each score
+        the rule would have published (``details.counted_as``: the engine's ``settle``)."""
+        for criterion in counted["criteria"]:
+            labels = (score.rule_id, score.pack, criterion or "", project)
+            self._child(self.errors_counted, *labels).observe(counted["value"])
+            # the ok series too, at 0 if none came yet: a pass rate adds the two
+            self._child(self.score_value, *labels)
 
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         self._child(self.offset_gaps, topic, outcome).inc()
@@ -129,6 +140,9 @@ class ScorerMetrics(MetricFamilies, Observer):
 
     def on_comparison_contradiction(self, rule: str, pack: str) -> None:
         self._child(self.comparison_contradictions, rule, pack).inc()
+
+    def on_prompt_cut(self, rule: str, pack: str) -> None:
+        self._child(self.prompt_cuts, rule, pack).inc()
 
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -100,6 +100,20 @@ class MetricFamilies:
             "Ok scores on the bad side of their scale: below the middle, or above it for rules "
             "where lower is better; by project (unkept projects: other)",
             ("rule", "pack", "criterion", "project"),
+        )
+        self.errors_counted = Summary(
+            f"{PREFIX}_errors_counted_value",
+            "Error scores of rules whose output.errors_count_as counts them in aggregates: "
+            "_count one per score the rule would have published (criterion), _sum the "
+            "normalised values they count as; a pass rate adds both to scorer_score_value's",
+            ("rule", "pack", "criterion", "project"),
+            registry=registry,
+        )
+        self.prompt_cuts = counter(
+            "prompt_cuts",
+            "Judged rules whose prompt was over its cap (judge.max_prompt_tokens or "
+            "SCORER_JUDGE_MAX_PROMPT_TOKENS) and was cut in the middle to fit, per target",
+            ("rule", "pack"),
         )
         self.rule_direction = gauge(
             "rule_direction",

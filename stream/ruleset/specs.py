@@ -46,6 +46,14 @@ class OutputSpec(Strict):
         "when set, only JSON answers with that field are accepted",
     )
     reason_field: str = Field(default="reason", description="The JSON field that holds the reason")
+    errors_count_as: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="A target the judge could not score (an error score, whose status stays "
+        "error) counts in the score metrics as this normalised value for every score the rule "
+        "publishes (seed 004: 'ERROR counts as 0.0'); unset: error scores are left out",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> OutputSpec:

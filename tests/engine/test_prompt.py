@@ -169,7 +169,10 @@ async def test_an_oversize_trace_is_judged_on_a_cut_prompt_and_its_score_says_so
         result = await s.score_trace(Trace.model_validate(document), document)
         score = next(x for x in result.scores if x.rule_id == "hub_answer_correctness")
         assert score.status == "ok" and score.details is not None
-        assert set(score.details["prompt_cut"]) == {"output"}
+        cut = score.details["prompt_cut"]
+        assert set(cut["variables"]) == {"output"} and cut["characters"] > 4_900_000
+        assert (cut["cap_tokens"], cut["cap_setting"]) == (3_000, "SCORER_JUDGE_MAX_PROMPT_TOKENS")
+        assert cut["prompt_tokens"] > 1_250_000 and cut["tokens"] == -(-cut["characters"] // 4)
         assert max(len(str(r["body"])) for r in server.requests) < 3_000 * 4 * 2
         assert s.judge is not None
         await s.judge.close()

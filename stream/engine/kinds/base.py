@@ -12,9 +12,13 @@ from ...ruleset.schema import AnyRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape
 from ..plan import JudgedRule, JudgeJob, Plan
-from ..prompt import FittedPrompt, PromptTooLarge, fit_prompt
+from ..prompt import FittedPrompt, PromptTooLarge, describe_cut, fit_prompt, prompt_cut
 from ..trace_tools import TraceTools
 from ..verdicts import NO_JUDGE_REASON, Verdict
+
+# where a rule's prompt cap comes from, as a score and its decision name it
+CAP_OF_RULE = "judge.max_prompt_tokens"
+CAP_OF_WORKER = "SCORER_JUDGE_MAX_PROMPT_TOKENS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,27 @@ class RuleKind:
         """The outcome of a judge job this kind planned."""
         raise NotImplementedError
 
+    def criteria(self, rule: AnyRule) -> list[str | None]:
+        """The ``criterion`` of every score the rule publishes for a target it judged."""
+        return [self.shape(rule).criterion]
+
+    def settle(self, ctx: ScoringContext, job: JudgeJob, outcome: RuleOutcome) -> None:
+        """What every judged outcome says besides its verdict: a prompt cut to fit its cap
+        (``details.prompt_cut`` on the rule's score, said in its decision, counted), and how
+        an ``error`` score counts in aggregates when the rule's ``output.errors_count_as``
+        says (``details.counted_as``: the value, and the criteria it stands for)."""
+        rule, score = job.rule, outcome.score
+        if job.prompt_cut is not None:
+            ctx.observer.on_prompt_cut(rule.id, rule.pack)
+            if score is not None:
+                score.details = {**(score.details or {}), "prompt_cut": job.prompt_cut}
+            said, decision = describe_cut(job.prompt_cut), outcome.decision
+            decision.detail = f"{decision.detail}; {said}" if decision.detail else said
+        counted = rule.output.errors_count_as
+        if counted is not None and score is not None and score.status == "error":
+            count = {"value": counted, "criteria": self.criteria(rule)}
+            score.details = {**(score.details or {}), "counted_as": count}
+
 
 class JudgedKind(RuleKind):
     """A kind whose rules the judge scores from a rendered prompt: with no judge, or a spent
@@ -78,14 +103,16 @@ class JudgedKind(RuleKind):
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent)))
             return
         cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
+        setting = CAP_OF_RULE if rule.judge.max_prompt_tokens else CAP_OF_WORKER
         try:
             fitted = [fit_prompt(rule, call, found.document, cap) for call in calls]
         except PromptTooLarge as exc:
-            why = f"prompt too large: {exc} (SCORER_JUDGE_MAX_PROMPT_TOKENS, judge.oversize)"
+            why = f"prompt too large: {exc} ({setting}, judge.oversize)"
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
             return
         first = fitted[0]
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
+        job.prompt_cut = prompt_cut(fitted, setting)
         self.prepare(job, plan, found, fitted)
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
             job.tools = TraceTools(found.document)
@@ -119,11 +146,11 @@ def judge_failed(ctx: ScoringContext, job: JudgeJob, exc: JudgeError) -> Measure
 
 
 def job_details(job: JudgeJob) -> dict[str, Any] | None:
-    """What a judged score says of its prompt: variables cut to fit, missing ones rendered
-    empty (``missing: empty``)."""
+    """What a judged score says of its prompt: variables cut to fit (``settle`` adds them to
+    every outcome, ok or not), missing ones rendered empty (``missing: empty``)."""
     details: dict[str, Any] = {}
-    if job.cut:
-        details["prompt_cut"] = job.cut
+    if job.prompt_cut is not None:
+        details["prompt_cut"] = job.prompt_cut
     if job.emptied:
         details["empty_variables"] = job.emptied
     return details or None

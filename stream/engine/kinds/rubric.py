@@ -10,7 +10,7 @@ from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape, make_score
 from ..plan import JudgeJob, Plan
 from ..prompt import FittedPrompt
-from ..rubric import aggregated, measured_scores, rubric_input
+from ..rubric import aggregated, criteria_input, measured_scores, rubric_input
 from ..verdicts import Verdict
 from .base import Found, JudgedKind, job_details
 
@@ -27,6 +27,15 @@ class RubricKind(JudgedKind):
         return ScoreShape(
             rule.aggregator.primary, rule.primary_scale(), rule.output.higher_is_better
         )
+
+    def criteria(self, rule: AnyRule) -> list[str | None]:
+        """The scores the aggregator publishes when no criterion is answered (an API
+        failure, as seed 004's compute_score reads one: every answer ERROR)."""
+        assert isinstance(rule, RubricRule)
+        results = aggregated(rule, criteria_input(rule, {}), "(the rule's criteria)")
+        if isinstance(results, str):
+            return [rule.aggregator.primary]
+        return [result.name for result in results]
 
     def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
         assert isinstance(job.rule, RubricRule)
