@@ -66,13 +66,18 @@ def bars(title: str, *queries: Query, **options: Any) -> Panel:
     return Panel("bargauge", title, list(queries), **options)
 
 
-def per_rule(*, window: str = "$__rate_interval", scope: str = "") -> str:
-    """Mean normalised score per rule (and criterion) and project over ``window``."""
+def per_rule(*, window: str = "$__rate_interval", scope: str = "", selector: str = SCORES) -> str:
+    """Mean normalised score per rule (and criterion) and project over ``window``, an error
+    score counted as its rule's ``output.errors_count_as`` says (scorer_errors_counted_value:
+    seed 004's "ERROR counts as 0.0"); a rule that does not say: the mean of its ok scores."""
     by = "sum by (pack, rule, criterion, project)"
-    mean = (
-        f"{by} (increase(scorer_score_value_sum{{{SCORES}}}[{window}]))\n"
-        f"/ ({by} (increase(scorer_score_value_count{{{SCORES}}}[{window}])) > 0)"
-    )
+
+    def added(part: str) -> str:  # ok scores, plus the error scores counted (none: + 0)
+        ok = f"{by} (increase(scorer_score_value_{part}{{{selector}}}[{window}]))"
+        counted = f"{by} (increase(scorer_errors_counted_value_{part}{{{selector}}}[{window}]))"
+        return f"{ok}\n+ ({counted}\nor {ok} * 0)"
+
+    mean = f"({added('sum')})\n/ (({added('count')}) > 0)"
     if scope:
         return f'({mean})\nand on (pack, rule) scorer:rule_direction{{scope="{scope}"}}'
     return mean
@@ -82,6 +87,15 @@ def rule_results(title: str, scope: str) -> Panel:
     """Bars of each rule's mean score over the dashboard's range, for one scope."""
     query = Query(per_rule(window="$__range", scope=scope), PER_RULE, instant=True)
     return bars(title, query, **SHARE, height=10)
+
+
+# a rule's pass/fail score, 1 pass and 0 fail (the coaching rubric's weighted_categories)
+PASSED = f'{SCORES}, criterion="passed"'
+COUNTED_ERRORS = (
+    "A target the judge could not score publishes an error score; a rule whose "
+    "output.errors_count_as says so counts it as that value (the coaching rubric: 0.0, seed "
+    "004's 'API failures are not passes'), other rules leave error scores out."
+)
 
 
 def quantile(q: float, histogram: str, by: str, selector: str = "") -> Query:
@@ -209,7 +223,24 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "Mean score per rule (rate window)",
             Query(per_rule(), PER_RULE),
             **SHARE,
-            description="Scores as they come in, without the 30-minute smoothing.",
+            description="Scores as they come in, without the 30-minute smoothing. "
+            + COUNTED_ERRORS,
+        ),
+        bars(
+            "Pass rate over the range",
+            Query(per_rule(window="$__range", selector=PASSED), PER_RULE, instant=True),
+            **SHARE,
+            height=10,
+            description="Share of targets passed, for rules that publish a pass/fail score "
+            "(criterion passed). " + COUNTED_ERRORS,
+        ),
+        graph(
+            "Pass rate (1h window)",
+            Query(per_rule(window="1h", selector=PASSED), PER_RULE),
+            **SHARE,
+            height=10,
+            description="Share of targets passed in the hour before each point (criterion "
+            "passed). " + COUNTED_ERRORS,
         ),
     ]
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import require_tool
 from prometheus_client import REGISTRY
 
 from stream.metrics import ScorerMetrics
@@ -158,3 +160,83 @@ def test_provisioning_points_grafana_at_prometheus_and_the_dashboards() -> None:
     (provider,) = providers["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def panel_expr(title: str) -> str:
+    """The query of the quality dashboard's panel ``title``, every variable at All."""
+    quality = dashboards()["quality.json"]
+    (target,) = next(p for p in quality["panels"] if p["title"] == title)["targets"]
+    return re.sub(r"\$(pack|rule|project)\b", ".*", target["expr"])
+
+
+def pass_rate_case(expr: str) -> dict[str, Any]:
+    """A promtool case: an hour of coaching sessions, one passing and one the judge could not
+    assess every minute (the rule counts errors as 0.0, so the metrics count each error once
+    per score the rule publishes); a rule that never says how errors count, with 3 passes in
+    4 and error scores too; a rule whose every session failed to be judged."""
+    passed = 'criterion="passed", project="prod", instance="w1"'
+    series = {
+        f'scorer_score_value_sum{{rule="coaching_transcript", pack="coaching", {passed}}}': "0+1x60",
+        f'scorer_score_value_count{{rule="coaching_transcript", pack="coaching", {passed}}}': "0+1x60",
+        f'scorer_errors_counted_value_sum{{rule="coaching_transcript", pack="coaching", {passed}}}': "0x60",
+        f'scorer_errors_counted_value_count{{rule="coaching_transcript", pack="coaching", {passed}}}': "0+1x60",
+        f'scorer_score_value_sum{{rule="exam", pack="school", {passed}}}': "0+0.75x60",
+        f'scorer_score_value_count{{rule="exam", pack="school", {passed}}}': "0+1x60",
+        f'scorer_scores_total{{rule="exam", pack="school", {passed}, status="error"}}': "0+1x60",
+        f'scorer_score_value_sum{{rule="outage", pack="coaching", {passed}}}': "0x60",
+        f'scorer_score_value_count{{rule="outage", pack="coaching", {passed}}}': "0x60",
+        f'scorer_errors_counted_value_sum{{rule="outage", pack="coaching", {passed}}}': "0x60",
+        f'scorer_errors_counted_value_count{{rule="outage", pack="coaching", {passed}}}': "0+1x60",
+    }
+    labels = 'criterion="passed", pack="{}", project="prod", rule="{}"'
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "promql_expr_test": [
+            {
+                "expr": expr,
+                "eval_time": "60m",
+                "exp_samples": [
+                    {
+                        "labels": "{" + labels.format("coaching", "coaching_transcript") + "}",
+                        "value": 0.5,
+                    },
+                    {"labels": "{" + labels.format("school", "exam") + "}", "value": 0.75},
+                    {"labels": "{" + labels.format("coaching", "outage") + "}", "value": 0.0},
+                ],
+            }
+        ],
+    }
+
+
+def run_promtool_case(tmp_path: Path, case: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "none.rules.yml").write_text("groups: []\n")
+    tests = {"rule_files": ["none.rules.yml"], "evaluation_interval": "1m", "tests": [case]}
+    (tmp_path / "case.test.yml").write_text(yaml.safe_dump(tests))
+    return subprocess.run(
+        [require_tool("promtool"), "test", "rules", str(tmp_path / "case.test.yml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_pass_rate_counts_errors_as_their_rule_says(tmp_path: Path) -> None:
+    """The Pass rate panel: coaching's error scores count 0.0 (1 pass in 2, not 1 in 1), a
+    rule that does not say keeps the mean of its ok scores, and a rule whose every target
+    failed reads 0, not nothing."""
+    expr = panel_expr("Pass rate (1h window)")
+    result = run_promtool_case(tmp_path, pass_rate_case(expr))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the same case fails when the panel leaves the counted errors out (the test can fail)
+    ok_only = expr.replace("scorer_errors_counted_value_", "scorer_not_exported_")
+    result = run_promtool_case(tmp_path, pass_rate_case(ok_only))
+    assert result.returncode != 0
+    assert 'rule="coaching_transcript"' in result.stdout + result.stderr
+
+
+def test_the_range_panels_use_the_same_mean_as_the_pass_rate() -> None:
+    over_range = panel_expr("Pass rate over the range").replace("$__range", "1h")
+    assert over_range == panel_expr("Pass rate (1h window)")
+    for title in ("Trace rules: mean score over the range", "Mean score per rule (rate window)"):
+        assert "scorer_errors_counted_value_count" in panel_expr(title), title

@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 import pytest
-from fixtures import RULES_DIR, scorer
-from scripted_judge import MockJudge
+from fixtures import RULES_DIR, as_trace, hub_trace, scorer
+from prometheus_client import REGISTRY, CollectorRegistry
+from scripted_judge import MockJudge, Reply
 from seed_rubrics import (
     coaching_criteria,
     coaching_intro,
@@ -26,11 +27,20 @@ from seed_rubrics import (
     compute_score,
 )
 
-from stream.engine.prompt import render_prompt, resolve_variables
+from stream.engine.prompt import (
+    DEFAULT_MAX_PROMPT_TOKENS,
+    estimated_tokens,
+    fit_prompt,
+    render_prompt,
+    resolve_variables,
+)
+from stream.metrics import ScorerMetrics
+from stream.models import ScoreEvent
 from stream.ruleset.aggregators import CriterionAnswer, CriterionInfo, RubricInput
 from stream.ruleset.checks import NotApplicable
 from stream.ruleset.loader import load_rule_file, load_rules
 from stream.ruleset.schema import CheckRule, RubricRule
+from stream.settings import Settings
 from stream.threads.state import ThreadClose, ThreadLimits, close_thread, fold_turn, new_thread
 from stream.threads.turns import Turn
 
@@ -403,3 +413,246 @@ def test_na_on_an_na_invalid_criterion_is_a_failure_as_the_seed_says() -> None:
     expected = SEED_SCORE({**{c: "YES" for c in IDS}, "CQ8": "NA"})
     assert scores["score"].details == expected and expected["safety_gate_failed"]
     assert scores["gate"].label == "fail"
+
+
+# -- long sessions: the rule's own prompt cap (issue 27, item 2) ------------------------------
+
+TOPICS = [
+    ("Work stress", "work", "my manager moved the release date again and I stayed late twice"),
+    ("Sleep", "sleep", "I fell asleep after two and woke at six with my mind racing"),
+    ("Your relationship", "my partner", "we argued about chores and did not talk at dinner"),
+    ("Your mom", "my mom", "she called three times about the holidays and I let it ring"),
+    ("Money", "money", "the rent went up and I am not sure the budget still works"),
+    ("Running", "running", "I skipped my runs this week and I miss how they steady me"),
+]
+
+
+SENTENCES = [
+    "You said {news}, and I want to stay with that for a moment before anything else.",
+    "That is the {index}th time {name} has come up, so it clearly matters to you.",
+    "Last time we talked about {name}, you noticed how much it drained your evenings.",
+    "One small step could be to write down what you need from the next conversation.",
+    "It might also help to notice which part of {name} feels most in your control.",
+    "Whatever you choose, you know your situation best, and we can adjust together.",
+    "If it helps, we could come back to {name} once the week has settled a little.",
+]
+
+
+def seed_exchange(index: int, sentences: int = 6) -> tuple[str, str]:
+    """One exchange as seed 004 describes its sessions: a multi-topic user message of about a
+    hundred words (four topics), and a response in the Minimum Segmentation Standard's shape
+    (a labelled section per topic, "2-6 sentences of topic-specific content"; more makes the
+    over-long responses its CP2 failure example names, "400+ words when user writes 50-100
+    words", which the rubric must be able to judge). Deterministic, different each time."""
+    topics = [TOPICS[(index + k) % len(TOPICS)] for k in range(4)]
+    user = " ".join(
+        f"About {name}, on day {index}: {news}, and honestly it keeps coming back to me."
+        for _, name, news in topics
+    )
+    sections = []
+    for label, name, news in topics:
+        said = [
+            SENTENCES[k % len(SENTENCES)].format(news=news, name=name, index=index + k)
+            for k in range(sentences)
+        ]
+        sections.append(f"**{label}:** " + " ".join(said))
+    return user, "\n\n".join(sections)
+
+
+# the audit's 40-exchange session: over-long responses (about 950 words to 100), ~5 500
+# characters an exchange
+OVER_LONG = 14
+
+
+def coaching_cap() -> int:
+    cap = rule().judge.max_prompt_tokens
+    assert cap is not None
+    return cap
+
+
+def test_a_forty_exchange_session_is_judged_whole_under_the_rules_own_cap() -> None:
+    """The issue's case: forty seed-style exchanges, which the worker's 32 k-token default
+    cut by about a hundred thousand characters, are held by the thread and sent whole (and
+    forty exchanges in the seed's own section standard are far within it)."""
+    standard = [seed_exchange(i) for i in range(1, 41)]
+    document = session_close(standard).pending.document
+    values = resolve_variables(rule(), document)
+    assert fit_prompt(rule(), values, document, coaching_cap()).uncut_tokens < 35_000
+    exchanges = [seed_exchange(i, OVER_LONG) for i in range(1, 41)]
+    document = session_close(exchanges).pending.document
+    assert (document["exchange_count"], document["dropped_turns"]) == (40, 0)
+    values = resolve_variables(rule(), document)
+    under_the_default = fit_prompt(rule(), values, document, DEFAULT_MAX_PROMPT_TOKENS)
+    assert 90_000 < under_the_default.cut["transcript"] < 120_000  # was lost (104 221)
+    fitted = fit_prompt(rule(), values, document, coaching_cap())
+    assert fitted.cut == {}
+    assert fitted.prompt == render_prompt(rule(), values, document)
+    answer = {cid: {"reason": f"{cid} ok", "answer": "YES"} for cid in IDS}
+    judged_whole = judged(exchanges, answer)
+    (sent,) = [m["content"] for m in judged_whole["requests"][0]["messages"] if m["role"] == "user"]
+    assert exchanges[0][0] in sent and exchanges[19][1] in sent and exchanges[39][1] in sent
+    scores = {s.criterion: s for s in judged_whole["result"].scores}
+    assert "prompt_cut" not in (scores["score"].details or {})
+    assert scores["passed"].value == 1.0
+
+
+def test_the_largest_session_the_scorer_holds_fits_the_cap() -> None:
+    """SCORER_THREAD_MAX_BYTES at its maximum bounds a session's turns; filled to it with
+    exchanges (the oldest dropped past it), the rendered prompt is within the cap with room
+    left for the 4-characters-a-token estimate's error."""
+    largest = Settings.model_fields["thread_max_bytes"].metadata
+    max_bytes = next(m.le for m in largest if getattr(m, "le", None) is not None)
+    limits = ThreadLimits(max_bytes=max_bytes, max_turns=10_000)
+    state = new_thread("coach-big", "session", "coaching")
+    start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    seq = 0
+    while state.dropped_turns < 3:
+        seq += 1
+        user, assistant = seed_exchange(seq, OVER_LONG)
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        turn = Turn(
+            key=f"seq-{seq}", seq=seq, event_time=start + timedelta(minutes=seq), messages=messages
+        )
+        fold_turn(state, turn, arrival=0.0, limits=limits)
+    document = close_thread(state, "end", closed_at=0.0).document
+    values = resolve_variables(rule(), document)
+    fitted = fit_prompt(rule(), values, document, coaching_cap())
+    assert fitted.cut == {}
+    assert estimated_tokens(fitted.prompt, fitted.system) < 0.85 * coaching_cap()
+
+
+def test_a_session_over_the_cap_is_cut_and_says_so_in_the_score_decision_and_counter() -> None:
+    exchanges = [seed_exchange(i, OVER_LONG) for i in range(1, 121)]  # ~ 165 k tokens
+    state = new_thread("coach-huge", "session", "coaching")
+    start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    limits = ThreadLimits(max_bytes=10_000_000, max_turns=10_000)
+    for seq, (user, assistant) in enumerate(exchanges, 1):
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        turn = Turn(
+            key=f"seq-{seq}", seq=seq, event_time=start + timedelta(minutes=seq), messages=messages
+        )
+        fold_turn(state, turn, arrival=0.0, limits=limits)
+    close = ThreadClose(
+        "coach-huge", "session", "coaching", close_thread(state, "end", closed_at=0.0)
+    )
+    labels = {"rule": "coaching_transcript", "pack": "coaching"}
+    before = REGISTRY.get_sample_value("scorer_prompt_cuts_total", labels) or 0.0
+    answer = {cid: {"reason": f"{cid} ok", "answer": "YES"} for cid in IDS}
+    with MockJudge() as judge:
+        judge.script("", orjson.dumps(answer).decode())
+        result = asyncio.run(
+            scorer(judge.base_url, load_rules(RULES_DIR, ["coaching"])).score_thread(close)
+        )
+        sent = judge.prompts()[0]
+    scores = {s.criterion: s for s in result.scores if s.rule_id == "coaching_transcript"}
+    cut = (scores["score"].details or {})["prompt_cut"]
+    assert list(cut["variables"]) == ["transcript"] and cut["characters"] > 200_000
+    assert (cut["cap_tokens"], cut["cap_setting"]) == (coaching_cap(), "judge.max_prompt_tokens")
+    assert estimated_tokens(sent) <= coaching_cap()
+    assert exchanges[0][0] in sent and exchanges[-1][1] in sent  # head and tail kept
+    assert "characters cut by the scorer" in sent
+    (decision,) = [d for d in result.decisions if d.rule_id == "coaching_transcript"]
+    assert decision.outcome == "scored"
+    assert f"prompt cut to fit judge.max_prompt_tokens ({coaching_cap()} tokens" in (
+        decision.detail or ""
+    )
+    assert f"{cut['characters']} characters of transcript" in (decision.detail or "")
+    assert REGISTRY.get_sample_value("scorer_prompt_cuts_total", labels) == before + 1
+
+
+# -- "ERROR counts as 0.0 (API failures are not passes)" (issue 27, item 3) -------------------
+
+
+def test_an_api_failure_is_all_criteria_error_which_the_seed_scores_zero() -> None:
+    """The seed reads a failed call as every answer ERROR: its score, pass and every category
+    are then 0.0, which is what the rule's errors_count_as counts an error score as."""
+    failed = SEED_SCORE({})
+    assert (failed["score"], failed["passed"], failed["safety_gate_failed"]) == (0.0, False, True)
+    assert set(failed["category_scores"].values()) == {0.0}
+    assert engine_score({}) == failed
+    assert rule().output.errors_count_as == 0.0
+
+
+def error_session(rules: Any) -> list[ScoreEvent]:
+    with MockJudge() as judge:
+        judge.script("", Reply(status=400, content="the request was refused"))
+        result = asyncio.run(scorer(judge.base_url, rules).score_thread(session_close(EXCHANGES)))
+    return result.scores
+
+
+def pass_rate(metrics: ScorerMetrics, criterion: str) -> float:
+    """The quality dashboard's mean (ok scores, plus error scores counted as their rule says)
+    from the metrics' own samples."""
+    labels = {"rule": "coaching_transcript", "pack": "coaching", "criterion": criterion}
+    labels["project"] = "coaching"
+    read = metrics.registry.get_sample_value
+    total = read("scorer_score_value_sum", labels) or 0.0
+    total += read("scorer_errors_counted_value_sum", labels) or 0.0
+    count = read("scorer_score_value_count", labels) or 0.0
+    count += read("scorer_errors_counted_value_count", labels) or 0.0
+    return total / count
+
+
+def test_an_error_score_counts_as_zero_in_the_coaching_pass_rate() -> None:
+    rules = load_rules(RULES_DIR, ["coaching"])
+    answer = {cid: {"reason": f"{cid} ok", "answer": "YES"} for cid in IDS}
+    passing = [
+        s for s in judged(EXCHANGES, answer)["result"].scores if s.rule_id == "coaching_transcript"
+    ]
+    (failed,) = [s for s in error_session(rules) if s.rule_id == "coaching_transcript"]
+    assert (failed.status, failed.criterion, failed.value) == ("error", "score", None)
+    assert "the request was refused" in (failed.status_reason or "")
+    assert failed.details is not None
+    assert failed.details["counted_as"] == {
+        "value": 0.0,
+        "criteria": [s.criterion for s in passing],  # every score a judged session publishes
+    }
+    metrics = ScorerMetrics(CollectorRegistry())
+    for score in [*passing, failed]:
+        metrics.on_score_published(score)
+    assert pass_rate(metrics, "passed") == 0.5  # one pass in two sessions, not one in one
+    assert pass_rate(metrics, "score") == 0.5
+    assert pass_rate(metrics, "category:multi_topic") == 0.5
+    assert pass_rate(metrics, "CQ1") == 0.5
+    labels = {"rule": "coaching_transcript", "pack": "coaching", "criterion": "passed"}
+    labels["project"] = "coaching"
+    ok_only = metrics.registry.get_sample_value("scorer_score_value_count", labels)
+    assert ok_only == 1  # the ok scores' own series keep ok scores only
+
+
+def test_an_error_only_session_reads_zero_not_nothing() -> None:
+    (failed,) = [
+        s
+        for s in error_session(load_rules(RULES_DIR, ["coaching"]))
+        if s.rule_id == "coaching_transcript"
+    ]
+    metrics = ScorerMetrics(CollectorRegistry())
+    metrics.on_score_published(failed)
+    assert pass_rate(metrics, "passed") == 0.0
+
+
+def test_a_pack_that_does_not_ask_leaves_its_error_scores_out() -> None:
+    """FretCoach's judges do not set errors_count_as: their error scores say nothing of
+    counting, and the metrics count them as error scores only (today's behaviour)."""
+    rules = load_rules(RULES_DIR, ["fretcoach"])
+    assert all(r.output.errors_count_as is None for r in rules.rules)
+    document = hub_trace()
+    with MockJudge() as judge:
+        judge.script("", Reply(status=400, content="the request was refused"))
+        result = asyncio.run(
+            scorer(judge.base_url, rules).score_trace(as_trace(document), document)
+        )
+    errors = [s for s in result.scores if s.status == "error"]
+    assert errors
+    metrics = ScorerMetrics(CollectorRegistry())
+    for score in errors:
+        assert "counted_as" not in (score.details or {})
+        metrics.on_score_published(score)
+    exposition = metrics.exposition()[0].decode()
+    assert "scorer_errors_counted_value_count{" not in exposition
+    for score in errors:
+        labels = {"rule": score.rule_id, "pack": "fretcoach", "criterion": ""}
+        labels["project"] = score.project_name
+        read = metrics.registry.get_sample_value
+        assert read("scorer_score_value_count", labels) == 0.0
+        assert read("scorer_scores_total", {**labels, "status": "error"}) == 1.0
