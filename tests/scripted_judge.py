@@ -310,7 +310,12 @@ def demo_answers(judge: MockJudge) -> MockJudge:
     canary = {**ratings, "presentation_clarity": {"reason": "pleasantries", "rating": 1}}
     notes = {"key_strengths": ["scripted"], "key_weaknesses": []}
     judge.script("rating one AI-generated response", orjson.dumps(ratings | notes).decode())
-    comparison = {"response_a": ratings, "response_b": canary, "preference": 1}
+    comparison = {
+        "prompt_summary": "The player's weakest area over their recent sessions.",
+        "response_a": {**ratings, "overall_quality": "Excellent"},
+        "response_b": {**canary, "overall_quality": "Inadequate"},
+        "preference": 1,
+    }
     comparison["justification"] = "A is somewhat better: B opens and closes with pleasantries."
     comparison["key_differentiators"] = ["B's pleasantries", "B names no number"]
     judge.script("comparing two AI-generated responses", orjson.dumps(comparison).decode())

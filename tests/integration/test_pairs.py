@@ -64,8 +64,9 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
 ) -> None:
     answer = {
-        "response_a": ratings(3),
-        "response_b": ratings(2),
+        "prompt_summary": "Reverse a string.",
+        "response_a": {**ratings(3), "overall_quality": "Excellent"},
+        "response_b": {**ratings(2), "overall_quality": "Inadequate"},
         "preference": 2,
         "justification": "Response A is significantly better: it is correct and direct.",
         "key_differentiators": ["B wanders"],
@@ -112,8 +113,11 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
         s for s in by_id.values() if s["target_id"] == "cmp-1" and s["criterion"] == "preference"
     )
     assert (preference["scope"], preference["raw_value"], preference["value"]) == ("pair", 2.0, 1.0)
-    assert preference["label"] == "Response A is significantly better"
+    assert preference["label"] == "Response A is significantly better (multiple major advantages)"
     assert preference["details"]["variants"] == {"A": "t-a", "B": "t-b"}
+    assert preference["details"]["prompt_summary"] == "Reverse a string."
+    # the Excellent A preferred over the Inadequate B: nothing contradicts
+    assert preference["details"]["ranking_contradicts_ratings"] is False
     overall = {s["target_id"]: s["label"] for s in by_id.values() if s["criterion"] == "overall"}
     assert overall == {"t-a": "Excellent", "t-b": "Inadequate"}  # six minor issues
     lone = next(s for s in by_id.values() if s["target_id"] == "cmp-2")
@@ -122,6 +126,7 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     # one judge call for the pair, whose prompt shows A's answer before B's
     (prompt,) = [p for p in judge.prompts() if COMPARISON in p]
     assert prompt.index("def reverse(text)") < prompt.index("Here it is: s[::-1]")
+    assert "## Prompt of Response B\n\nUser: Reverse a string (cmp-1).\n\n" in prompt
 
     records = await read(
         broker.bootstrap,
