@@ -160,6 +160,40 @@ def renamed(items: list[Any], suffix: str) -> list[Any]:
     return out
 
 
+COACHING_PROMPT = "assessing the full transcript of a multi-topic therapeutic coaching"
+COACHING_CRITERIA = ["CQ1", "CQ2", "CQ3", "CQ6", "CQ8", "CQ9", "CP2", "CP4", "CP5"]
+COACHING_CRITERIA += ["MT1", "MT2", "MT3", "MT6", "MT4", "MT5"]
+
+
+def coaching_sessions() -> list[dict[str, Any]]:
+    """Two coaching transcript sessions (seed 004): one the scripted judge passes, one whose
+    call it refuses (a 400: an error score the coaching rubric counts as 0.0)."""
+    events: list[dict[str, Any]] = []
+    for session, word in (("coach-pass", "PASSING"), ("coach-fail", "FAILING")):
+        for seq in range(3):
+            events.append(
+                {
+                    "session_id": session,
+                    "type": "turn",
+                    "seq": seq,
+                    "timestamp": f"2026-11-20T19:20:0{seq}+00:00",  # within the gap
+                    "project_name": "coaching",
+                    "user": f"{word} session, day {seq}: work is heavy and I sleep badly.",
+                    "assistant": f"**Work:** what weighs most? **Sleep:** since when, {seq}?",
+                }
+            )
+        events.append(
+            {
+                "session_id": session,
+                "type": "end",
+                "seq": 3,
+                "timestamp": "2026-11-20T19:20:03+00:00",
+                "project_name": "coaching",
+            }
+        )
+    return events
+
+
 def ratings(value: int) -> dict[str, Any]:
     """A rating of the six critique dimensions, all ``value``."""
     return {d: {"reason": "scripted", "rating": value} for d in DIMENSIONS}
@@ -243,6 +277,10 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     comparison = {"response_a": ratings(3), "response_b": ratings(2), "preference": 1}
     comparison |= {"justification": "A is direct.", "key_differentiators": ["B wanders"]}
     judge.script("comparing two AI-generated responses", orjson.dumps(comparison).decode())
+    # the coaching rubric: one session passes, the other's call is refused (counted 0.0)
+    yes = {c: {"reason": "scripted", "answer": "YES"} for c in COACHING_CRITERIA}
+    judge.script(COACHING_PROMPT, orjson.dumps(yes).decode())
+    judge.script("FAILING session", Reply(status=400, content="refused"))  # newest first
     worker = Worker(
         broker.bootstrap,
         names,
@@ -253,13 +291,13 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_JUDGE_MAX_ATTEMPTS="2",
         # a budget with room: its gauge exists for the budget alert to read
         SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
-        SCORER_PACKS='["fretcoach", "critique"]',
+        SCORER_PACKS='["fretcoach", "critique", "coaching"]',
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)
     traces = read_traces(SAMPLES / "fretcoach_traces.jsonl")
     traces += read_traces(SAMPLES / "comparison_pair.jsonl")  # one pair a round
-    sessions = read_traces(SAMPLES / "fretcoach_sessions.jsonl")
+    sessions = read_traces(SAMPLES / "fretcoach_sessions.jsonl") + coaching_sessions()
     # Two rounds, so every counter the first round creates is seen to increase in the second
     # (Prometheus counts no increase for a series' first sample).
     for round_ in ("-r1", "-r2"):
@@ -282,3 +320,11 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     assert set(health.values()) == {"ok"}, health
     direction = prometheus.query('scorer:rule_direction{rule="hub_user_frustration_score"}')
     assert [r["value"][1] for r in direction["data"]["result"]] == ["-1"]
+    # the coaching pass rate counts the refused session as a fail: 1 pass in 2, not 1 in 1
+    pass_rate = next(
+        e for w, e in dashboard_queries() if w == "quality.json: Pass rate over the range"
+    )
+    answer = prometheus.query(
+        substitute(pass_rate).replace('rule=~".*"', 'rule="coaching_transcript"')
+    )
+    assert [r["value"][1] for r in answer["data"]["result"]] == ["0.5"]
