@@ -104,12 +104,18 @@ class ScorerMetrics(MetricFamilies, Observer):
         elif score.status == "error" and score.details and "counted_as" in score.details:
             self._count_error(score, project, score.details["counted_as"])
 
-    def _count_error(self, score: ScoreEvent, project: str, counted: dict[str, Any]) -> None:
+    def _count_error(self, score: ScoreEvent, project: str, counted: Any) -> None:
         """An error score whose rule counts errors as a value: that value once for each score
-        the rule would have published (``details.counted_as``: the engine's ``settle``)."""
+        the rule would have published (``details.counted_as``: the engine's ``settle``; any
+        other shape under that key is not the engine's and is not counted)."""
+        if not isinstance(counted, dict) or not isinstance(counted.get("criteria"), list):
+            return
+        value = counted.get("value")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return
         for criterion in counted["criteria"]:
-            labels = (score.rule_id, score.pack, criterion or "", project)
-            self._child(self.errors_counted, *labels).observe(counted["value"])
+            labels = (score.rule_id, score.pack, str(criterion or ""), project)
+            self._child(self.errors_counted, *labels).observe(value)
             # the ok series too, at 0 if none came yet: a pass rate adds the two
             self._child(self.score_value, *labels)
 
