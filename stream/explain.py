@@ -20,12 +20,13 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
+from .engine.kinds.fan_out import left_out
 from .engine.plan import Plan
-from .engine.prompt import DEFAULT_MAX_PROMPT_TOKENS
+from .engine.prompt import DEFAULT_MAX_PROMPT_TOKENS, describe_cut
 from .engine.scorer import Scorer
 from .engine.verdicts import ToolBox, Verdict
 from .models import Trace, parse_trace
-from .ruleset.schema import AnyRule, PromptedRule, RuleSet
+from .ruleset.schema import AnyRule, LLMJudgeRule, PromptedRule, RuleSet
 from .threads.events import SessionEvent, ThreadEvent, parse_session, table_key
 from .threads.gaps import inactivity_gaps
 from .threads.processor import ThreadProcessor
@@ -203,14 +204,19 @@ def _planned(plan: Plan) -> list[Explained]:
             )
         )
     for job in plan.judge_jobs:
-        why = "would be judged" + (f"; cut to fit: {job.cut}" if job.cut else "")
+        why = "would be judged"
+        if job.prompt_cut:  # what the score's details.prompt_cut and the decision will say
+            why += f"; {describe_cut(job.prompt_cut)}"
+        elif job.cut:
+            why += f"; cut to fit: {job.cut}"
         if job.emptied:
             why += f"; missing, rendered empty: {job.emptied}"
-        if job.items:
-            why += (
-                f"; {len(job.items)} calls, one per item ({job.total_items} items), "
-                "the first one's prompt shown"
-            )
+        if job.items and isinstance(job.rule, LLMJudgeRule) and job.rule.fan_out is not None:
+            noun = job.rule.fan_out.noun
+            why += f"; {len(job.items)} calls, one per item of {job.total_items} {noun}"
+            if (bound := left_out(job.rule, job)) is not None:
+                why += f" ({bound})"
+            why += ", the first one's prompt shown"
         explained.append(
             Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
         )

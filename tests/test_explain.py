@@ -114,8 +114,34 @@ def test_explain_says_a_fanned_out_rule_makes_a_call_per_item() -> None:
     _, explained = explain_trace(ruleset, orjson.dumps(document), None, "gpt-4o-mini")
     (relevance,) = [e for e in explained if e.rule_id == "retrieval_relevance"]
     assert relevance.outcome == WOULD_JUDGE
-    assert "3 calls, one per item (3 items)" in relevance.detail
+    assert "3 calls, one per item of 3 documents, the first" in relevance.detail
+    assert "fan_out.max_items" not in relevance.detail  # nothing left out
     assert relevance.prompt and "<document>Loop the bar.</document>" in relevance.prompt
+
+    # past the bound: the explanation names it as the score and decision will
+    document["metadata"] = {"retrieval_context": [f"Passage {n}." for n in range(25)]}
+    _, explained = explain_trace(ruleset, orjson.dumps(document), None, "gpt-4o-mini")
+    (relevance,) = [e for e in explained if e.rule_id == "retrieval_relevance"]
+    assert "20 calls, one per item of 25 documents (the first 20 of 25 documents were " in (
+        relevance.detail or ""
+    )
+    assert "(fan_out.max_items: 20)" in (relevance.detail or "")
+
+
+def test_explain_says_a_prompt_would_be_cut_as_the_decision_will() -> None:
+    ruleset = load_rules(RULES_DIR, ["fretcoach"])
+    document = hub_trace()
+    document["input"]["messages"][-1]["content"] = "Why? " * 40_000  # ~50 k tokens
+    _, explained = explain_trace(
+        ruleset, orjson.dumps(document), None, "gpt-4o-mini", max_prompt_tokens=8_000
+    )
+    judged = [e for e in explained if e.outcome == WOULD_JUDGE]
+    assert judged
+    for e in judged:
+        assert "prompt cut to fit SCORER_JUDGE_MAX_PROMPT_TOKENS (8000 tokens, about " in (
+            e.detail or ""
+        ), e.detail
+        assert "characters of input cut from the middle" in (e.detail or "")
 
 
 def test_explain_says_which_side_of_which_pair_a_trace_is_or_why_none() -> None:
