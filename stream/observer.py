@@ -91,6 +91,21 @@ class Observer:
     def on_judge_retry(self, model: str, reason: str) -> None:
         """A judge call is tried again after ``reason``."""
 
+    def on_judge_cache(
+        self,
+        rule: str,
+        pack: str,
+        model: str,
+        outcome: str,
+        saved: TokenUsage | None = None,
+        saved_usd: float | None = None,
+    ) -> None:
+        """A judge call for ``rule`` looked up the verdict cache: a ``hit`` (no call made;
+        the tokens and cost its stored verdict had used, saved) or a ``miss``."""
+
+    def watch_judge_cache(self, entries: Callable[[], float], size: Callable[[], float]) -> None:
+        """Readers of the verdicts the cache holds, and of their estimated bytes."""
+
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         """A reader of the share of one spend budget used in its current window."""
 

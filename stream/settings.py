@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     # {"model": "gpt-4o", "tokens": 2000000, "window": "hour"}]; a spent one skips its rules
     judge_budgets: list[Budget] = Field(default_factory=list)
     judge_structured_output: bool = True
+    # the verdict cache (design record 22): a verdict given to the same prompt, model, answer
+    # schema and rule version is reused for this long, at most this many per worker (the
+    # least recently used go first); 0 for either turns the cache off
+    judge_cache_ttl_s: float = Field(default=86_400.0, ge=0)
+    judge_cache_max_entries: int = Field(default=100_000, ge=0)
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.

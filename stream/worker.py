@@ -22,8 +22,9 @@ from .config_errors import env_name
 from .engine.scorer import Scorer
 from .engine.silence import Silence, SilenceWatch, UnjudgedThreads
 from .engine.spend import SpendLedger
-from .engine.verdicts import NO_JUDGE_REASON
+from .engine.verdicts import NO_JUDGE_REASON, Judge
 from .errors import ConfigError, ScorerError
+from .judge.cache import CachingJudge, VerdictCache
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.io import check_cluster
@@ -41,6 +42,24 @@ from .threads.sources import SourceLog
 log = logging.getLogger(__name__)
 
 
+def judge_of(settings: Settings, observer: Observer) -> Judge | None:
+    """The worker's judge (None: none configured), behind the verdict cache unless
+    ``SCORER_JUDGE_CACHE_TTL_S`` or ``SCORER_JUDGE_CACHE_MAX_ENTRIES`` is 0."""
+    if not settings.judge_configured:
+        return None
+    client = JudgeClient(settings.judge_config(), observer)
+    if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
+        return client
+    cache = VerdictCache(settings.judge_cache_ttl_s, settings.judge_cache_max_entries)
+    return CachingJudge(
+        client,
+        cache,
+        default_model=settings.judge_model,
+        observer=observer,
+        price=settings.judge_cost,
+    )
+
+
 def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> faust.Worker:
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
     metrics = ScorerMetrics.default()
@@ -48,7 +67,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     metrics.label_projects(
         ProjectLabels(settings.metric_projects, ruleset.projects, settings.metric_project_limit)
     )
-    judge = JudgeClient(settings.judge_config(), metrics) if settings.judge_configured else None
+    judge = judge_of(settings, metrics)
     app, topics = create_app(settings, bootstrap, metrics)
     ledger = spend_ledger(settings, metrics)
     scorer = Scorer(

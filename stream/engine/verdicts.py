@@ -74,6 +74,8 @@ class Verdict:
     latency_ms: float
     usage: TokenUsage | None  # None: the endpoint said nothing of the tokens used
     attempts: int
+    # from the verdict cache: no call was made, nothing charged (usage None)
+    cached: bool = False
 
 
 class ToolBox(Protocol):

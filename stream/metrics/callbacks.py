@@ -194,6 +194,27 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_judge_retry(self, model: str, reason: str) -> None:
         self._child(self.judge_retries, model, reason).inc()
 
+    def on_judge_cache(
+        self,
+        rule: str,
+        pack: str,
+        model: str,
+        outcome: str,
+        saved: TokenUsage | None = None,
+        saved_usd: float | None = None,
+    ) -> None:
+        self._child(self.judge_cache_lookups, rule, pack, model, outcome).inc()
+        if saved is not None:
+            tokens = self.judge_cache_saved_tokens
+            self._child(tokens, rule, pack, model, "prompt").inc(saved.prompt_tokens)
+            self._child(tokens, rule, pack, model, "completion").inc(saved.completion_tokens)
+        if saved_usd is not None:
+            self._child(self.judge_cache_saved_cost, rule, pack, model).inc(saved_usd)
+
+    def watch_judge_cache(self, entries: Callable[[], float], size: Callable[[], float]) -> None:
+        self.judge_cache_entries.set_function(entries)
+        self.judge_cache_bytes.set_function(size)
+
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)
 

@@ -155,6 +155,29 @@ class MetricFamilies:
             "judge_unavailable_seconds",
             "Seconds the judge has been unavailable since the worker started (it only grows)",
         )
+        self.judge_cache_lookups = counter(
+            "judge_cache_lookups",
+            "Judge calls looked up in the verdict cache: hit (no call made) or miss",
+            ("rule", "pack", "model", "outcome"),
+        )
+        self.judge_cache_saved_tokens = counter(
+            "judge_cache_saved_tokens",
+            "Tokens the cached verdicts had used, not spent again on a hit, by kind "
+            "(prompt, completion)",
+            ("rule", "pack", "model", "kind"),
+        )
+        self.judge_cache_saved_cost = counter(
+            "judge_cache_saved_cost_usd",
+            "Estimated US dollars a hit did not spend (the cached verdict's usage at "
+            "SCORER_JUDGE_PRICES; models without a price are not counted)",
+            ("rule", "pack", "model"),
+        )
+        self.judge_cache_entries = gauge(
+            "judge_cache_entries", "Verdicts the worker's verdict cache holds"
+        )
+        self.judge_cache_bytes = gauge(
+            "judge_cache_bytes", "Estimated bytes of the verdicts the worker's cache holds"
+        )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
         self.budget_used = gauge(

@@ -183,6 +183,11 @@ class JudgeSpec(Strict):
         default="truncate",
         description="A prompt over the cap: cut the largest variable in the middle, or skip",
     )
+    cache: bool = Field(
+        default=True,
+        description="Reuse a verdict already given to the same prompt, model, answer schema "
+        "and rule version (SCORER_JUDGE_CACHE_TTL_S); false: ask the judge every time",
+    )
 
 
 class ThreadSpec(Strict):

@@ -126,8 +126,11 @@ class JudgedKind(RuleKind):
             verdict = await ctx.judge.judge(rule, job.prompt, job.system, job.quoted, job.tools)
         except JudgeError as exc:
             return ctx.finish(rule, plan, judge_failed(ctx, job, exc), utcnow())
-        ctx.charge(rule, verdict.usage)
-        return self.conclude(ctx, job, plan, verdict)
+        ctx.charge(rule, verdict.usage)  # a cached verdict's is None: nothing charged
+        outcome = self.conclude(ctx, job, plan, verdict)
+        if verdict.cached:
+            mark_cached(outcome)
+        return outcome
 
     def conclude(
         self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict
@@ -143,6 +146,14 @@ def judge_failed(ctx: ScoringContext, job: JudgeJob, exc: JudgeError) -> Measure
     return Measured(
         "error", f"judge {exc.kind}: {exc}", judge_model=ctx.model_of(job.rule), usage=exc.usage
     )
+
+
+def mark_cached(outcome: RuleOutcome) -> None:
+    """Say on every score of ``outcome`` that its verdict came from the verdict cache
+    (``details.cached``): the same score a live call published, no tokens charged."""
+    for score in [outcome.score, *outcome.extra]:
+        if score is not None:
+            score.details = {**(score.details or {}), "cached": True}
 
 
 def job_details(job: JudgeJob) -> dict[str, Any] | None:

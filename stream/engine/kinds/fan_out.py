@@ -61,14 +61,15 @@ class FanOutKind(JudgedKind):
             assert isinstance(parsed, ParsedAnswer), "a one-verdict rule is answered once"
             usage, latency = _added(usage, answer.usage), max(latency, answer.latency_ms)
             judged.append(parsed.raw_value)
-            per_item.append(
-                {
-                    "index": index,
-                    "raw_value": parsed.raw_value,
-                    "label": parsed.label,
-                    "reason": parsed.reason,
-                }
-            )
+            item = {
+                "index": index,
+                "raw_value": parsed.raw_value,
+                "label": parsed.label,
+                "reason": parsed.reason,
+            }
+            if answer.cached:
+                item["cached"] = True
+            per_item.append(item)
         ctx.charge(rule, usage)  # every call counts, answered or not
         assert rule.fan_out is not None
         details = {
@@ -79,6 +80,8 @@ class FanOutKind(JudgedKind):
             "items_max": rule.fan_out.max_items,
         }
         errors = [item["error"] for item in per_item if "error" in item]
+        if per_item and all(item.get("cached") for item in per_item):
+            details["cached"] = True  # every item's verdict came from the cache
         if not judged:
             failed = Measured("error", errors[0], judge_model=model, usage=usage, details=details)
             return ctx.finish(rule, plan, failed, utcnow())

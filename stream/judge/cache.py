@@ -1,0 +1,184 @@
+"""The verdict cache: a judge's answer to the same question paid for once.
+
+A verdict is keyed by what decides it: the model asked, the rendered system and user prompt,
+the answer schema the judge is held to, the request's sampling knobs (temperature, max
+tokens) and the rule's id, pack and version. ``CachingJudge`` wraps any ``Judge`` and keeps
+the protocol, so every judged rule kind (llm_judge, fan-out, rubric, comparison) is cached
+without a special case. A hit is the stored verdict marked ``cached``, with no usage: it
+cost nothing, and the spend ledger is charged nothing. Only answered verdicts are stored; a
+``JudgeError`` propagates and is asked again next time. Calls with tools (the judge reads
+the trace through them, not only the prompt) are not cached. Design record 22.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import pickle
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engine.verdicts import Judge, ToolBox, Verdict
+from ..models import TokenUsage
+from ..observer import Observer
+from ..ruleset.schema import PromptedRule
+from .contract import answer_contract
+
+DEFAULT_TTL_S = 86_400.0  # one day
+DEFAULT_MAX_ENTRIES = 100_000
+
+
+def verdict_key(
+    rule: PromptedRule, model: str, prompt: str, system: str | None, schema: Any
+) -> str:
+    """The cache key of one judge call: a digest of everything its answer depends on."""
+    asked = {
+        "rule": rule.id,
+        "pack": rule.pack,
+        "version": rule.version,
+        "model": model,
+        "system": system,
+        "prompt": prompt,
+        "schema": schema,
+        "temperature": rule.judge.temperature,
+        "max_tokens": rule.judge.max_tokens,
+    }
+    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    verdict: Verdict
+    stored_at: float
+    size: int  # bytes: the key and the pickled verdict
+
+
+class VerdictCache:
+    """Verdicts by key, each kept ``ttl_s`` seconds from when it was stored, at most
+    ``max_entries`` of them (the least recently used go first)."""
+
+    def __init__(
+        self,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl_s <= 0 or max_entries <= 0:
+            raise ValueError("a verdict cache keeps entries for a positive time and count")
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> Verdict | None:
+        """The verdict stored under ``key``, unless it is absent or expired."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.clock() - entry.stored_at >= self.ttl_s:
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return entry.verdict
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        """Store ``verdict`` under ``key`` (replacing what was there), then evict the least
+        recently used entries past the bound."""
+        if key in self._entries:
+            self._drop(key)
+        size = len(key) + len(pickle.dumps(verdict))
+        self._entries[key] = _Entry(verdict, self.clock(), size)
+        self.bytes += size
+        while len(self._entries) > self.max_entries:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: str) -> None:
+        self.bytes -= self._entries.pop(key).size
+
+
+class CachingJudge:
+    """A ``Judge`` that asks ``judge`` only for verdicts ``cache`` does not hold.
+
+    Identical calls in flight at once (a duplicate trace arriving while the first is judged)
+    make one call: the later ones wait for it, and make their own if it fails.
+    ``price(model, usage)``: the US dollars a call's usage costs (None: no price), so the
+    metrics say what a hit saved."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        cache: VerdictCache,
+        *,
+        default_model: str,
+        observer: Observer | None = None,
+        price: Callable[[str, TokenUsage], float | None] = lambda model, usage: None,
+    ) -> None:
+        self.inner = judge
+        self.cache = cache
+        self.default_model = default_model
+        self.observer = observer or Observer()
+        self.price = price
+        self._in_flight: dict[str, asyncio.Future[Verdict]] = {}
+        self.observer.watch_judge_cache(lambda: len(cache), lambda: cache.bytes)
+
+    async def judge(
+        self,
+        rule: PromptedRule,
+        prompt: str,
+        system: str | None = None,
+        quoted: Sequence[str] = (),
+        tools: ToolBox | None = None,
+    ) -> Verdict:
+        if tools is not None or not rule.judge.cache:
+            return await self.inner.judge(rule, prompt, system, quoted, tools)
+        model = rule.judge.model or self.default_model
+        key = verdict_key(rule, model, prompt, system, answer_contract(rule)[0])
+        if (stored := self.cache.get(key)) is not None:
+            return self._hit(rule, model, stored)
+        if (running := self._in_flight.get(key)) is not None:
+            await asyncio.wait({running})  # never raises for the call it waits on
+            if not running.cancelled() and running.exception() is None:
+                return self._hit(rule, model, running.result())
+            # that call failed or was cancelled: this one asks for itself
+        self.observer.on_judge_cache(rule.id, rule.pack, model, "miss")
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            verdict = await self.inner.judge(rule, prompt, system, quoted, tools)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a failure no one waited for is not logged
+            raise
+        else:
+            self.cache.put(key, verdict)
+            future.set_result(verdict)
+            return verdict
+        finally:
+            if self._in_flight.get(key) is future:
+                del self._in_flight[key]
+
+    def _hit(self, rule: PromptedRule, model: str, stored: Verdict) -> Verdict:
+        """The stored verdict as a hit publishes it (no usage: it cost nothing), counted with
+        the tokens and cost it saved."""
+        saved = stored.usage
+        cost = self.price(stored.model, saved) if saved is not None else None
+        self.observer.on_judge_cache(rule.id, rule.pack, model, "hit", saved, cost)
+        return replace(stored, usage=None, cached=True)
+
+    async def close(self) -> None:
+        """Close the judge it wraps (``JudgeClient.close``), if it has anything to close."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            await close()
