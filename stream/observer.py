@@ -91,6 +91,15 @@ class Observer:
     def on_judge_retry(self, model: str, reason: str) -> None:
         """A judge call is tried again after ``reason``."""
 
+    def on_judge_prompt_cache(
+        self, model: str, cached_tokens: int, saved_usd: float | None
+    ) -> None:
+        """An answered attempt had ``cached_tokens`` of its prompt served from the provider's
+        prompt cache, saving ``saved_usd`` (None: the model has no price)."""
+
+    def on_rule_cost(self, rule: str, pack: str, model: str, usd: float) -> None:
+        """A judge call for ``rule`` on ``model`` cost ``usd`` (estimated from the prices)."""
+
     def on_judge_cache(
         self,
         rule: str,

@@ -92,6 +92,9 @@ class MockJudge:
         # a share of calls answered 429 whatever the load (a provider's noisy rate limiting)
         self.refuse_share = refuse_share
         self._refusals = random.Random(7)
+        # prompt tokens a provider says it served from its prompt cache (OpenAI's
+        # usage.prompt_tokens_details.cached_tokens); None: the usage has no such details
+        self.cached_prompt_tokens: int | None = None
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -202,6 +205,9 @@ class MockJudge:
                     "total_tokens": len(prompt) // 4 + len(reply.content) // 4,
                 },
             }
+            if self.cached_prompt_tokens is not None:
+                cached = min(self.cached_prompt_tokens, len(prompt) // 4)
+                completion["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
             return web.Response(
                 body=orjson.dumps(completion), content_type="application/json", headers=headers
             )

@@ -43,8 +43,9 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     observer.on_judge_call("m", "ok", 1.0, TokenUsage(prompt_tokens=1), 0.5)
     observer.on_rules_loaded("v", "d", [("r", "p", "trace", 1)])
     callbacks = {name for name in vars(Observer) if name.startswith(("on_", "watch_"))}
-    # 29, + the verdict cache's on_judge_cache and watch_judge_cache (issue 28, item 1)
-    assert len(callbacks) == 31
+    # 29, + on_judge_prompt_cache and on_rule_cost (issue 28: provider prompt caching, cost per
+    # rule), + the verdict cache's on_judge_cache and watch_judge_cache (issue 28, item 1)
+    assert len(callbacks) == 33
     assert callbacks <= set(vars(ScorerMetrics))
 
 

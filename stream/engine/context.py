@@ -40,9 +40,13 @@ class ScoringContext:
         return rule.judge.model or self.default_model
 
     def charge(self, rule: PromptedRule, usage: TokenUsage | None) -> None:
-        """A judge call for ``rule`` used ``usage`` (spend budgets count it)."""
+        """A judge call for ``rule`` used ``usage`` (spend budgets count it, and the rule's
+        estimated cost is counted)."""
         if self.ledger is not None and usage is not None:
-            self.ledger.record(rule.id, self.model_of(rule), usage)
+            model = self.model_of(rule)
+            self.ledger.record(rule.id, model, usage)
+            if (usd := self.ledger.cost(model, usage)) is not None:
+                self.observer.on_rule_cost(rule.id, rule.pack, model, usd)
 
     def decide(
         self,

@@ -12,6 +12,7 @@ from ..models import utcnow
 from ..ruleset.schema import ComparisonRule, LLMJudgeRule, RubricRule
 from .outcomes import RuleOutcome, Target
 from .prompt import FittedPrompt
+from .spend import Admission
 from .trace_tools import TraceTools
 
 JudgedRule = LLMJudgeRule | RubricRule | ComparisonRule  # the rules a judge scores
@@ -35,6 +36,7 @@ class JudgeJob:
     # a comparison: slot -> (its trace id, its project)
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     prompt_cut: dict[str, Any] | None = None  # what its prompts lost to fit (details.prompt_cut)
+    admission: Admission | None = None  # what the spend budgets let it do (None: no ledger)
 
 
 @dataclass

@@ -1,10 +1,13 @@
 """Spend budgets: what the judge may cost per rule or per model, per hour or per day.
 
 A budget counts US dollars (from the price table) or, for a model without a price, tokens,
-over a window aligned to the UTC hour or day. While one that covers a rule is spent, that
-rule's judged scores are ``skipped`` with a reason starting ``budget exhausted`` (its
-decision records say the same) until the window resets. Each worker keeps its own ledger: a
-budget is per worker, as the judge's concurrency is.
+over a window aligned to the UTC hour or day. Its ``mode`` says what happens as it runs down:
+``skip`` (while it is spent, the rules it covers publish ``skipped`` scores whose reason starts
+``budget exhausted``, until the window resets), ``sample`` (the rule's sampling rate is lowered
+so that the rest of the budget lasts the rest of the window: ``sample_rate``; spent, it skips),
+or ``fallback`` (while it is spent, its rules are judged by a cheaper model). ``defer`` (to
+batch judging) is not built yet and is refused at start-up. Each worker keeps its own ledger: a
+budget is per worker, as the judge's concurrency is. Design record 22 has the arithmetic.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..models import TokenUsage
 
@@ -27,20 +30,33 @@ class ModelPrice(BaseModel):
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    # prompt tokens the provider served from its prompt cache; None: priced as input (a
+    # missing price never counts a cost lower than it may be)
+    cached_input: float | None = Field(default=None, ge=0)
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """US dollars of a call: ``cached_tokens`` (of ``prompt_tokens``) at the cached rate."""
+        cached = min(cached_tokens, prompt_tokens)
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        return (
+            (prompt_tokens - cached) * self.input
+            + cached * cached_rate
+            + completion_tokens * self.output
+        ) / 1_000_000
 
 
-# List prices (USD per million tokens) of common judge models, for the estimated-cost metric.
+# List prices (USD per million tokens) of common judge models, for the estimated-cost metric
+# and the budgets; cached_input: the price of prompt tokens served from the provider's prompt
+# cache (OpenAI's API pricing page, https://platform.openai.com/docs/pricing, as listed in
+# 2025: half the input price for gpt-4o and gpt-4o-mini, a quarter for the gpt-4.1 family).
 # SCORER_JUDGE_PRICES (JSON) replaces this table; a local model costs what its GPU costs,
 # so it has no entry and no cost is estimated for it.
 DEFAULT_JUDGE_PRICES = {
-    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
-    "gpt-4o": ModelPrice(input=2.50, output=10.00),
-    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),
-    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
-    "gpt-4.1": ModelPrice(input=2.00, output=8.00),
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60, cached_input=0.075),
+    "gpt-4o": ModelPrice(input=2.50, output=10.00, cached_input=1.25),
+    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40, cached_input=0.025),
+    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60, cached_input=0.10),
+    "gpt-4.1": ModelPrice(input=2.00, output=8.00, cached_input=0.50),
 }
 
 
@@ -57,6 +73,27 @@ class Budget(BaseModel):
     usd: float | None = Field(default=None, gt=0)
     tokens: int | None = Field(default=None, gt=0)
     window: Literal["hour", "day"] = "day"
+    # what happens as it runs down (the module's docstring); a ``fallback`` alone means
+    # mode fallback
+    mode: Literal["skip", "sample", "fallback"] = "skip"
+    fallback: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fallback_alone(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("fallback") is not None and "mode" not in data:
+            return {**data, "mode": "fallback"}
+        return data
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _defer_not_built(cls, mode: Any) -> Any:
+        if mode == "defer":
+            raise ValueError(
+                "mode defer (judging the rest in batches) is not built yet: use skip, sample "
+                'or fallback (e.g. {"mode": "fallback", "fallback": "gpt-4.1-nano"})'
+            )
+        return mode
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Budget:
@@ -64,6 +101,12 @@ class Budget(BaseModel):
             raise ValueError("a budget is for a rule or for a model: give exactly one")
         if (self.usd is None) == (self.tokens is None):
             raise ValueError("a budget counts usd or tokens: give exactly one")
+        if (self.mode == "fallback") != (self.fallback is not None):
+            raise ValueError(
+                "mode fallback names the cheaper model (fallback: <model>); other modes name none"
+            )
+        if self.fallback is not None and self.fallback == self.model:
+            raise ValueError(f"a budget for model {self.model} cannot fall back to that model")
         return self
 
     def describe(self) -> str:
@@ -75,7 +118,55 @@ class Budget(BaseModel):
 def judge_cost(prices: Mapping[str, ModelPrice], model: str, usage: TokenUsage) -> float | None:
     """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
     price = prices.get(model)
-    return price.cost(usage.prompt_tokens, usage.completion_tokens) if price else None
+    if price is None:
+        return None
+    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+
+
+def cache_saving(
+    cost: Callable[[str, TokenUsage], float | None], model: str, usage: TokenUsage
+) -> float | None:
+    """US dollars the provider's prompt cache saved on ``usage``: its cost with every prompt
+    token at the input price less its cost with the cached ones at the cached price."""
+    if not usage.cached_tokens:
+        return 0.0
+    paid = cost(model, usage)
+    full = cost(model, usage.model_copy(update={"cached_tokens": 0}))
+    return None if paid is None or full is None else full - paid
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the budgets let a rule's judge call be now: skipped (``skipped``: why, starting
+    ``budget exhausted``), judged by ``model`` (a fallback's when ``fell_back`` says why), at
+    ``rate`` (the rule's sampling rate, or lower: ``lowered`` says why; ``sampled_at``: the
+    rate, on the scores of a rule a sample budget covers)."""
+
+    model: str
+    rate: float
+    skipped: str | None = None
+    fell_back: str | None = None
+    lowered: str | None = None
+    sampled_at: float | None = None
+    budget: dict[str, Any] | None = None  # details.budget of the scores it judges
+
+
+def sample_factor(
+    left: float, offered: int, calls: int, spent: float, elapsed_s: float, left_s: float
+) -> float:
+    """How much of its own rate a rule keeps under a sample budget with ``left`` of it left
+    (dollars or tokens) and ``left_s`` of the window: what the rest of the budget pays for
+    (``left`` over the mean cost of this window's calls so far, ``spent / calls``) over the
+    targets expected in the rest of the window (this window's arrival rate, ``offered`` in
+    ``elapsed_s``, times ``left_s``), at most 1. Under a steady demand it spreads the budget
+    evenly over the window; with no call yet there is no cost to go by: the whole rate."""
+    if left <= 0.0:
+        return 0.0
+    if calls == 0 or spent <= 0.0 or offered == 0 or left_s <= 0.0:
+        return 1.0
+    affordable = left / (spent / calls)  # calls the rest of the budget pays for
+    expected = offered / max(elapsed_s, 1.0) * left_s  # targets still to come this window
+    return min(1.0, affordable / expected)
 
 
 @dataclass
@@ -83,6 +174,8 @@ class _Account:
     budget: Budget
     window_start: float = 0.0
     spent: float = 0.0
+    calls: int = 0  # judge calls charged in this window
+    offered: int = 0  # targets a sample budget was asked to admit in this window
 
 
 @dataclass
@@ -102,23 +195,74 @@ class SpendLedger:
         start = now - now % size
         if start != account.window_start:
             account.window_start, account.spent = start, 0.0
+            account.calls = account.offered = 0
 
     def _covers(self, account: _Account, rule: str, model: str) -> bool:
         budget = account.budget
         return budget.rule == rule or budget.model == model
 
-    def exhausted(self, rule: str, model: str) -> str | None:
-        """Why ``rule`` on ``model`` may not be judged now, or None."""
-        now = self.clock()
+    def _spent(self, rule: str, model: str, now: float) -> list[_Account]:
+        """The budgets covering ``rule`` on ``model`` that are spent in their window."""
+        spent = []
         for account in self._accounts:
             self._roll(account, now)
+            if self._covers(account, rule, model) and account.spent >= _amount(account.budget):
+                spent.append(account)
+        return spent
+
+    def exhausted(self, rule: str, model: str) -> str | None:
+        """Why ``rule`` on ``model`` may not be judged now (a budget covering it is spent,
+        whatever its mode), or None."""
+        spent = self._spent(rule, model, self.clock())
+        return f"budget exhausted: {_spent_says(spent[0])}" if spent else None
+
+    def admit(self, rule: str, model: str, rate: float = 1.0) -> Admission:
+        """What the budgets let ``rule`` (judged by ``model``, sampled at ``rate``) do now:
+        skip, fall back to a cheaper model, or sample at a lower rate (never above ``rate``)."""
+        now = self.clock()
+        spent = self._spent(rule, model, now)
+        fell_back: str | None = None
+        degraded: dict[str, Any] | None = None
+        if spent:
+            first = spent[0]
+            target = first.budget.fallback
+            if first.budget.mode != "fallback" or target is None or target == model:
+                return Admission(model, rate, skipped=f"budget exhausted: {_spent_says(first)}")
+            # the budgets of the cheaper model (a fallback budget spent for this rule already
+            # sent it there: it does not stop it again)
+            still = [a for a in self._spent(rule, target, now) if a.budget.fallback != target]
+            if still:
+                said = f"{_spent_says(first)}, and so is {_spent_says(still[0])}"
+                return Admission(model, rate, skipped=f"budget exhausted: {said}")
+            fell_back = f"{_spent_says(first)}: judged by {target} instead of {model}"
+            degraded = {"mode": "fallback", "budget": first.budget.describe(), "model": target}
+            degraded["instead_of"] = model
+            model = target
+        used, lowered, sampled_at = rate, None, None
+        for account in self._accounts:
             budget = account.budget
-            if self._covers(account, rule, model) and account.spent >= _amount(budget):
-                resets = datetime.fromtimestamp(
-                    account.window_start + WINDOW_S[budget.window], UTC
-                ).strftime("%Y-%m-%d %H:%M UTC")
-                return f"budget exhausted: {budget.describe()} is spent; it resets at {resets}"
-        return None
+            if budget.mode != "sample" or not self._covers(account, rule, model):
+                continue
+            size, amount = WINDOW_S[budget.window], _amount(budget)
+            account.offered += 1
+            elapsed_s = now - account.window_start
+            left = max(0.0, amount - account.spent)
+            factor = sample_factor(
+                left, account.offered, account.calls, account.spent, elapsed_s, size - elapsed_s
+            )
+            budget_left, window_left = left / amount, (size - elapsed_s) / size
+            sampled_at = rate * factor if sampled_at is None else min(sampled_at, rate * factor)
+            if rate * factor < used:
+                used = rate * factor
+                lowered = (
+                    f"sampling rate {rate:g} lowered to {used:.3g} by budget {budget.describe()} "
+                    f"({budget_left:.0%} of it left for {window_left:.0%} of the window)"
+                )
+                degraded = {**(degraded or {}), "mode": "sample", "budget": budget.describe()}
+                degraded["rule_rate"] = rate
+        if degraded is not None and sampled_at is not None:
+            degraded["sampled_at"] = sampled_at
+        return Admission(model, used, None, fell_back, lowered, sampled_at, degraded)
 
     def record(self, rule: str, model: str, usage: TokenUsage) -> None:
         """A judge call for ``rule`` on ``model`` used ``usage``."""
@@ -128,6 +272,7 @@ class SpendLedger:
             if not self._covers(account, rule, model):
                 continue
             self._roll(account, now)
+            account.calls += 1
             if account.budget.usd is not None:
                 account.spent += usd or 0.0
             else:
@@ -142,6 +287,13 @@ class SpendLedger:
     def used(self) -> list[tuple[Budget, float]]:
         """Each budget with the share of it spent in its current window."""
         return [(account.budget, self.share(i)) for i, account in enumerate(self._accounts)]
+
+
+def _spent_says(account: _Account) -> str:
+    """A spent budget and when it resets, as a skipped score's reason says it."""
+    budget = account.budget
+    resets = datetime.fromtimestamp(account.window_start + WINDOW_S[budget.window], UTC)
+    return f"{budget.describe()} is spent; it resets at {resets:%Y-%m-%d %H:%M UTC}"
 
 
 def _amount(budget: Budget) -> float:

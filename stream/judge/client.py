@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..engine.spend import cache_saving
 from ..engine.verdicts import ToolBox, Verdict
 from ..errors import JudgeError
 from ..models import TokenUsage
@@ -126,6 +127,9 @@ class JudgeClient:
         """One attempt: count and latency; tokens and estimated cost when answered."""
         cost = self.cost(model, usage) if usage is not None else None
         self.observer.on_judge_call(model, outcome, elapsed, usage, cost)
+        if usage is not None and usage.cached_tokens:
+            saved = cache_saving(self.cost, model, usage)
+            self.observer.on_judge_prompt_cache(model, usage.cached_tokens, saved)
 
     async def judge(
         self,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 
 from ..models import TokenUsage
@@ -134,17 +135,27 @@ def _refused(request: ChatRequest, exc: openai.APIStatusError) -> Failed:
     return Failed("server_error", message, status, retry_after_seconds(exc.response.headers))
 
 
+def token_usage(usage: CompletionUsage) -> TokenUsage:
+    """The tokens a completion used, with those its provider served from the prompt cache
+    (``prompt_tokens_details.cached_tokens``: OpenAI and Azure report it; an endpoint that
+    does not, or says null, has 0 cached, so every prompt token is priced as input)."""
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    prompt = usage.prompt_tokens or 0
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=usage.completion_tokens or 0,
+        total_tokens=usage.total_tokens or 0,
+        # never more cached than sent: a provider's miscount cannot price tokens below zero
+        cached_tokens=max(0, min(cached, prompt)),
+    )
+
+
 def _answered(
     request: ChatRequest, completion: ChatCompletion, headers: Mapping[str, str]
 ) -> Answered:
     """The first choice's text and tool calls, the tokens used and who answered."""
-    usage = None
-    if completion.usage is not None:
-        usage = TokenUsage(
-            prompt_tokens=completion.usage.prompt_tokens or 0,
-            completion_tokens=completion.usage.completion_tokens or 0,
-            total_tokens=completion.usage.total_tokens or 0,
-        )
+    usage = token_usage(completion.usage) if completion.usage is not None else None
     choice = completion.choices[0] if completion.choices else None
     reply = choice.message if choice is not None else None
     calls = reply.tool_calls if reply is not None else None

@@ -194,6 +194,16 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_judge_retry(self, model: str, reason: str) -> None:
         self._child(self.judge_retries, model, reason).inc()
 
+    def on_judge_prompt_cache(
+        self, model: str, cached_tokens: int, saved_usd: float | None
+    ) -> None:
+        self._child(self.judge_prompt_cached_tokens, model).inc(cached_tokens)
+        if saved_usd is not None:
+            self._child(self.judge_prompt_cache_saved, model).inc(saved_usd)
+
+    def on_rule_cost(self, rule: str, pack: str, model: str, usd: float) -> None:
+        self.rule_judge_cost.labels(rule=rule, pack=pack, model=model).inc(usd)
+
     def on_judge_cache(
         self,
         rule: str,

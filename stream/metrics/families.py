@@ -147,6 +147,25 @@ class MetricFamilies:
             "(models without a price are not counted)",
             ("model", "outcome"),
         )
+        self.judge_prompt_cached_tokens = counter(
+            "judge_prompt_cached_tokens",
+            "Prompt tokens the provider served from its own prompt cache (usage."
+            "prompt_tokens_details.cached_tokens), priced at the model's cached-input rate",
+            ("model",),
+        )
+        self.judge_prompt_cache_saved = counter(
+            "judge_prompt_cache_saved_usd",
+            "Estimated US dollars the provider's prompt cache saved: its cached tokens at the "
+            "input price less at the cached-input price (SCORER_JUDGE_PRICES)",
+            ("model",),
+        )
+        self.rule_judge_cost = counter(
+            "rule_judge_cost_usd",
+            "Estimated judge cost in US dollars per rule and the model that judged it "
+            "(every call of its scores, unusable answers too; models without a price are not "
+            "counted)",
+            ("rule", "pack", "model"),
+        )
         self.judge_available = gauge(
             "judge_available",
             "1 while the judge answers, 0 while it is unavailable (calls held, traces unacked)",

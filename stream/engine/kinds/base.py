@@ -8,11 +8,13 @@ from typing import Any, ClassVar
 
 from ...errors import JudgeError
 from ...models import utcnow
+from ...ruleset.filters import sampled
 from ...ruleset.schema import AnyRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape
 from ..plan import JudgedRule, JudgeJob, Plan
 from ..prompt import FittedPrompt, PromptTooLarge, describe_cut, fit_prompt, prompt_cut
+from ..spend import Admission
 from ..trace_tools import TraceTools
 from ..verdicts import NO_JUDGE_REASON, Verdict
 
@@ -73,6 +75,26 @@ class RuleKind:
         if counted is not None and score is not None and score.status == "error":
             count = {"value": counted, "criteria": self.criteria(rule)}
             score.details = {**(score.details or {}), "counted_as": count}
+        if job.admission is not None:
+            said_by_budget(job.admission, outcome)
+
+
+def said_by_budget(admission: Admission, outcome: RuleOutcome) -> None:
+    """What the budgets did to a judged outcome, on each of its scores and in its decision:
+    the sampling rate used under a sample budget (``details.sampled_at``), and how a budget
+    degraded it (``details.budget``: lowered the rate, or a spent one's fallback model)."""
+    added: dict[str, Any] = {}
+    if admission.sampled_at is not None:
+        added["sampled_at"] = round(admission.sampled_at, 6)
+    if admission.budget is not None:
+        added["budget"] = admission.budget
+    for score in [outcome.score, *outcome.extra]:
+        if score is not None and added:
+            score.details = {**(score.details or {}), **added}
+    said = "; ".join(why for why in (admission.fell_back, admission.lowered) if why)
+    if said:
+        decision = outcome.decision
+        decision.detail = f"{decision.detail}; {said}" if decision.detail else said
 
 
 class JudgedKind(RuleKind):
@@ -98,10 +120,19 @@ class JudgedKind(RuleKind):
         if ctx.judge is None:
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
             return
-        model = ctx.model_of(rule)
-        if ctx.ledger is not None and (spent := ctx.ledger.exhausted(rule.id, model)):
-            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent)))
-            return
+        admission = None
+        if ctx.ledger is not None:
+            admission = ctx.ledger.admit(rule.id, ctx.model_of(rule), rule.sampling_rate)
+            if admission.skipped is not None:
+                plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", admission.skipped)))
+                return
+            if admission.lowered and not sampled(rule.id, admission.rate, plan.target.id):
+                plan.outcomes.append(ctx.decide(rule, plan, "sampled_out", admission.lowered))
+                return
+            if admission.model != ctx.model_of(rule):  # a spent budget's cheaper model
+                rule = rule.model_copy(
+                    update={"judge": rule.judge.model_copy(update={"model": admission.model})}
+                )
         cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
         setting = CAP_OF_RULE if rule.judge.max_prompt_tokens else CAP_OF_WORKER
         try:
@@ -113,6 +144,7 @@ class JudgedKind(RuleKind):
         first = fitted[0]
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
         job.prompt_cut = prompt_cut(fitted, setting)
+        job.admission = admission
         self.prepare(job, plan, found, fitted)
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
             job.tools = TraceTools(found.document)
