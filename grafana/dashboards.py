@@ -369,7 +369,43 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
             ),
             unit="currencyUSD",
         ),
+        bars(
+            "Cost per 1,000 traces by rule (range)",
+            Query(COST_PER_1000, "{{pack}}/{{rule}}", instant=True),
+            unit="currencyUSD",
+            decimals=2,
+            description="Estimated judge dollars per 1,000 targets each rule scored over the "
+            "range (traces; for a thread or pair rule, its closes): every call of the rule's "
+            "scores (retries and unusable answers too) over its scored and error decisions. "
+            "Verdict cache hits count as scored and cost nothing; filtered, sampled-out and "
+            "skipped targets are not counted. Models without a price are left out.",
+        ),
+        graph(
+            "Saved by the provider's prompt cache",
+            Query(
+                f"sum by (model) (rate(scorer_judge_prompt_cached_tokens_total{{{MODELS}}}"
+                "[$__rate_interval])) * 60",
+                "{{model}} cached tokens a minute",
+            ),
+            Query(
+                f"sum by (model) (rate(scorer_judge_prompt_cache_saved_usd_total{{{MODELS}}}"
+                "[$__rate_interval])) * 3600",
+                "{{model}} USD saved an hour",
+            ),
+            description="Prompt tokens the provider served from its own prompt cache "
+            "(usage.prompt_tokens_details.cached_tokens) and the dollars that saved: those "
+            "tokens at the input price less at the cached-input price (SCORER_JUDGE_PRICES).",
+        ),
     ]
+
+
+# a rule's judge cost over the range per 1,000 targets it scored (a target judged: scored,
+# or an error score; the decisions count one per target, whatever its scores)
+COST_PER_1000 = (
+    f"1000 * sum by (pack, rule) (increase(scorer_rule_judge_cost_usd_total{{{MODELS}}}"
+    "[$__range]))\n/ (sum by (pack, rule) (increase(scorer_decisions_total"
+    '{outcome=~"scored|error"}[$__range])) > 0)'
+)
 
 
 def pipeline() -> tuple[dict[str, Any], list[Panel]]:

@@ -240,3 +240,62 @@ def test_the_range_panels_use_the_same_mean_as_the_pass_rate() -> None:
     assert over_range == panel_expr("Pass rate (1h window)")
     for title in ("Trace rules: mean score over the range", "Mean score per rule (rate window)"):
         assert "scorer_errors_counted_value_count" in panel_expr(title), title
+
+
+def judge_panel_expr(title: str) -> str:
+    """The query of the judge dashboard's panel ``title``, every model, over one hour."""
+    judge = dashboards()["judge.json"]
+    (target,) = next(p for p in judge["panels"] if p["title"] == title)["targets"]
+    return re.sub(r"\$model\b", ".*", target["expr"]).replace("$__range", "1h")
+
+
+def cost_per_1000_case(expr: str) -> dict[str, Any]:
+    """A promtool case: an hour in which the rule "critique" cost $0.125 a minute on two
+    models while it scored 5 targets a minute and failed 1.25 (error scores), filtered 10 and
+    skipped 5; "cached" scored 3 a minute at no cost; "local" was judged by an unpriced model
+    (no cost series); "quiet" filtered every trace."""
+    where = 'pack="p", instance="w1"'
+    series = {
+        f'scorer_rule_judge_cost_usd_total{{rule="critique", {where}, model="big"}}': "0+0.0625x60",
+        f'scorer_rule_judge_cost_usd_total{{rule="critique", {where}, model="nano"}}': "0+0.0625x60",
+        f'scorer_decisions_total{{rule="critique", {where}, outcome="scored"}}': "0+5x60",
+        f'scorer_decisions_total{{rule="critique", {where}, outcome="error"}}': "0+1.25x60",
+        f'scorer_decisions_total{{rule="critique", {where}, outcome="filtered"}}': "0+10x60",
+        f'scorer_decisions_total{{rule="critique", {where}, outcome="skipped"}}': "0+5x60",
+        f'scorer_rule_judge_cost_usd_total{{rule="cached", {where}, model="big"}}': "0x60",
+        f'scorer_decisions_total{{rule="cached", {where}, outcome="scored"}}': "0+3x60",
+        f'scorer_decisions_total{{rule="local", {where}, outcome="scored"}}': "0+1x60",
+        f'scorer_rule_judge_cost_usd_total{{rule="quiet", {where}, model="big"}}': "0x60",
+        f'scorer_decisions_total{{rule="quiet", {where}, outcome="filtered"}}': "0+4x60",
+    }
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "promql_expr_test": [
+            {
+                "expr": expr,
+                "eval_time": "60m",
+                "exp_samples": [
+                    # $0.125 a minute over 6.25 judged targets a minute: $20 per 1,000
+                    {"labels": '{pack="p", rule="critique"}', "value": 20.0},
+                    {"labels": '{pack="p", rule="cached"}', "value": 0.0},
+                ],
+            }
+        ],
+    }
+
+
+def test_cost_per_1000_traces_is_each_rules_cost_over_the_targets_it_judged(
+    tmp_path: Path,
+) -> None:
+    """The judge dashboard's cost per 1,000 traces: a rule's cost on every model over its
+    scored and error decisions (not the filtered or skipped ones); a rule judged from the
+    verdict cache only costs 0; an unpriced or idle rule shows nothing."""
+    expr = judge_panel_expr("Cost per 1,000 traces by rule (range)")
+    result = run_promtool_case(tmp_path, cost_per_1000_case(expr))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the case fails when every decision is counted (filtered and skipped too): $7.5 over 1275
+    every = expr.replace('{outcome=~"scored|error"}', "")
+    result = run_promtool_case(tmp_path, cost_per_1000_case(every))
+    assert result.returncode != 0
+    assert 'rule="critique"' in result.stdout + result.stderr

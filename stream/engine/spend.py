@@ -7,7 +7,7 @@ over a window aligned to the UTC hour or day. Its ``mode`` says what happens as 
 so that the rest of the budget lasts the rest of the window: ``sample_rate``; spent, it skips),
 or ``fallback`` (while it is spent, its rules are judged by a cheaper model). ``defer`` (to
 batch judging) is not built yet and is refused at start-up. Each worker keeps its own ledger: a
-budget is per worker, as the judge's concurrency is. Design record 22 has the arithmetic.
+budget is per worker, as the judge's concurrency is. Design record 23 has the arithmetic.
 """
 
 from __future__ import annotations
