@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # least recently used go first); 0 for either turns the cache off
     judge_cache_ttl_s: float = Field(default=86_400.0, ge=0)
     judge_cache_max_entries: int = Field(default=100_000, ge=0)
+    # the verdicts also kept in the changelog-backed ``verdicts`` table (the store of
+    # SCORER_STORE), in the asking record's partition: they survive a restart and move with
+    # their partition; false: in memory only
+    judge_cache_table: bool = True
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.

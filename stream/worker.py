@@ -17,6 +17,7 @@ from .agents.otlp import register_otlp_agents
 from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
+from .agents.verdict_table import VerdictTable
 from .app import create_app
 from .config_errors import env_name
 from .engine.scorer import Scorer
@@ -69,6 +70,13 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     )
     judge = judge_of(settings, metrics)
     app, topics = create_app(settings, bootstrap, metrics)
+    if isinstance(judge, CachingJudge) and settings.judge_cache_table:
+        judge.store = VerdictTable(
+            app,
+            partitions=settings.topic_partitions,
+            ttl_s=settings.judge_cache_ttl_s,
+            max_entries=settings.judge_cache_max_entries,
+        )
     ledger = spend_ledger(settings, metrics)
     scorer = Scorer(
         ruleset,

@@ -8,6 +8,10 @@ without a special case. A hit is the stored verdict marked ``cached``, with no u
 cost nothing, and the spend ledger is charged nothing. Only answered verdicts are stored; a
 ``JudgeError`` propagates and is asked again next time. Calls with tools (the judge reads
 the trace through them, not only the prompt) are not cached. Design record 22.
+
+The in-memory ``VerdictCache`` is the fast path; a ``VerdictStore`` behind it (the worker's
+changelog-backed table, ``agents/verdict_table.py``) keeps the entries where they survive a
+restart and move with their partition at a rebalance.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..engine.verdicts import Judge, ToolBox, Verdict
 from ..models import TokenUsage
@@ -90,13 +94,14 @@ class VerdictCache:
         self._entries.move_to_end(key)
         return entry.verdict
 
-    def put(self, key: str, verdict: Verdict) -> None:
-        """Store ``verdict`` under ``key`` (replacing what was there), then evict the least
+    def put(self, key: str, verdict: Verdict, age: float = 0.0) -> None:
+        """Store ``verdict`` under ``key`` (replacing what was there), stored ``age`` seconds
+        ago (a verdict read back from a store keeps its first TTL), then evict the least
         recently used entries past the bound."""
         if key in self._entries:
             self._drop(key)
         size = len(key) + len(pickle.dumps(verdict))
-        self._entries[key] = _Entry(verdict, self.clock(), size)
+        self._entries[key] = _Entry(verdict, self.clock() - age, size)
         self.bytes += size
         while len(self._entries) > self.max_entries:
             self._drop(next(iter(self._entries)))
@@ -105,13 +110,28 @@ class VerdictCache:
         self.bytes -= self._entries.pop(key).size
 
 
+class VerdictStore(Protocol):
+    """Where verdicts outlive the in-memory cache (``agents.verdict_table.VerdictTable``)."""
+
+    def get(self, key: str) -> tuple[Verdict, float] | None:
+        """The verdict stored under ``key`` and its age in seconds, unless absent or
+        expired."""
+        ...
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        """Keep ``verdict`` under ``key`` (where the record being scored asks)."""
+        ...
+
+
 class CachingJudge:
     """A ``Judge`` that asks ``judge`` only for verdicts ``cache`` does not hold.
 
     Identical calls in flight at once (a duplicate trace arriving while the first is judged)
     make one call: the later ones wait for it, and make their own if it fails.
     ``price(model, usage)``: the US dollars a call's usage costs (None: no price), so the
-    metrics say what a hit saved."""
+    metrics say what a hit saved. ``store``: where verdicts are kept beyond ``cache`` (asked
+    when ``cache`` misses, written with it); set after construction by the worker, whose
+    table exists only once its app does."""
 
     def __init__(
         self,
@@ -128,6 +148,7 @@ class CachingJudge:
         self.observer = observer or Observer()
         self.price = price
         self._in_flight: dict[str, asyncio.Future[Verdict]] = {}
+        self.store: VerdictStore | None = None
         self.observer.watch_judge_cache(lambda: len(cache), lambda: cache.bytes)
 
     async def judge(
@@ -144,6 +165,10 @@ class CachingJudge:
         key = verdict_key(rule, model, prompt, system, answer_contract(rule)[0])
         if (stored := self.cache.get(key)) is not None:
             return self._hit(rule, model, stored)
+        if self.store is not None and (kept := self.store.get(key)) is not None:
+            verdict, age = kept
+            self.cache.put(key, verdict, age)
+            return self._hit(rule, model, verdict)
         if (running := self._in_flight.get(key)) is not None:
             await asyncio.wait({running})  # never raises for the call it waits on
             if not running.cancelled() and running.exception() is None:
@@ -163,6 +188,8 @@ class CachingJudge:
             raise
         else:
             self.cache.put(key, verdict)
+            if self.store is not None:
+                self.store.put(key, verdict)
             future.set_result(verdict)
             return verdict
         finally:
