@@ -12,6 +12,7 @@ from scripted_judge import MockJudge
 
 from stream.agents.verdict_table import decode_entry
 from stream.kafka.broker import EmbeddedBroker
+from stream.metrics import sample_value
 
 from .harness import Names, Worker, produce, read, read_scores, trace_bytes
 from .test_worker import LIVE_PROMPT, live_with_id, start
@@ -115,3 +116,41 @@ async def test_expired_verdicts_are_tombstoned_and_asked_again(
     )
     assert asked(judge) == 4  # expired: asked again
     assert not any((s["details"] or {}).get("cached") for s in scores)
+
+
+async def test_a_partition_moved_at_a_rebalance_brings_its_verdicts(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
+) -> None:
+    """Two workers share the traces; one stops, the other takes its partitions (and their
+    verdicts, recovered from the changelog): the same traces again make no call."""
+    judge.script(LIVE_PROMPT, '{"score": 4, "reason": "Specific and kind."}')
+    first = start(workers, broker, names, tmp_path, judge)
+    second = start(workers, broker, names, tmp_path, judge)
+    await asyncio.sleep(8)  # the group rebalances onto both workers
+    traces = [live_with_id(f"t-moved-{n}", f"Palm-mute bar {n}.") for n in range(8)]
+    await produce(broker.bootstrap, names.traces, [trace_bytes(d) for d in traces])
+    scored = judged(
+        await read_scores(
+            broker.bootstrap, names.scores, until=lambda s: len(judged(s)) >= 8, timeout=120
+        )
+    )
+    assert asked(judge) == 8
+    labels = {"rule": RULE, "pack": "fretcoach"}
+    paid = [
+        sample_value(w.scrape(), "scorer_judge_cache_lookups_total", **labels, outcome="miss")
+        for w in (first, second)
+    ]
+    assert paid[0] and sum(paid) == 8, paid  # the worker that stops judged some: they move
+    await read(broker.bootstrap, changelog(names), until=lambda rs: len(rs) >= 8, timeout=30)
+    await asyncio.sleep(2)  # offsets committed
+    first.stop()
+
+    await produce(broker.bootstrap, names.traces, [trace_bytes(d) for d in traces])
+    both = judged(
+        await read_scores(
+            broker.bootstrap, names.scores, until=lambda s: len(judged(s)) >= 16, timeout=120
+        )
+    )
+    assert asked(judge) == 8, paid  # the worker left holds every partition's verdicts
+    assert {s["score_id"] for s in both[8:]} == {s["score_id"] for s in scored}
+    assert all(s["details"]["cached"] is True for s in both[8:])
