@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     # own (judge.max_prompt_tokens); past it the largest variable is cut in the middle
     judge_max_prompt_tokens: int = Field(default=32_000, gt=0)
     # spend budgets (JSON list): [{"rule": "r", "usd": 5, "window": "day"},
-    # {"model": "gpt-4o", "tokens": 2000000, "window": "hour"}]; a spent one skips its rules
+    # {"model": "gpt-4o", "tokens": 2000000, "window": "hour"}]; a spent one skips its rules,
+    # or, as its "mode" says, lowers their sampling rate ("sample") or judges them with a
+    # cheaper model ("fallback": "<model>") (docs/configuration.md)
     judge_budgets: list[Budget] = Field(default_factory=list)
     judge_structured_output: bool = True
     # the verdict cache (design record 22): a verdict given to the same prompt, model, answer

@@ -70,6 +70,12 @@ class Names:
         }
 
 
+# the judge asked for every trace: tests of the judge's own trouble (outages, 429s, a stuck
+# call) send traces whose prompts are alike, which the verdict cache (on by default; its own
+# tests are tests/integration/test_verdict_*.py) would answer after the first call
+NO_VERDICT_CACHE = {"SCORER_JUDGE_CACHE_TTL_S": "0"}
+
+
 class Worker:
     """A real `scorer worker` process."""
 

@@ -15,7 +15,7 @@ from scripted_judge import MockJudge, Reply
 from stream.kafka.broker import EmbeddedBroker
 from stream.metrics import sample_value
 
-from .harness import Names, Worker, produce
+from .harness import NO_VERDICT_CACHE, Names, Worker, produce
 
 LIVE_PROMPT = "evaluating live guitar coach feedback quality"
 
@@ -47,6 +47,7 @@ async def test_lag_grows_behind_a_stuck_trace_and_drains_when_it_is_scored(
         OPENAI_BASE_URL=judge.base_url,
         SCORER_LAG_INTERVAL_S="1",
         SCORER_JUDGE_TIMEOUT_S="60",
+        **NO_VERDICT_CACHE,
     ).start()
     workers.append(worker)
     stuck = live_trace()

@@ -19,7 +19,16 @@ from stream.kafka.broker import EmbeddedBroker
 from stream.metrics import sample_value
 from stream.models import score_id
 
-from .harness import Names, Worker, committed, produce, read, read_scores, trace_bytes
+from .harness import (
+    NO_VERDICT_CACHE,
+    Names,
+    Worker,
+    committed,
+    produce,
+    read,
+    read_scores,
+    trace_bytes,
+)
 
 LIVE_PROMPT = "evaluating live guitar coach feedback quality"
 SECRET = "sk-integration-secret-3f9a"
@@ -149,7 +158,9 @@ async def test_a_judge_outage_delays_scores_and_loses_none(
     """While every call gets a 503 the traces wait unacked; once the judge is back every one
     is scored, none with an error."""
     judge.script(LIVE_PROMPT, '{"score": 3, "reason": "fine"}')
-    worker = start(workers, broker, names, tmp_path, judge, SCORER_JUDGE_MAX_ATTEMPTS="2")
+    worker = start(
+        workers, broker, names, tmp_path, judge, SCORER_JUDGE_MAX_ATTEMPTS="2", **NO_VERDICT_CACHE
+    )
     await produce(broker.bootstrap, names.traces, [trace_bytes(live_with_id("warm-up"))])
     await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 2)
     judge.go_down(6.0)
@@ -173,7 +184,7 @@ async def test_kill_9_during_an_outage_loses_nothing(
     """Traces held while the judge is down are not acked: a worker killed then, and its
     replacement started while the judge is still down, scores every one once it is back."""
     judge.script(LIVE_PROMPT, '{"score": 3, "reason": "fine"}')
-    env = {"SCORER_JUDGE_MAX_ATTEMPTS": "2"}
+    env = {"SCORER_JUDGE_MAX_ATTEMPTS": "2", **NO_VERDICT_CACHE}
     first = start(workers, broker, names, tmp_path, judge, **env)
     await produce(broker.bootstrap, names.traces, [trace_bytes(live_with_id("warm-up"))])
     await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 2)
@@ -210,7 +221,7 @@ async def test_one_call_in_seven_answered_429_still_scores_every_trace(
 ) -> None:
     with MockJudge(refuse_share=1 / 7) as judge:
         judge.script(LIVE_PROMPT, '{"score": 2, "reason": "fine"}')
-        start(workers, broker, names, tmp_path, judge)
+        start(workers, broker, names, tmp_path, judge, **NO_VERDICT_CACHE)
         traces = [live_with_id(f"t-429-{i}") for i in range(40)]
         await produce(broker.bootstrap, names.traces, [trace_bytes(t) for t in traces])
         scores = await read_scores(
