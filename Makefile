@@ -50,3 +50,4 @@ bench: install
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/judge_trouble.py
+	$(BIN)/python bench/verdicts.py
