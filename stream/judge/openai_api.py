@@ -55,7 +55,7 @@ class OpenAIChatAPI:
         """Send ``request`` once; what came back, or why nothing usable did."""
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **_arguments(request)
+                **chat_arguments(request)
             )
             completion = raw.parse()
         except openai.RateLimitError as exc:
@@ -101,8 +101,8 @@ def _error_field(exc: openai.APIStatusError, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _arguments(request: ChatRequest) -> dict[str, Any]:
-    """The SDK's arguments for ``request``."""
+def chat_arguments(request: ChatRequest) -> dict[str, Any]:
+    """The SDK's arguments for ``request``: the chat-completions body (a batch sends the same)."""
     arguments: dict[str, Any] = {"model": request.model, "messages": request.messages}
     if request.temperature is not None:
         arguments["temperature"] = request.temperature
