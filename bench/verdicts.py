@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,6 +94,7 @@ def main() -> None:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="scorer-bench-"))
     broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
+    workers: list[subprocess.Popen[bytes]] = []  # stopped whatever happens
     try:
         p = Phase(broker.bootstrap, tmp)
         asyncio.run(ensure_topics(broker.bootstrap, [p.src, p.dst], 4))
@@ -103,6 +105,7 @@ def main() -> None:
         with MockJudge(latency_s=0.05) as judge:
             judge.script("", '{"score": 3, "reason": "bench"}')
             proc, port = p.worker(rules, OPENAI_BASE_URL=judge.base_url, **env)
+            workers.append(proc)
             wait_for_metrics(port)
 
             def one_pass() -> tuple[int, set[str], int, float]:
@@ -138,6 +141,7 @@ def main() -> None:
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             proc, port = p.worker(rules, OPENAI_BASE_URL=judge.base_url, **env)
+            workers.append(proc)
             wait_for_metrics(port)
             third_calls, third_ids, third_cached, _ = one_pass()
             print(
@@ -154,6 +158,10 @@ def main() -> None:
                 print(f"     worker: {line.strip()[:160]}")
         print("(b)  one rule in batch mode: not built yet [target: half the online cost]")
     finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(30)
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"done in {time.monotonic() - started:.0f} s")
