@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from openai import AsyncOpenAI
 from openai.types import Batch
 from openai.types.chat import ChatCompletion
 
-from .openai_api import _answered, chat_arguments
+from .openai_api import _answered, chat_arguments, sdk_client
 from .transport import Answered, ChatRequest
 
 CHAT_ENDPOINT = "/v1/chat/completions"
@@ -248,13 +247,8 @@ class BatchAPI:
         http_client: Any = None,
         url: str = CHAT_ENDPOINT,
     ) -> None:
-        self._client = AsyncOpenAI(
-            http_client=http_client,
-            base_url=base_url,
-            api_key=api_key or "not-needed",
-            timeout=timeout_s,
-            max_retries=0,  # a failed call is the caller's to repeat (it knows what was done)
-        )
+        # a failed call is the caller's to repeat (it knows what was done)
+        self._client = sdk_client(base_url, api_key, timeout_s, http_client)
         self.url = url
 
     async def close(self) -> None:

@@ -20,6 +20,23 @@ from .headers import retry_after_seconds
 from .transport import Answered, ChatRequest, Failed
 
 
+def sdk_client(
+    base_url: str | None, api_key: str | None, timeout_s: float, http_client: Any = None
+) -> AsyncOpenAI:
+    """The ``openai`` SDK's client for one endpoint, as every call of ours wants it: no key is
+    a placeholder (local servers need none, the SDK insists on one), and no retries of the
+    SDK's own (the caller's policy decides what to repeat). ``http_client``: the SDK's own when
+    None (a test gives one whose transport is local; openai 3 takes an httpx2 or a legacy httpx
+    AsyncClient, older SDKs an httpx one)."""
+    return AsyncOpenAI(
+        http_client=http_client,
+        base_url=base_url,
+        api_key=api_key or "not-needed",
+        timeout=timeout_s,
+        max_retries=0,
+    )
+
+
 def rejects_structured_output(exc: openai.APIStatusError) -> bool:
     """A 400/422 that names the response format: the endpoint does not do structured output."""
     text = f"{exc.message} {exc.body}".lower()
@@ -37,16 +54,8 @@ class OpenAIChatAPI:
         timeout_s: float,
         http_client: Any = None,
     ) -> None:
-        # ``http_client``: the SDK's own when None (a test gives one whose transport is local;
-        # openai 3 takes an httpx2 or a legacy httpx AsyncClient, older SDKs an httpx one)
-        self._client = AsyncOpenAI(
-            http_client=http_client,
-            base_url=base_url,
-            # local servers (Ollama, vLLM) need no key, but the SDK insists on one
-            api_key=api_key or "not-needed",
-            timeout=timeout_s,
-            max_retries=0,  # retries are the client's: they honour Retry-After and feed pacing
-        )
+        # retries are the client's: they honour Retry-After and feed pacing
+        self._client = sdk_client(base_url, api_key, timeout_s, http_client)
 
     async def close(self) -> None:
         await self._client.close()
