@@ -18,15 +18,14 @@ model, or ``reject`` lines named by a test) ends ``failed`` with ``errors``.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
+from threaded_app import ThreadedApp
 
 
 @dataclass
@@ -58,10 +57,13 @@ class ScriptedBatch:
     )
 
 
-class BatchDouble:
+class BatchDouble(ThreadedApp):
     """Start with ``with BatchDouble() as api:``; point the client at ``api.base_url``."""
 
+    name = "batch-double"
+
     def __init__(self, *, default: str = '{"score": 1.0, "reason": "batched"}') -> None:
+        super().__init__()
         self.default = default
         self.answers: dict[str, str | ItemError] = {}
         self.steps: list[str] = ["validating", "in_progress", "finalizing"]
@@ -73,11 +75,6 @@ class BatchDouble:
         self.batches: dict[str, ScriptedBatch] = {}
         self.calls: list[str] = []  # "POST /v1/files", ... in order
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self.port = 0
 
     @property
     def base_url(self) -> str:
@@ -301,42 +298,14 @@ class BatchDouble:
         return web.json_response(page)
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self) -> BatchDouble:
-        self._thread = threading.Thread(target=self._serve, name="batch-double", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("batch double did not start")
-        return self
-
-    def _serve(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_post("/v1/files", self._upload)
-        app.router.add_get("/v1/files/{file_id}/content", self._content)
-        app.router.add_post("/v1/batches", self._create)
-        app.router.add_get("/v1/batches", self._list)
-        app.router.add_get("/v1/batches/{batch_id}", self._retrieve)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    def stop(self) -> None:
-        if self._loop and self._runner:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread:
-            self._thread.join(10)
-
-    def __enter__(self) -> BatchDouble:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/files", self._upload),
+            web.get("/v1/files/{file_id}/content", self._content),
+            web.post("/v1/batches", self._create),
+            web.get("/v1/batches", self._list),
+            web.get("/v1/batches/{batch_id}", self._retrieve),
+        ]
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from threaded_app import ThreadedApp
 
 OPIK_MAX_VALUE = 999_999_999.999999999
 
@@ -46,23 +47,16 @@ class Received:
     body: Any
 
 
-class Double:
-    """The server shell: a thread with its loop, scripted answers, the request log."""
+class Double(ThreadedApp):
+    """The server shell (``ThreadedApp``), scripted answers, the request log."""
 
     name = "double"
 
     def __init__(self) -> None:
+        super().__init__()
         self.answers: list[Answer] = []
         self.requests: list[Received] = []
         self.lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self.port = 0
-
-    def routes(self) -> list[web.RouteDef]:
-        raise NotImplementedError
 
     def fail_next(self, *answers: Answer) -> None:
         """Answer the next requests so, in order, before handling any normally."""
@@ -87,32 +81,6 @@ class Double:
         self._log(request, answer.status, body)
         payload = answer.body if answer.body is not None else {"message": "scripted failure"}
         return web.json_response(payload, status=answer.status, headers=answer.headers)
-
-    def __enter__(self) -> Double:
-        self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10), f"{self.name} double did not start"
-        return self
-
-    def _serve(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.add_routes(self.routes())
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop and self._runner:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread:
-            self._thread.join(10)
 
 
 async def _json(request: web.Request) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from threaded_app import ThreadedApp
 
 
 @dataclass
@@ -64,8 +65,11 @@ class TokenBucket:
         return (1.0 - self.tokens) / self.rate
 
 
-class MockJudge:
+class MockJudge(ThreadedApp):
     """Start with ``with MockJudge() as judge:``; point ``OPENAI_BASE_URL`` at ``judge.base_url``."""
+
+    name = "mock-judge"
+    handler_cancellation = True
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class MockJudge:
         port: int = 0,
         answer_by_schema: bool = False,
     ) -> None:
+        super().__init__(port)
         self.default = default or Reply()
         # a prompt no script matches, sent with an answer schema (structured output), is
         # answered with a document of that schema, as OpenAI's structured outputs are
@@ -102,12 +107,6 @@ class MockJudge:
         self.outage: tuple[float, int] | None = None  # (until, status): every call fails
         self._concurrent = 0
         self._ids = itertools.count(1)
-        self._port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self.port = 0
 
     # --- scripting -------------------------------------------------------------------
     def script(self, match: str, *replies: Reply | str) -> Script:
@@ -236,40 +235,8 @@ class MockJudge:
         message = {"role": "assistant", "content": None, "tool_calls": calls}
         return {"index": 0, "finish_reason": "tool_calls", "message": message}
 
-    def start(self) -> MockJudge:
-        self._thread = threading.Thread(target=self._serve, name="mock-judge", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("mock judge did not start")
-        return self
-
-    def _serve(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True
-        )
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
-        self._loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    def stop(self) -> None:
-        if self._loop and self._runner:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread:
-            self._thread.join(10)
-
-    def __enter__(self) -> MockJudge:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/chat/completions", self._completions)]
 
 
 def schema_example(schema: dict[str, Any], root: dict[str, Any]) -> Any:
