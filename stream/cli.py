@@ -81,39 +81,26 @@ def replay(
 ) -> None:
     """Produce traces from a file, for backfills and demos (into KAFKA_BOOTSTRAP_SERVERS, else
     the embedded broker a running `scorer worker` or `scorer demo --keep-running` started)."""
-    from .kafka.broker import recorded_bootstrap
+    from .kafka.broker import broker_in_use
     from .kafka.io import check_cluster, produce, read_traces
-    from .kafka.security import KafkaSecurity
 
     settings = Settings()
-    if not settings.kafka_bootstrap_servers:
-        embedded = recorded_bootstrap()
-        if embedded is None:
-            console.print(
-                "[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/] (or start "
-                "`scorer worker`: its embedded broker is found by itself)"
-            )
-            raise typer.Exit(2)
-        console.print(f"replaying into the embedded broker on {embedded}")
-        # plaintext, as the embedded broker is
-        settings = settings.model_copy(
-            update={"kafka_bootstrap_servers": embedded, "kafka": KafkaSecurity.model_construct()}
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    if found is None:
+        console.print(
+            "[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/] (or start "
+            "`scorer worker`: its embedded broker is found by itself)"
         )
-    assert settings.kafka_bootstrap_servers is not None
-    asyncio.run(check_cluster(settings.kafka_bootstrap_servers, settings.kafka))
+        raise typer.Exit(2)
+    bootstrap, security = found
+    if not settings.kafka_bootstrap_servers:
+        console.print(f"replaying into the embedded broker on {bootstrap}")
+    asyncio.run(check_cluster(bootstrap, security))
     items = read_traces(file)
     target = topic or settings.traces_topic
     with Progress(console=console) as progress:
         task = progress.add_task(f"replaying into {target}", total=len(items))
-        n = asyncio.run(
-            produce(
-                settings.kafka_bootstrap_servers,
-                target,
-                items,
-                lambda: progress.advance(task),
-                settings.kafka,
-            )
-        )
+        n = asyncio.run(produce(bootstrap, target, items, lambda: progress.advance(task), security))
     console.print(f"produced {n} traces to {target}")
 
 
@@ -360,24 +347,21 @@ def _run_sink(build: typing.Callable[..., typing.Any], idle: float | None, logle
     """The broker as `scorer replay` finds it, then the sink until Ctrl-C, SIGTERM or idle."""
     import signal
 
-    from .kafka.broker import recorded_bootstrap
+    from .kafka.broker import broker_in_use
     from .kafka.io import check_cluster
-    from .kafka.security import KafkaSecurity
 
     logging.basicConfig(
         level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"),
         format="%(asctime)s %(levelname)s %(message)s",
     )
     settings = Settings()
-    bootstrap = settings.kafka_bootstrap_servers
-    security: KafkaSecurity | None = settings.kafka
-    if not bootstrap:
-        bootstrap, security = recorded_bootstrap(), None  # the embedded broker: plaintext
-        if bootstrap is None:
-            raise ConfigError(
-                ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
-                 "`scorer worker`: its embedded broker is found by itself)"]
-            )  # fmt: skip
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    if found is None:
+        raise ConfigError(
+            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
+             "`scorer worker`: its embedded broker is found by itself)"]
+        )  # fmt: skip
+    bootstrap, security = found
     sink = build(
         bootstrap=bootstrap, topic=settings.scores_topic, app_id=settings.app_id, security=security
     )

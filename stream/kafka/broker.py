@@ -22,8 +22,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ScorerError
+
+if TYPE_CHECKING:
+    from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,18 @@ def recorded_bootstrap() -> str | None:
     except (OSError, ValueError):
         return None
     return address
+
+
+def broker_in_use(
+    bootstrap: str | None, security: KafkaSecurity
+) -> tuple[str, KafkaSecurity | None] | None:
+    """The broker a user's command talks to, and its security: ``KAFKA_BOOTSTRAP_SERVERS``
+    (``bootstrap``) with the cluster's, else the embedded broker a running ``scorer worker`` or
+    ``scorer demo --keep-running`` recorded (None: plaintext), else None."""
+    if bootstrap:
+        return bootstrap, security
+    recorded = recorded_bootstrap()
+    return (recorded, None) if recorded is not None else None
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
