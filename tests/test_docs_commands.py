@@ -34,7 +34,7 @@ import yaml
 from stream.cli import app
 from stream.kafka.security import KafkaSecurity
 from stream.ruleset.loader import check_rules
-from stream.ruleset.specs import PairSpec, ThreadSpec
+from stream.ruleset.specs import JudgeSpec, PairSpec, ThreadSpec
 from stream.settings import Settings
 from stream.sinks.settings import LangfuseSinkSettings, OpikSinkSettings
 
@@ -140,7 +140,7 @@ def test_every_yaml_block_parses(block: Block) -> None:
     [
         (b, part, model)
         for b in blocks("yaml")
-        for part, model in (("thread", ThreadSpec), ("pair", PairSpec))
+        for part, model in (("thread", ThreadSpec), ("pair", PairSpec), ("judge", JudgeSpec))
         if isinstance(data := loaded(b), dict) and part in data and "id" not in data
     ],
     ids=lambda v: str(v) if isinstance(v, Block) else "",

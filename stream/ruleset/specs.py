@@ -159,6 +159,26 @@ class PromptSuffix(Strict):
     text: str = Field(min_length=1)
 
 
+class BatchSpec(Strict):
+    """When a batch of judge requests is submitted to the provider's Batch API: once it holds
+    ``max_jobs`` requests or its oldest request has waited ``max_wait_s``. Read by
+    ``mode: batch`` and by a budget of mode ``defer``."""
+
+    max_jobs: int = Field(
+        default=1000,
+        ge=1,
+        le=50_000,
+        description="Submit a batch once it holds this many judge requests (the Batch API "
+        "takes at most 50,000 a batch)",
+    )
+    max_wait_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86_400,
+        description="Submit a batch once its oldest request has waited this long (seconds)",
+    )
+
+
 class JudgeSpec(Strict):
     model: str | None = Field(default=None, description="None: the deployment's default model")
     tools: Literal["trace"] | None = Field(
@@ -188,6 +208,25 @@ class JudgeSpec(Strict):
         description="Reuse a verdict already given to the same prompt, model, answer schema "
         "and rule version (SCORER_JUDGE_CACHE_TTL_S); false: ask the judge every time",
     )
+    mode: Literal["online", "batch"] = Field(
+        default="online",
+        description="batch: the rule's judge calls are gathered and sent through the "
+        "provider's Batch API, half the price, scores published when the batch completes, "
+        "minutes to hours later",
+    )
+    batch: BatchSpec = Field(
+        default=BatchSpec(),
+        description="When a batch is submitted (mode batch, or a budget of mode defer)",
+    )
+
+    @model_validator(mode="after")
+    def _batch_answers_once(self) -> JudgeSpec:
+        if self.mode == "batch" and self.tools is not None:
+            raise ValueError(
+                f"mode batch cannot use tools: {self.tools} (a tool loop needs several round "
+                "trips with the judge; a batch answers each request once): drop one of them"
+            )
+        return self
 
 
 class ThreadSpec(Strict):
