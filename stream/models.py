@@ -22,7 +22,7 @@ from pydantic import (
 
 Scope = Literal["trace", "thread", "pair"]
 Status = Literal["ok", "skipped", "error"]
-Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error"]
+Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error", "deferred"]
 
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c8f5e-3b7a-4c1e-9a57-5d1b2f0c9e11")
 _NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
@@ -195,13 +195,20 @@ class TokenUsage(BaseModel):
         description="Of prompt_tokens, those the provider served from its prompt cache "
         "(usage.prompt_tokens_details.cached_tokens), priced at the cached-input rate",
     )
+    batch: bool = Field(
+        default=False,
+        description="Answered through the provider's Batch API, priced at the batch rate",
+    )
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
+        # a sum is batch only when both parts are: a mixed one is priced online, never
+        # counted cheaper than it was
         return TokenUsage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
+            batch=self.batch and other.batch,
         )
 
 

@@ -5,9 +5,11 @@ over a window aligned to the UTC hour or day. Its ``mode`` says what happens as 
 ``skip`` (while it is spent, the rules it covers publish ``skipped`` scores whose reason starts
 ``budget exhausted``, until the window resets), ``sample`` (the rule's sampling rate is lowered
 so that the rest of the budget lasts the rest of the window: ``sample_rate``; spent, it skips),
-or ``fallback`` (while it is spent, its rules are judged by a cheaper model). ``defer`` (to
-batch judging) is not built yet and is refused at start-up. Each worker keeps its own ledger: a
-budget is per worker, as the judge's concurrency is. Design record 23 has the arithmetic.
+``fallback`` (while it is spent, its rules are judged by a cheaper model) or ``defer`` (while it
+is spent, its rules' judge calls go to the batch queue, judged through the provider's Batch API
+and charged at the batch rate when they complete: ``Admission.deferred``). Each worker keeps its
+own ledger: a budget is per worker, as the judge's concurrency is. Design record 23 has the
+arithmetic.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..models import TokenUsage
 
@@ -33,15 +35,33 @@ class ModelPrice(BaseModel):
     # prompt tokens the provider served from its prompt cache; None: priced as input (a
     # missing price never counts a cost lower than it may be)
     cached_input: float | None = Field(default=None, ge=0)
+    # a call answered through the provider's Batch API; None: half the online price (OpenAI's
+    # and Azure OpenAI's Batch API: 50% off input and output)
+    batch_input: float | None = Field(default=None, ge=0)
+    batch_output: float | None = Field(default=None, ge=0)
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
-        """US dollars of a call: ``cached_tokens`` (of ``prompt_tokens``) at the cached rate."""
+    def cost(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        batch: bool = False,
+    ) -> float:
+        """US dollars of a call: ``cached_tokens`` (of ``prompt_tokens``) at the cached rate;
+        with ``batch``, at the batch rates (cached tokens in a batch: the cached rate halved)."""
         cached = min(cached_tokens, prompt_tokens)
+        input_rate, output_rate = self.input, self.output
         cached_rate = self.input if self.cached_input is None else self.cached_input
+        if batch:
+            input_rate = self.input / 2 if self.batch_input is None else self.batch_input
+            output_rate = self.output / 2 if self.batch_output is None else self.batch_output
+            cached_rate = (
+                input_rate if self.cached_input is None else min(input_rate, cached_rate / 2)
+            )
         return (
-            (prompt_tokens - cached) * self.input
+            (prompt_tokens - cached) * input_rate
             + cached * cached_rate
-            + completion_tokens * self.output
+            + completion_tokens * output_rate
         ) / 1_000_000
 
 
@@ -49,6 +69,7 @@ class ModelPrice(BaseModel):
 # and the budgets; cached_input: the price of prompt tokens served from the provider's prompt
 # cache (OpenAI's API pricing page, https://platform.openai.com/docs/pricing, as listed in
 # 2025: half the input price for gpt-4o and gpt-4o-mini, a quarter for the gpt-4.1 family).
+# A call through the Batch API costs half of each (the batch rates left unset: half).
 # SCORER_JUDGE_PRICES (JSON) replaces this table; a local model costs what its GPU costs,
 # so it has no entry and no cost is estimated for it.
 DEFAULT_JUDGE_PRICES = {
@@ -75,7 +96,7 @@ class Budget(BaseModel):
     window: Literal["hour", "day"] = "day"
     # what happens as it runs down (the module's docstring); a ``fallback`` alone means
     # mode fallback
-    mode: Literal["skip", "sample", "fallback"] = "skip"
+    mode: Literal["skip", "sample", "fallback", "defer"] = "skip"
     fallback: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="before")
@@ -84,16 +105,6 @@ class Budget(BaseModel):
         if isinstance(data, dict) and data.get("fallback") is not None and "mode" not in data:
             return {**data, "mode": "fallback"}
         return data
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _defer_not_built(cls, mode: Any) -> Any:
-        if mode == "defer":
-            raise ValueError(
-                "mode defer (judging the rest in batches) is not built yet: use skip, sample "
-                'or fallback (e.g. {"mode": "fallback", "fallback": "gpt-4.1-nano"})'
-            )
-        return mode
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Budget:
@@ -120,7 +131,9 @@ def judge_cost(prices: Mapping[str, ModelPrice], model: str, usage: TokenUsage) 
     price = prices.get(model)
     if price is None:
         return None
-    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    return price.cost(
+        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, batch=usage.batch
+    )
 
 
 def cache_saving(
@@ -140,7 +153,8 @@ class Admission:
     """What the budgets let a rule's judge call be now: skipped (``skipped``: why, starting
     ``budget exhausted``), judged by ``model`` (a fallback's when ``fell_back`` says why), at
     ``rate`` (the rule's sampling rate, or lower: ``lowered`` says why; ``sampled_at``: the
-    rate, on the scores of a rule a sample budget covers)."""
+    rate, on the scores of a rule a sample budget covers), or judged later in a batch
+    (``deferred``: why, a spent ``defer`` budget)."""
 
     model: str
     rate: float
@@ -149,6 +163,7 @@ class Admission:
     lowered: str | None = None
     sampled_at: float | None = None
     budget: dict[str, Any] | None = None  # details.budget of the scores it judges
+    deferred: str | None = None
 
 
 def sample_factor(
@@ -218,13 +233,21 @@ class SpendLedger:
 
     def admit(self, rule: str, model: str, rate: float = 1.0) -> Admission:
         """What the budgets let ``rule`` (judged by ``model``, sampled at ``rate``) do now:
-        skip, fall back to a cheaper model, or sample at a lower rate (never above ``rate``)."""
+        skip, fall back to a cheaper model, defer to a batch, or sample at a lower rate (never
+        above ``rate``)."""
         now = self.clock()
         spent = self._spent(rule, model, now)
         fell_back: str | None = None
         degraded: dict[str, Any] | None = None
         if spent:
             first = spent[0]
+            if first.budget.mode == "defer":
+                return Admission(
+                    model,
+                    rate,
+                    deferred=f"{_spent_says(first)}: judged in a batch",
+                    budget={"mode": "defer", "budget": first.budget.describe()},
+                )
             target = first.budget.fallback
             if first.budget.mode != "fallback" or target is None or target == model:
                 return Admission(model, rate, skipped=f"budget exhausted: {_spent_says(first)}")

@@ -1,7 +1,8 @@
 """Budgets that degrade: ``skip`` (a spent budget skips its rules), ``sample`` (the rule's rate is
 lowered so the rest of the budget lasts the window, deterministic per target id, and recovers in
 the next window), ``fallback`` (a spent budget's rules are judged by a cheaper model, and their
-scores name it); ``defer`` is not built and is refused at load."""
+scores name it), ``defer`` (a spent budget's rules are judged later in a batch, at the batch
+rate)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from fixtures import as_trace, live_trace, scorer
 from pydantic import ValidationError
 from scripted_judge import MockJudge
 
-from stream.engine.spend import Budget, SpendLedger, sample_factor
+from stream.engine.spend import (
+    Admission,
+    Budget,
+    ModelPrice,
+    SpendLedger,
+    judge_cost,
+    sample_factor,
+)
 from stream.models import TokenUsage
 from stream.ruleset.filters import sampled
 from stream.settings import Settings
@@ -33,10 +41,12 @@ class Clock:
 # -- configuration ------------------------------------------------------------------------
 
 
-def test_defer_is_refused_at_load_as_not_built_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_defer_budget_loads_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCORER_JUDGE_BUDGETS", '[{"rule": "r", "usd": 5, "mode": "defer"}]')
-    with pytest.raises(ValidationError, match=r"mode defer .* is not built yet"):
-        Settings()
+    (budget,) = Settings().judge_budgets
+    assert (budget.mode, budget.fallback) == ("defer", None)
+    with pytest.raises(ValidationError, match="other modes name none"):
+        Budget(rule="r", usd=5, mode="defer", fallback="nano")
 
 
 def test_a_fallback_alone_means_mode_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,6 +172,37 @@ def test_a_spent_fallback_budget_judges_with_the_cheaper_model_until_that_is_spe
     assert "and so is model nano: $0.02 per hour is spent" in spent.skipped
     clock.now += HOUR
     assert ledger.admit("r", "big").model == "big"
+
+
+def test_a_spent_defer_budget_sends_the_rule_to_a_batch_until_the_window_resets() -> None:
+    clock = Clock()
+    prices = {"big": ModelPrice(input=10.0, output=10.0)}
+    budget = Budget(rule="r", usd=0.01, window="hour", mode="defer")
+    ledger = SpendLedger([budget], lambda m, u: judge_cost(prices, m, u), clock)
+    assert ledger.admit("r", "big", 0.5) == Admission("big", 0.5)  # not spent yet
+    ledger.record("r", "big", USAGE)  # 1,000 tokens at $10 a million: $0.01, all of it
+    admission = ledger.admit("r", "big", 0.5)
+    assert admission.skipped is None and admission.fell_back is None
+    assert (admission.model, admission.rate) == ("big", 0.5)  # same judge, same sampling
+    assert admission.deferred == (
+        "rule r: $0.01 per hour is spent; it resets at 2027-01-15 09:00 UTC: judged in a batch"
+    )
+    assert admission.budget == {"mode": "defer", "budget": "rule r: $0.01 per hour"}
+    assert ledger.exhausted("r", "big") is not None  # spent, whatever its mode
+    # what the batch charges when it completes is the batch rate: half
+    ledger.record("r", "big", USAGE.model_copy(update={"batch": True}))
+    assert ledger.share(0) == pytest.approx(1.5)
+    assert ledger.admit("r", "other").deferred is not None  # a rule budget, any model
+    clock.now += HOUR
+    assert ledger.admit("r", "big").deferred is None
+
+
+def test_a_model_defer_budget_defers_only_that_models_rules() -> None:
+    clock = Clock()
+    ledger = SpendLedger([Budget(model="big", tokens=1000, mode="defer")], clock=clock)
+    ledger.record("r", "big", USAGE)
+    assert ledger.admit("r", "big").deferred is not None
+    assert ledger.admit("r", "small") == Admission("small", 1.0)
 
 
 # -- what the scores say ------------------------------------------------------------------
