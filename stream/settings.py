@@ -60,8 +60,8 @@ class Settings(BaseSettings):
     judge_max_prompt_tokens: int = Field(default=32_000, gt=0)
     # spend budgets (JSON list): [{"rule": "r", "usd": 5, "window": "day"},
     # {"model": "gpt-4o", "tokens": 2000000, "window": "hour"}]; a spent one skips its rules,
-    # or, as its "mode" says, lowers their sampling rate ("sample") or judges them with a
-    # cheaper model ("fallback": "<model>") (docs/configuration.md)
+    # or, as its "mode" says, lowers their sampling rate ("sample"), judges them with a
+    # cheaper model ("fallback": "<model>") or in a batch ("defer") (docs/configuration.md)
     judge_budgets: list[Budget] = Field(default_factory=list)
     judge_structured_output: bool = True
     # the verdict cache (design record 22): a verdict given to the same prompt, model, answer
@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     # SCORER_STORE), in the asking record's partition: they survive a restart and move with
     # their partition; false: in memory only
     judge_cache_table: bool = True
+    # batch judging (judge.mode: batch, a defer budget): how often a worker polls its pending
+    # batches and submits the judge requests it has gathered
+    batch_poll_s: float = Field(default=60.0, gt=0)
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.

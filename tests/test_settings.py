@@ -45,6 +45,17 @@ def test_defaults() -> None:
     assert s.packs is None
     assert s.data_dir == Path(".scorer-data")
     assert s.thread_inactivity_gap_s == 900.0
+    assert s.batch_poll_s == 60.0
+
+
+def test_the_batch_poll_interval_is_read_and_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SCORER_BATCH_POLL_S", "15")
+    assert Settings().batch_poll_s == 15.0
+    monkeypatch.setenv("SCORER_BATCH_POLL_S", "0")
+    with pytest.raises(ValidationError, match="batch_poll_s"):
+        Settings()
 
 
 def test_the_default_price_table_is_a_copy() -> None:
