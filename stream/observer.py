@@ -115,6 +115,16 @@ class Observer:
     def watch_judge_cache(self, entries: Callable[[], float], size: Callable[[], float]) -> None:
         """Readers of the verdicts the cache holds, and of their estimated bytes."""
 
+    def on_batch_job(self, rule: str, pack: str, event: str) -> None:
+        """A judge job of ``rule`` was ``deferred`` to a batch, or ``finished`` from one."""
+
+    def on_batch(self, status: str) -> None:
+        """A batch was ``submitted``, or was seen finished (``completed``, ``failed``,
+        ``expired``, ``cancelled``)."""
+
+    def on_batch_pending(self, jobs: int) -> None:
+        """The judge jobs pending in the partitions this worker owns (each batch round)."""
+
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         """A reader of the share of one spend budget used in its current window."""
 

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     # batch judging (judge.mode: batch, a defer budget): how often a worker polls its pending
     # batches and submits the judge requests it has gathered
     batch_poll_s: float = Field(default=60.0, gt=0)
+    # the Batch API's endpoint, when it is not the judge's (OPENAI_BASE_URL)
+    batch_base_url: str | None = None
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.

@@ -13,18 +13,20 @@ from typing import NoReturn
 import faust
 
 from . import __version__
+from .agents.batch_jobs import BatchJobs
 from .agents.otlp import register_otlp_agents
 from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
 from .agents.verdict_table import VerdictTable
-from .app import create_app
+from .app import Topics, create_app
 from .config_errors import env_name
 from .engine.scorer import Scorer
 from .engine.silence import Silence, SilenceWatch, UnjudgedThreads
 from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON, Judge
 from .errors import ConfigError, ScorerError
+from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge, VerdictCache
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
@@ -87,6 +89,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
+    if judge is not None:
+        register_batch_jobs(app, settings, scorer, judge, topics, metrics)
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)
     sources = SourceLog()
     register_trace_agent(
@@ -154,6 +158,37 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     # so every library builds a debug record per message (aiokafka logs one per send).
     worker.spinner = None
     return worker
+
+
+def register_batch_jobs(
+    app: faust.App,
+    settings: Settings,
+    scorer: Scorer,
+    judge: Judge,
+    topics: Topics,
+    observer: ScorerMetrics,
+) -> BatchJobs:
+    """The batch queue of ``judge.mode: batch`` rules and ``defer`` budgets: a table and a
+    timer (idle while no rule defers), on the judge's endpoint's Batch API."""
+    client = judge.inner if isinstance(judge, CachingJudge) else judge
+    assert isinstance(client, JudgeClient)
+    config = settings.judge_config()
+    api = BatchAPI(
+        base_url=settings.batch_base_url or config.base_url,
+        api_key=config.api_key.get_secret_value() if config.api_key else None,
+        timeout_s=config.timeout_s,
+    )
+    return BatchJobs(
+        app,
+        partitions=settings.topic_partitions,
+        scorer=scorer,
+        client=client,
+        online=judge,
+        api=api,
+        topics=topics,
+        observer=observer,
+        poll_s=settings.batch_poll_s,
+    )
 
 
 def register_rule_reloads(app: faust.App, live: LiveRules, every_s: float) -> None:

@@ -73,6 +73,11 @@ class BatchDouble(ThreadedApp):
         self.reject: dict[int, str] = {}  # input line number -> validation error message
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
         self.batches: dict[str, ScriptedBatch] = {}
+        # answers for the jobs whose prompt contains a text (a worker's custom_ids are
+        # digests a test does not know): the first matching text wins over ``default``
+        self.by_prompt: dict[str, str | ItemError] = {}
+        # the next create makes the batch but answers 500, as a reply lost on the way would
+        self.lose_create_reply = False
         self.calls: list[str] = []  # "POST /v1/files", ... in order
         self._ids = itertools.count(1)
 
@@ -176,7 +181,7 @@ class BatchDouble(ThreadedApp):
                         )
                     )
                 continue
-            answer = self.answers.get(custom_id, self.default)
+            answer = self.answers.get(custom_id) or self._by_prompt(line["body"]) or self.default
             row: dict[str, Any] = {"id": f"batch_req_{next(self._ids)}", "custom_id": custom_id}
             if isinstance(answer, ItemError) and answer.status is None:
                 failures.append(
@@ -221,6 +226,15 @@ class BatchDouble(ThreadedApp):
             batch.error_file_id = self._store("batch_output", b"\n".join(failures) + b"\n")
         batch.status = self.ending
 
+    def _by_prompt(self, body: dict[str, Any]) -> str | ItemError | None:
+        prompt = str(body["messages"][-1]["content"])
+        return next((a for text, a in self.by_prompt.items() if text in prompt), None)
+
+    def finish_soon(self) -> None:
+        """Every batch not finished yet finishes at its next poll."""
+        for batch in self.batches.values():
+            batch.steps = batch.steps[: batch.polls + 1]
+
     def _store(self, purpose: str, content: bytes) -> str:
         file_id = f"file-{next(self._ids)}"
         self.files[file_id] = (purpose, content)
@@ -264,6 +278,9 @@ class BatchDouble(ThreadedApp):
         )
         batch.counts["total"] = len(lines)
         self.batches[batch.id] = batch
+        if self.lose_create_reply:
+            self.lose_create_reply = False
+            return _error(500, "the reply was lost (the batch was created)")
         return web.json_response(self._batch_object(batch))
 
     async def _retrieve(self, request: web.Request) -> web.Response:

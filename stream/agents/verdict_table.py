@@ -170,18 +170,25 @@ class VerdictTable:
             return None  # the sweep drops it
         return verdict, age
 
-    def put(self, key: str, verdict: Verdict) -> None:
+    def put(self, key: str, verdict: Verdict, partition: int | None = None) -> None:
         """Write ``verdict`` in the partition of the record being scored (none outside an
-        agent, or for a topic not co-partitioned with the table: memory only), then drop
+        agent, or for a topic not co-partitioned with the table: memory only), or in
+        ``partition`` when given (a batch's verdict, kept in its job's partition), then drop
         that partition's oldest entries past the bound."""
+        raw_key = key.encode()
+        now = self.clock()
+        if partition is not None:
+            value = encode_entry(verdict, now, partition)
+            self.table.send_changelog(partition, raw_key, value, value_serializer="raw")
+            self.table.data[raw_key] = value
+            self._indexed(partition, raw_key, now)
+            return
         event = current_event()
         if event is None:
             return
         topic, partition = event.message.topic, event.message.partition
         if topic in self._not_copartitioned:
             return
-        raw_key = key.encode()
-        now = self.clock()
         try:
             self.table[raw_key] = encode_entry(verdict, now, partition)
         except PartitionsMismatch as exc:
@@ -191,6 +198,10 @@ class VerdictTable:
         except Exception:
             log.exception("writing the verdict table failed: the verdict is kept in memory")
             return
+        self._indexed(partition, raw_key, now)
+
+    def _indexed(self, partition: int, raw_key: bytes, now: float) -> None:
+        """Index an entry just written, and drop its partition's oldest past the bound."""
         entries = self._index[partition]
         entries.pop(raw_key, None)
         entries[raw_key] = now

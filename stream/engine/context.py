@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
 from ..models import Outcome, TokenUsage
 from ..observer import Observer
@@ -22,6 +23,24 @@ from .plan import Plan
 from .spend import SpendLedger
 from .verdicts import Judge
 
+if TYPE_CHECKING:
+    from .deferred import Deferred
+    from .plan import JudgeJob
+
+
+class Deferrer(Protocol):
+    """Where judge jobs wait for a batch (``agents.batch_jobs.BatchJobs``)."""
+
+    def holds(self, job: JudgeJob) -> bool:
+        """Whether every call of ``job`` has a verdict kept already (then it is judged now:
+        a kept verdict costs nothing and waits for nothing)."""
+        ...
+
+    def defer(self, deferred: Deferred) -> str | None:
+        """Keep ``deferred`` durably pending for a batch; None once kept (or already kept),
+        else why it cannot be."""
+        ...
+
 
 @dataclass
 class ScoringContext:
@@ -34,6 +53,7 @@ class ScoringContext:
     shapes: dict[str, ScoreShape]
     ledger: SpendLedger | None = None
     observer: Observer = field(default_factory=Observer)
+    deferrer: Deferrer | None = None  # where batched jobs wait (None: judged online)
 
     def model_of(self, rule: PromptedRule) -> str:
         """The judge model a rule is judged by."""

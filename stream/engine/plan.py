@@ -37,6 +37,8 @@ class JudgeJob:
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     prompt_cut: dict[str, Any] | None = None  # what its prompts lost to fit (details.prompt_cut)
     admission: Admission | None = None  # what the spend budgets let it do (None: no ledger)
+    # why it goes to a batch (``judge.mode: batch``, or a spent ``defer`` budget), or None
+    batch: str | None = None
 
 
 @dataclass
@@ -47,3 +49,6 @@ class Plan:
     outcomes: list[RuleOutcome] = field(default_factory=list)
     judge_jobs: list[JudgeJob] = field(default_factory=list)
     created_at: datetime = field(default_factory=utcnow)
+    # a close's decision-record facts, kept with a job deferred to a batch (None: a trace):
+    # kind, close_seq and, for a pair, ``records.pair_facts``
+    close: dict[str, Any] | None = None

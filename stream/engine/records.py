@@ -5,8 +5,9 @@ say is decided here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from ..models import ScoreEvent, ThreadDecisions, Trace, TraceDecisions
+from ..models import Decision, ScoreEvent, ThreadDecisions, Trace, TraceDecisions
 from ..threads.state import ThreadClose
 from .outcomes import TraceResult
 
@@ -52,33 +53,65 @@ def pair_records(result: TraceResult, close: ThreadClose) -> Records:
     """A pair's score events (each keyed by its target: the comparison key, or a trace) and
     a decision record for each trace of the pair, keyed by trace id: the comparison rules'
     decisions about the pair, and for a trace ignored while the pair waited, that it was."""
-    document = close.pending.document
-    records = Records([(score.target_id.encode(), score) for score in result.scores])
-    compared = {trace_id: variant for variant, trace_id in document.get("variants", {}).items()}
+    return pair_records_of(
+        result.scores,
+        result.decisions,
+        close.thread_id,
+        close.project_name,
+        pair_facts(close.pending.document),
+    )
+
+
+def pair_facts(document: dict[str, Any]) -> dict[str, Any]:
+    """What a pair's decision records name of its document: the variants compared, each
+    side's trace and project, and the traces ignored while the pair waited."""
+    sides = {
+        side: {"id": doc.get("id"), "project_name": doc.get("project_name")}
+        for side in ("a", "b")
+        if isinstance(doc := document.get(side), dict)
+    }
+    return {
+        "variants": dict(document.get("variants", {})),
+        **sides,
+        "ignored": list(document.get("ignored", [])),
+    }
+
+
+def pair_records_of(
+    scores: list[ScoreEvent],
+    decisions: list[Decision],
+    pair_id: str,
+    project_name: str,
+    facts: dict[str, Any],
+) -> Records:
+    """``pair_records`` from the pair's ``facts`` (``pair_facts``): a deferred comparison's
+    records are published from them once its batch completes."""
+    records = Records([(score.target_id.encode(), score) for score in scores])
+    compared = {trace_id: variant for variant, trace_id in facts.get("variants", {}).items()}
     # each trace's own project (a canary may report to its own); an ignored one: the pair's
     projects = {
-        side.get("id"): side.get("project_name") or close.project_name
-        for side in (document.get("a"), document.get("b"))
+        side.get("id"): side.get("project_name") or project_name
+        for side in (facts.get("a"), facts.get("b"))
         if isinstance(side, dict)
     }
-    for trace_id in [*compared, *document.get("ignored", [])]:
+    for trace_id in [*compared, *facts.get("ignored", [])]:
         if trace_id in compared:
-            about = f"pair {close.thread_id!r} as variant {compared[trace_id]}"
-            decisions = [
+            about = f"pair {pair_id!r} as variant {compared[trace_id]}"
+            said = [
                 replace(d, target_id=trace_id, detail=f"{about}: {d.detail}" if d.detail else about)
-                for d in result.decisions
+                for d in decisions
             ]
         else:
             why = (
-                f"ignored: pair {close.thread_id!r} has this trace's variant from a trace that "
+                f"ignored: pair {pair_id!r} has this trace's variant from a trace that "
                 "started first; one trace of each variant is judged"
             )
-            decisions = [
+            said = [
                 replace(d, target_id=trace_id, outcome="filtered", detail=why, score_id=None)
-                for d in result.decisions
+                for d in decisions
             ]
-        project = projects.get(trace_id, close.project_name)
-        decisions = [replace(d, project_name=project) for d in decisions]
-        record = TraceDecisions(trace_id=trace_id, project_name=project, decisions=decisions)
+        project = projects.get(trace_id, project_name)
+        said = [replace(d, project_name=project) for d in said]
+        record = TraceDecisions(trace_id=trace_id, project_name=project, decisions=said)
         records.decisions.append((trace_id.encode(), record))
     return records

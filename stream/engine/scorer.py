@@ -13,6 +13,7 @@ of each kind does in either half is its kind's (``kinds/``): the scorer only orc
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from ..errors import MissingVariable
@@ -22,10 +23,12 @@ from ..ruleset.conversations import ConversationRules
 from ..ruleset.schema import AnyRule, ComparisonRule, RuleSet
 from ..threads.state import ThreadClose
 from .context import ScoringContext
+from .deferred import defer, deferred_says
 from .kinds import Found, kind_of, missing_partner, primary_shape
 from .outcomes import Measured, RuleOutcome, Target, TraceResult
 from .plan import JudgeJob, Plan
 from .prompt import DEFAULT_MAX_PROMPT_TOKENS, resolve_variables
+from .records import pair_facts
 from .silence import SilenceWatch
 from .spend import SpendLedger
 from .verdicts import Judge
@@ -107,7 +110,9 @@ class Scorer:
         """
         document = close.pending.document
         plan = Plan(Target(close.thread_id, close.project_name, close.target, close.info))
+        plan.close = {"kind": close.kind, "close_seq": close.pending.close_seq}
         if close.kind == "pair":
+            plan.close["pair"] = pair_facts(document)
             for pair_rule in self.ruleset.pair_rules():
                 self._plan_pair(plan, pair_rule, close)
             return plan
@@ -170,11 +175,39 @@ class Scorer:
         kind_of(rule).plan(ctx, plan, rule, Found(document, values, emptied))
 
     async def finish(self, plan: Plan) -> TraceResult:
-        """Make the plan's judge calls concurrently and add their outcomes."""
+        """Make the plan's judge calls concurrently and add their outcomes; a job that goes
+        to a batch is kept pending instead (its decision says ``deferred``)."""
         if not plan.judge_jobs:
             return TraceResult(plan.outcomes)
-        judged = await asyncio.gather(*(self._judge(job, plan) for job in plan.judge_jobs))
+        jobs = [job for job in plan.judge_jobs if not self._deferred(job, plan)]
+        judged = await asyncio.gather(*(self._judge(job, plan) for job in jobs))
         return TraceResult(plan.outcomes + list(judged))
+
+    def _deferred(self, job: JudgeJob, plan: Plan) -> bool:
+        """Whether ``job`` waits for a batch now (its ``deferred`` decision, or a spent defer
+        budget's ``skipped`` score when it cannot, added to ``plan``); False: judge it now.
+
+        A job whose every call has a kept verdict is judged now (from the verdict cache);
+        a ``judge.mode: batch`` rule that cannot be kept pending (no batch queue, a topic
+        the queue's table is not co-partitioned with) is judged online, saying why."""
+        if job.batch is None:
+            return False
+        ctx, rule = self.context, job.rule
+        deferrer = ctx.deferrer
+        cannot = "this worker has no batch queue" if deferrer is None else None
+        if deferrer is not None:
+            if deferrer.holds(job):
+                return False
+            model = ctx.model_of(rule)
+            cannot = deferrer.defer(defer(job, plan, model, job.batch, time.time()))
+            if cannot is None:
+                plan.outcomes.append(ctx.decide(rule, plan, "deferred", deferred_says(job)))
+                return True
+        if rule.judge.mode == "batch":
+            return False  # the same verdict, at the online price (the queue logs why)
+        why = f"{job.batch}; batch judging is unavailable: {cannot}"
+        plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+        return True
 
     async def _judge(self, job: JudgeJob, plan: Plan) -> RuleOutcome:
         kind = kind_of(job.rule)

@@ -118,8 +118,9 @@ class VerdictStore(Protocol):
         expired."""
         ...
 
-    def put(self, key: str, verdict: Verdict) -> None:
-        """Keep ``verdict`` under ``key`` (where the record being scored asks)."""
+    def put(self, key: str, verdict: Verdict, partition: int | None = None) -> None:
+        """Keep ``verdict`` under ``key`` (where the record being scored asks, or in
+        ``partition``)."""
         ...
 
 
@@ -195,6 +196,35 @@ class CachingJudge:
         finally:
             if self._in_flight.get(key) is future:
                 del self._in_flight[key]
+
+    def _key(self, rule: PromptedRule, prompt: str, system: str | None) -> str:
+        model = rule.judge.model or self.default_model
+        return verdict_key(rule, model, prompt, system, answer_contract(rule)[0])
+
+    def holds(self, rule: PromptedRule, prompt: str, system: str | None) -> bool:
+        """Whether a verdict for this call is kept (in memory, or in the store), unexpired."""
+        key = self._key(rule, prompt, system)
+        if self.cache.get(key) is not None:
+            return True
+        return self.store is not None and self.store.get(key) is not None
+
+    def keep(
+        self,
+        rule: PromptedRule,
+        prompt: str,
+        system: str | None,
+        verdict: Verdict,
+        partition: int | None = None,
+    ) -> None:
+        """Keep a verdict given outside a call through this judge (a batch's answer), as a
+        call's is kept: in memory, and in the store (in ``partition``: no record is being
+        scored when a batch completes)."""
+        if not rule.judge.cache:
+            return
+        key = self._key(rule, prompt, system)
+        self.cache.put(key, verdict)
+        if self.store is not None:
+            self.store.put(key, verdict, partition)
 
     def _hit(self, rule: PromptedRule, model: str, stored: Verdict) -> Verdict:
         """The stored verdict as a hit publishes it (no usage: it cost nothing), counted with

@@ -122,7 +122,7 @@ class JudgeClient:
         ) * self.jitter.uniform(0.5, 1.0)
 
     def _observe_call(
-        self, model: str, outcome: str, elapsed: float, usage: TokenUsage | None = None
+        self, model: str, outcome: str, elapsed: float | None, usage: TokenUsage | None = None
     ) -> None:
         """One attempt: count and latency; tokens and estimated cost when answered."""
         cost = self.cost(model, usage) if usage is not None else None
@@ -238,6 +238,24 @@ class JudgeClient:
             raise tally.error(f"{error} (after {tally.attempts} attempts)", error.kind)
         return tally.unusable
 
+    def request_for(self, rule: PromptedRule, prompt: str, system: str | None) -> ChatRequest:
+        """The request a call for ``rule`` on ``prompt`` sends (no tools): what a batch's
+        input line carries, so a batched question is the question a live call asks."""
+        return self._request(rule, prompt, system, answer_contract(rule)[0], None)
+
+    def read_batched(
+        self, rule: PromptedRule, request: ChatRequest, answer: Answered, quoted: Sequence[str]
+    ) -> Verdict | JudgeError:
+        """A batch's answer to ``request`` read as a live call's is (counted as a call, its
+        tokens priced at the batch rate, no latency: it waited for its batch)."""
+        if answer.usage is not None:
+            answer = replace(answer, usage=answer.usage.model_copy(update={"batch": True}))
+        parse = answer_contract(rule)[1]
+        read = self._read(request, answer, parse, Quoted(list(quoted)), None)
+        if isinstance(read, ToolRequest):  # no tools are offered in a batch
+            return JudgeError("the judge asked for tools in a batch", kind="invalid_answer")
+        return read
+
     def _request(
         self,
         rule: PromptedRule,
@@ -305,7 +323,7 @@ class JudgeClient:
         answer: Answered,
         parse: AnswerParser,
         quoted: Quoted,
-        elapsed: float,
+        elapsed: float | None,
     ) -> Verdict | ToolRequest | JudgeError:
         """What an answer is: tool calls (when tools were offered), a verdict, or unusable."""
         model, usage = request.model, answer.usage
@@ -340,7 +358,7 @@ class JudgeClient:
             message = f"unusable answer: {exc}; the answer was {content[:300]!r}"
             return JudgeError(self._redact(message), kind="invalid_answer")
         self._observe_call(model, "ok", elapsed, usage)
-        return Verdict(parsed, answer.model, elapsed * 1000.0, usage, 1)
+        return Verdict(parsed, answer.model, (elapsed or 0.0) * 1000.0, usage, 1)
 
     def _failed(self, request: ChatRequest, failure: Failed, elapsed: float) -> JudgeError:
         """A call that got no answer: counted and timed, its message without the API key."""

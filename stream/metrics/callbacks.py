@@ -225,6 +225,15 @@ class ScorerMetrics(MetricFamilies, Observer):
         self.judge_cache_entries.set_function(entries)
         self.judge_cache_bytes.set_function(size)
 
+    def on_batch_job(self, rule: str, pack: str, event: str) -> None:
+        self._child(self.batch_jobs, rule, pack, event).inc()
+
+    def on_batch(self, status: str) -> None:
+        self._child(self.batches, status).inc()
+
+    def on_batch_pending(self, jobs: int) -> None:
+        self.batch_jobs_pending.set(jobs)
+
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)
 

@@ -197,6 +197,22 @@ class MetricFamilies:
         self.judge_cache_bytes = gauge(
             "judge_cache_bytes", "Estimated bytes of the verdicts the worker's cache holds"
         )
+        self.batch_jobs = counter(
+            "batch_jobs",
+            "Judge jobs of batch rules (judge.mode: batch, or a spent defer budget): deferred "
+            "(kept pending for a batch) and finished (scored from the batch's answers)",
+            ("rule", "pack", "event"),
+        )
+        self.batches = counter(
+            "batches",
+            "Batches this worker submitted (submitted) and saw finish, by status (completed, "
+            "failed, expired, cancelled)",
+            ("status",),
+        )
+        self.batch_jobs_pending = gauge(
+            "batch_jobs_pending",
+            "Judge jobs waiting for a batch in the partitions this worker owns",
+        )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
         self.budget_used = gauge(

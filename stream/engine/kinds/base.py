@@ -145,6 +145,10 @@ class JudgedKind(RuleKind):
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
         job.prompt_cut = prompt_cut(fitted, setting)
         job.admission = admission
+        if rule.judge.mode == "batch":
+            job.batch = "judge.mode: batch"
+        elif admission is not None and admission.deferred is not None:
+            job.batch = admission.deferred
         self.prepare(job, plan, found, fitted)
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
             job.tools = TraceTools(found.document)
