@@ -164,6 +164,8 @@ def planned(plan: Plan) -> list[Explained]:
         )
     for job in plan.judge_jobs:
         why = "would be judged"
+        if job.batch is not None:  # the worker defers it; its score follows the batch
+            why = f"would be judged in a batch ({job.batch}; the decision says deferred)"
         if job.prompt_cut:  # what the score's details.prompt_cut and the decision will say
             why += f"; {describe_cut(job.prompt_cut)}"
         elif job.cut:

@@ -89,6 +89,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
     )
+    if isinstance(judge, CachingJudge):
+        scorer.context.holds = judge.holds  # a spent budget still publishes kept verdicts
     if judge is not None:
         register_batch_jobs(app, settings, scorer, judge, topics, metrics)
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)

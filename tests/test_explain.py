@@ -559,3 +559,20 @@ def test_the_command_explains_threads_sessions_and_pairs(
     ]
     none = CliRunner().invoke(app, ["explain", str(path), "--thread-id", "nope"])
     assert none.exit_code == 1 and "no thread, session or pair found with id 'nope'" in none.output
+
+
+def test_a_batch_rule_is_explained_as_judged_in_a_batch() -> None:
+    """The worker defers a ``judge.mode: batch`` rule's call (its decision says deferred, the
+    score follows the batch): explain says so instead of "would be judged" alone."""
+    ruleset = load_rules(RULES_DIR, ["fretcoach"])
+    ruleset.rules = [
+        rule.model_copy(update={"judge": rule.judge.model_copy(update={"mode": "batch"})})
+        if rule.id == "hub_answer_correctness"
+        else rule
+        for rule in ruleset.rules
+    ]
+    _, explained = explain_trace(ruleset, orjson.dumps(hub_trace()), None, "gpt-4o-mini")
+    by_rule = {e.rule_id: e for e in explained}
+    batched = by_rule["hub_answer_correctness"]
+    assert batched.outcome == WOULD_JUDGE
+    assert batched.detail.startswith("would be judged in a batch (judge.mode: batch;")

@@ -106,7 +106,7 @@ class BatchJobs:
     # -- the scorer's side: keep a job pending ---------------------------------------
 
     def holds(self, job: JudgeJob) -> bool:
-        if self.caching is None or not job.rule.judge.cache:
+        if self.caching is None:
             return False
         prompts = [(i.prompt, i.system) for i in job.items] or [(job.prompt, job.system)]
         return all(self.caching.holds(job.rule, prompt, system) for prompt, system in prompts)

@@ -4,6 +4,7 @@ decision)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -54,6 +55,9 @@ class ScoringContext:
     ledger: SpendLedger | None = None
     observer: Observer = field(default_factory=Observer)
     deferrer: Deferrer | None = None  # where batched jobs wait (None: judged online)
+    # whether a verdict for a call (rule, prompt, system prompt) is kept by the verdict cache:
+    # a spent budget does not skip a rule whose verdicts cost nothing (None: no cache)
+    holds: Callable[[PromptedRule, str, str | None], bool] | None = None
 
     def model_of(self, rule: PromptedRule) -> str:
         """The judge model a rule is judged by."""

@@ -202,7 +202,10 @@ class CachingJudge:
         return verdict_key(rule, model, prompt, system, answer_contract(rule)[0])
 
     def holds(self, rule: PromptedRule, prompt: str, system: str | None) -> bool:
-        """Whether a verdict for this call is kept (in memory, or in the store), unexpired."""
+        """Whether a verdict for this call is kept (in memory, or in the store), unexpired,
+        and would be used (the rule caches, and reads no tools)."""
+        if not rule.judge.cache or rule.judge.tools is not None:
+            return False
         key = self._key(rule, prompt, system)
         if self.cache.get(key) is not None:
             return True

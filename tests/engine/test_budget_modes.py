@@ -21,6 +21,8 @@ from stream.engine.spend import (
     judge_cost,
     sample_factor,
 )
+from stream.judge.cache import CachingJudge, VerdictCache
+from stream.judge.client import JudgeClient
 from stream.models import TokenUsage
 from stream.ruleset.filters import sampled
 from stream.settings import Settings
@@ -281,3 +283,30 @@ async def test_sampled_scores_carry_the_rate_and_the_rest_are_sampled_out_by_id(
         assert score.details["budget"]["rule_rate"] == 1.0
         assert "lowered to" in (decision.detail or "")
     assert 0 < judged < 20
+
+
+async def test_a_spent_skip_budget_still_publishes_a_kept_verdict_which_costs_nothing() -> None:
+    """A verdict the cache holds makes no call and charges nothing: a spent budget does not
+    skip it. A target whose verdict is not kept is skipped, saying why."""
+    with MockJudge() as server:
+        server.script("evaluating live guitar coach", '{"score": 3, "reason": "fine"}')
+        s = scorer(server.base_url)
+        client = s.judge
+        assert isinstance(client, JudgeClient)
+        caching = CachingJudge(client, VerdictCache(), default_model=client.default_model)
+        s.context.judge, s.context.holds = caching, caching.holds
+        s.ledger = SpendLedger([Budget(rule=RULE, tokens=1)])
+        document = live_trace()
+        first = await s.score_trace(as_trace(document), document)  # spends the budget
+        again = await s.score_trace(as_trace(document), document)
+        other = live_trace(1)  # another exchange: another prompt
+        fresh = await s.score_trace(as_trace(other), other)
+        await caching.close()
+    before, kept = (next(x for x in r.scores if x.rule_id == RULE) for r in (first, again))
+    assert before.status == "ok" and kept.status == "ok"
+    assert kept.details is not None and kept.details["cached"] is True
+    assert kept.value == before.value and kept.usage is None
+    skipped = next(x for x in fresh.scores if x.rule_id == RULE)
+    assert skipped.status == "skipped"
+    assert (skipped.status_reason or "").startswith("budget exhausted")
+    assert sum("evaluating live guitar coach" in str(r) for r in server.requests) == 1

@@ -120,16 +120,15 @@ class JudgedKind(RuleKind):
         if ctx.judge is None:
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
             return
-        admission = None
+        admission, spent = None, None
         if ctx.ledger is not None:
             admission = ctx.ledger.admit(rule.id, ctx.model_of(rule), rule.sampling_rate)
-            if admission.skipped is not None:
-                plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", admission.skipped)))
-                return
-            if admission.lowered and not sampled(rule.id, admission.rate, plan.target.id):
+            spent = admission.skipped  # skipped, unless its verdicts are kept (they are free)
+            lowered = spent is None and admission.lowered
+            if lowered and not sampled(rule.id, admission.rate, plan.target.id):
                 plan.outcomes.append(ctx.decide(rule, plan, "sampled_out", admission.lowered))
                 return
-            if admission.model != ctx.model_of(rule):  # a spent budget's cheaper model
+            if spent is None and admission.model != ctx.model_of(rule):  # a cheaper model
                 rule = rule.model_copy(
                     update={"judge": rule.judge.model_copy(update={"model": admission.model})}
                 )
@@ -138,8 +137,13 @@ class JudgedKind(RuleKind):
         try:
             fitted = [fit_prompt(rule, call, found.document, cap) for call in calls]
         except PromptTooLarge as exc:
-            why = f"prompt too large: {exc} ({setting}, judge.oversize)"
+            why = spent or f"prompt too large: {exc} ({setting}, judge.oversize)"
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+            return
+        if spent is not None and not (
+            ctx.holds is not None and all(ctx.holds(rule, f.prompt, f.system) for f in fitted)
+        ):
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent)))
             return
         first = fitted[0]
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
