@@ -396,6 +396,29 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
             "(usage.prompt_tokens_details.cached_tokens) and the dollars that saved: those "
             "tokens at the input price less at the cached-input price (SCORER_JUDGE_PRICES).",
         ),
+        graph(
+            "Judge jobs waiting for a batch",
+            Query("sum(scorer_batch_jobs_pending)", "jobs pending"),
+            Query("max(scorer_batch_oldest_job_seconds) / 3600", "oldest, hours"),
+            description="Judge jobs of batch rules (judge.mode: batch, a spent defer budget) "
+            "kept in the batch-jobs table until their batch completes, and how long the "
+            "oldest has waited; their traces are committed already. ScorerBatchJobsStuck "
+            "fires past 50 hours.",
+        ),
+        graph(
+            "Batches and batch jobs",
+            Query(
+                "sum by (status) (increase(scorer_batches_total[$__rate_interval]))",
+                "batches {{status}}",
+            ),
+            Query(
+                "sum by (event) (increase(scorer_batch_jobs_total[$__rate_interval]))",
+                "jobs {{event}}",
+            ),
+            description="Batches submitted and how they ended (completed, failed, expired, "
+            "cancelled; a failed or expired batch's jobs are asked online or become error "
+            "scores), and judge jobs deferred to batches and finished from them.",
+        ),
     ]
 
 

@@ -122,8 +122,9 @@ class Observer:
         """A batch was ``submitted``, or was seen finished (``completed``, ``failed``,
         ``expired``, ``cancelled``)."""
 
-    def on_batch_pending(self, jobs: int) -> None:
-        """The judge jobs pending in the partitions this worker owns (each batch round)."""
+    def on_batch_pending(self, jobs: int, oldest_s: float) -> None:
+        """The judge jobs pending in the partitions this worker owns, and how long the
+        oldest has waited (0: none), each batch round."""
 
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         """A reader of the share of one spend budget used in its current window."""

@@ -171,7 +171,8 @@ class BatchJobs:
         states: defaultdict[str, list[Deferred]] = defaultdict(list)
         for job in jobs:
             states[job.state].append(job)
-        self.observer.on_batch_pending(len(jobs))
+        oldest = max(0.0, self.clock() - jobs[0].since) if jobs else 0.0
+        self.observer.on_batch_pending(len(jobs), oldest)
         await self.poll(states["submitted"])
         await self.resume(states["submitting"])
         await self.submit(states["waiting"])

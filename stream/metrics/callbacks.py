@@ -231,8 +231,9 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_batch(self, status: str) -> None:
         self._child(self.batches, status).inc()
 
-    def on_batch_pending(self, jobs: int) -> None:
+    def on_batch_pending(self, jobs: int, oldest_s: float) -> None:
         self.batch_jobs_pending.set(jobs)
+        self.batch_oldest_job.set(oldest_s)
 
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)

@@ -71,7 +71,7 @@ class MetricFamilies:
         )
         self.decisions = counter(
             "decisions",
-            "Rule decisions per trace: filtered, sampled_out, skipped, scored, error",
+            "Rule decisions per trace: filtered, sampled_out, skipped, scored, error, deferred (to a batch)",
             ("rule", "pack", "outcome"),
         )
         self.comparison_contradictions = counter(
@@ -212,6 +212,11 @@ class MetricFamilies:
         self.batch_jobs_pending = gauge(
             "batch_jobs_pending",
             "Judge jobs waiting for a batch in the partitions this worker owns",
+        )
+        self.batch_oldest_job = gauge(
+            "batch_oldest_job_seconds",
+            "How long the oldest judge job waiting for a batch in this worker's partitions has "
+            "waited (0: none)",
         )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
