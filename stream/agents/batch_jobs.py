@@ -27,6 +27,7 @@ Every ``SCORER_BATCH_POLL_S`` each worker, for the partitions it owns:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 
 TABLE_NAME = "batch-jobs"
 DRAIN_TIMEOUT_S = 10.0  # how long a submission waits for its "submitting" writes
+FINISHING_AT_ONCE = 32  # jobs of a finished batch concluded and published at once
 
 RuleKey = tuple[str, str, int]  # pack, rule id, version
 
@@ -100,6 +102,7 @@ class BatchJobs:
         # finished by the rule it was planned with, though a reload replaced it since
         self._rules: dict[RuleKey, JudgedRule] = {}
         self._not_copartitioned: set[str] = set()
+        self._finishing = asyncio.Semaphore(FINISHING_AT_ONCE)
         scorer.context.deferrer = self
         app.timer(poll_s, name="batch-jobs")(self.tick)
 
@@ -192,13 +195,22 @@ class BatchJobs:
             except Exception as exc:
                 log.warning("polling batch %s failed (asked again next round): %s", batch_id, exc)
                 continue
+            others = [line for line in results.stray if line.startswith("unknown custom_id")]
+            if others:  # jobs of partitions another worker owns now: it reads them
+                log.debug("batch %s: %d lines for other workers' jobs", batch_id, len(others))
             for line in results.stray:
-                log.warning("batch %s: a line no job of this worker asked for: %s", batch_id, line)
+                if not line.startswith("unknown custom_id"):
+                    log.warning("batch %s: an unreadable line: %s", batch_id, line)
             self.observer.on_batch(state.status)
-            for job in jobs:
-                if job.partition not in self.owned():
-                    continue  # moved away meanwhile: its new owner finishes it
-                await self.finish(job, state, results.items)
+            owned = self.owned()  # a job moved away meanwhile is its new owner's to finish
+            mine = [job for job in jobs if job.partition in owned]
+            await asyncio.gather(*(self._finish_one(job, state, results.items) for job in mine))
+
+    async def _finish_one(
+        self, job: Deferred, state: BatchState, items: dict[str, ItemAnswered | ItemFailed]
+    ) -> None:
+        async with self._finishing:  # calls asked online (expired items) run side by side
+            await self.finish(job, state, items)
 
     async def resume(self, submitting: list[Deferred]) -> None:
         """Jobs written ``submitting`` whose batch id was never recorded: the batch created
@@ -217,7 +229,7 @@ class BatchJobs:
                 log.info(
                     "batch %s of %d jobs found by its key after a restart", found.id, len(jobs)
                 )
-                self._record(jobs, found)
+                self._record(jobs, found, key)
             else:
                 await self.send(jobs)
 
@@ -274,11 +286,11 @@ class BatchJobs:
             return
         log.info("batch %s submitted: %d requests for %s", state.id, len(batch_jobs), rule.id)
         self.observer.on_batch("submitted")
-        self._record(jobs, state)
+        self._record(jobs, state, key)
 
-    def _record(self, jobs: Iterable[Deferred], state: BatchState) -> None:
+    def _record(self, jobs: Iterable[Deferred], state: BatchState, key: str) -> None:
         for job in jobs:
-            self._write(replace(job, state="submitted", batch_id=state.id))
+            self._write(replace(job, state="submitted", batch_key=key, batch_id=state.id))
 
     async def finish(
         self, job: Deferred, state: BatchState, items: dict[str, ItemAnswered | ItemFailed]

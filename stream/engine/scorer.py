@@ -205,7 +205,8 @@ class Scorer:
                 return True
         if rule.judge.mode == "batch":
             return False  # the same verdict, at the online price (the queue logs why)
-        why = f"{job.batch}; batch judging is unavailable: {cannot}"
+        spent = job.batch.removesuffix(": judged in a batch")  # the defer budget's words
+        why = f"budget exhausted: {spent}; batch judging is unavailable: {cannot}"
         plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
         return True
 

@@ -313,11 +313,6 @@ def spent_ledger() -> SpendLedger:
     return ledger
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: Scorer._deferred's skipped reason is the budget's why without "
-    "'budget exhausted: ' (issue 28: whatever is skipped still says budget exhausted)",
-)
 async def test_a_spent_defer_budget_without_a_queue_is_skipped_saying_budget_exhausted(
     server: MockJudge,
 ) -> None:
