@@ -21,7 +21,8 @@ from scripted_judge import MockJudge
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
 
-from .harness import Names, Worker, committed, produce, read, read_scores
+from .batch_workers import batch_worker, decisions_of, wait_for
+from .harness import Names, Worker, committed, produce, read_scores
 
 RULE = """\
 id: reply_quality
@@ -69,42 +70,10 @@ def batch_api() -> Iterator[BatchDouble]:
         yield api
 
 
-def batch_worker(
-    broker: EmbeddedBroker,
-    names: Names,
-    tmp: Path,
-    judge: MockJudge,
-    api: BatchDouble,
-    max_jobs: int = 3,
+def trace_worker(
+    broker: EmbeddedBroker, names: Names, tmp: Path, judge: MockJudge, api: BatchDouble
 ) -> Worker:
-    rules = tmp / "rules" / "batchy"
-    rules.mkdir(parents=True, exist_ok=True)
-    (rules / "reply_quality.yaml").write_text(RULE.format(max_jobs=max_jobs))
-    return Worker(
-        broker.bootstrap,
-        names,
-        tmp,
-        SCORER_RULES_DIR=str(tmp / "rules"),
-        SCORER_PACKS='["batchy"]',
-        OPENAI_BASE_URL=judge.base_url,
-        SCORER_BATCH_BASE_URL=api.base_url,
-        SCORER_BATCH_POLL_S="0.3",
-        SCORER_JUDGE_MODEL="gpt-4o-mini",
-    )
-
-
-async def wait_for(predicate: Any, what: str, timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def decisions_of(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]:
-    records = await read(bootstrap, topic, until=lambda rs: len(rs) >= count)
-    return [orjson.loads(r.value) for r in records]
+    return batch_worker(broker, names, tmp, judge, api, RULE.format(max_jobs=3))
 
 
 PARTITIONS = 4  # SCORER_TOPIC_PARTITIONS' default
@@ -125,7 +94,7 @@ async def test_a_batch_rule_is_scored_when_its_batch_completes(
 ) -> None:
     batch_api.steps = ["validating"] + ["in_progress"] * 400  # held until finish_soon()
     await ensure_topics(broker.bootstrap, [names.traces], PARTITIONS)
-    worker = batch_worker(broker, names, tmp_path, judge, batch_api).start()
+    worker = trace_worker(broker, names, tmp_path, judge, batch_api).start()
     workers.append(worker)
     await produce(broker.bootstrap, names.traces, [trace(f"t-batch-{i}") for i in range(3)])
 
@@ -191,7 +160,7 @@ async def test_a_worker_killed_between_submit_and_completion_never_submits_twice
 ) -> None:
     batch_api.steps = ["validating"] + ["in_progress"] * 400
     await ensure_topics(broker.bootstrap, [names.traces], PARTITIONS)
-    first = batch_worker(broker, names, tmp_path, judge, batch_api).start()
+    first = trace_worker(broker, names, tmp_path, judge, batch_api).start()
     workers.append(first)
     await produce(broker.bootstrap, names.traces, [trace(f"t-kill-{i}") for i in range(3)])
     await wait_for(lambda: len(batch_api.batches) == 1, "the batch to be submitted")
@@ -201,7 +170,7 @@ async def test_a_worker_killed_between_submit_and_completion_never_submits_twice
 
     # the next worker finds the jobs pending in the table and polls the same batch
     batch_api.finish_soon()
-    second = batch_worker(broker, names, tmp_path, judge, batch_api).start()
+    second = trace_worker(broker, names, tmp_path, judge, batch_api).start()
     workers.append(second)
     scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 3)
     assert sorted(s["target_id"] for s in scores) == [f"t-kill-{i}" for i in range(3)]
@@ -222,7 +191,7 @@ async def test_a_batch_created_but_unrecorded_is_found_by_its_key(
 ) -> None:
     batch_api.steps = ["validating", "in_progress"]
     batch_api.lose_create_reply = True  # created, but the worker hears a 500
-    worker = batch_worker(broker, names, tmp_path, judge, batch_api).start()
+    worker = trace_worker(broker, names, tmp_path, judge, batch_api).start()
     workers.append(worker)
     await produce(broker.bootstrap, names.traces, [trace(f"t-lost-{i}") for i in range(3)])
     scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 3)
@@ -248,7 +217,7 @@ async def test_failed_and_expired_items_are_asked_online_refused_ones_are_errors
     }
     judge.script("flaky question", '{"score": 0.5, "reason": "answered online"}')
     judge.script("unreadable question", '{"score": 0.25, "reason": "answered online"}')
-    worker = batch_worker(broker, names, tmp_path, judge, batch_api).start()
+    worker = trace_worker(broker, names, tmp_path, judge, batch_api).start()
     workers.append(worker)
     questions = ["flaky question", "unreadable question", "refused question"]
     await produce(

@@ -6,8 +6,6 @@ later traces to a batch, their scores saying ``details.budget`` mode defer."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,8 @@ from scripted_judge import MockJudge
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
 
-from .harness import Names, Worker, produce, read, read_scores, trace_bytes
+from .batch_workers import batch_worker, decisions_of, wait_for
+from .harness import Names, Worker, produce, read_scores, trace_bytes
 
 PARTITIONS = 4
 
@@ -83,47 +82,6 @@ prompt: |-
 """
 
 
-def worker_of(
-    broker: EmbeddedBroker,
-    names: Names,
-    tmp: Path,
-    judge: MockJudge,
-    api: BatchDouble,
-    rule: str,
-    **env: str,
-) -> Worker:
-    rules = tmp / "rules" / "batchy"
-    rules.mkdir(parents=True, exist_ok=True)
-    rule_id = rule.split("\n", 1)[0].removeprefix("id: ")  # a rule file is named by its id
-    (rules / f"{rule_id}.yaml").write_text(rule)
-    return Worker(
-        broker.bootstrap,
-        names,
-        tmp,
-        SCORER_RULES_DIR=str(tmp / "rules"),
-        SCORER_PACKS='["batchy"]',
-        OPENAI_BASE_URL=judge.base_url,
-        SCORER_BATCH_BASE_URL=api.base_url,
-        SCORER_BATCH_POLL_S="0.3",
-        SCORER_JUDGE_MODEL="gpt-4o-mini",
-        **env,
-    )
-
-
-async def wait_for(predicate: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def decisions_of(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]:
-    records = await read(bootstrap, topic, until=lambda rs: len(rs) >= count, timeout=30)
-    return [orjson.loads(r.value) for r in records]
-
-
 def turn(n: int, user: str, assistant: str, finished: bool = False) -> dict[str, Any]:
     return {
         "id": f"conv-trace-{n}",
@@ -153,7 +111,7 @@ async def test_a_batch_conversation_rule_scores_the_close_when_its_batch_complet
     with BatchDouble(default='{"score": 4, "reason": "coherent, in a batch"}') as api:
         api.steps = ["validating"] + ["in_progress"] * 400  # held until finish_soon()
         await ensure_topics(broker.bootstrap, [names.traces], PARTITIONS)
-        worker = worker_of(
+        worker = batch_worker(
             broker, names, tmp_path, judge, api, CONVERSATION_RULE, SCORER_THREAD_TICK_S="0.3"
         ).start()
         workers.append(worker)
@@ -229,7 +187,7 @@ async def test_a_spent_defer_budget_sends_an_online_rule_to_a_batch(
     with BatchDouble(default='{"score": 0.75, "reason": "answered in the batch"}') as api:
         api.steps = ["validating", "in_progress"]
         await ensure_topics(broker.bootstrap, [names.traces], PARTITIONS)
-        worker = worker_of(
+        worker = batch_worker(
             broker,
             names,
             tmp_path,
