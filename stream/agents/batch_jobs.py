@@ -54,7 +54,7 @@ from ..judge.batch_answers import BatchAnswers
 from ..judge.cache import CachingJudge
 from ..judge.client import JudgeClient
 from ..kafka.commits import drain_producer
-from ..kafka.faust_state import owned_partitions
+from ..kafka.faust_state import owned_partitions, put_in_partition
 from ..models import utcnow
 from ..observer import Observer
 
@@ -314,8 +314,13 @@ class BatchJobs:
             if score is not None:
                 self.observer.on_score_published(score)
         if self.caching is not None:
-            for rule, prompt, system, verdict in answers.answered:
-                self.caching.keep(rule, prompt, system, verdict, job.partition)
+            try:  # an optimisation: a failure to keep them costs a call later, nothing more
+                for rule, prompt, system, verdict in answers.answered:
+                    self.caching.keep(rule, prompt, system, verdict, job.partition)
+            except Exception:
+                log.exception(
+                    "keeping batch %s's verdicts failed: asked again if replayed", state.id
+                )
         self.observer.on_batch_job(job.rule_id, job.pack, "finished")
         self._tombstone(job)
 
@@ -391,7 +396,7 @@ class BatchJobs:
         raw_key = job.key.encode()
         value = job.encode()
         self.table.send_changelog(job.partition, raw_key, value, value_serializer="raw")
-        self.table.data[raw_key] = value
+        put_in_partition(self.table, job.partition, raw_key, value)  # no event in scope
 
     def _tombstone(self, job: Deferred) -> None:
         raw_key = job.key.encode()

@@ -38,7 +38,7 @@ from faust.streams import current_event
 
 from ..app import raw_table
 from ..engine.verdicts import Verdict
-from ..kafka.faust_state import owned_partitions
+from ..kafka.faust_state import owned_partitions, put_in_partition
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class VerdictTable:
         if partition is not None:
             value = encode_entry(verdict, now, partition)
             self.table.send_changelog(partition, raw_key, value, value_serializer="raw")
-            self.table.data[raw_key] = value
+            put_in_partition(self.table, partition, raw_key, value)  # no event in scope
             self._indexed(partition, raw_key, now)
             return
         event = current_event()

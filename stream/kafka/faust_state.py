@@ -80,3 +80,21 @@ def read_positions(
         source_name(tp.topic, tp.partition): (highwater(tp), committed.get(tp)) for tp in owned
     }
     return sources.positions(assigned, now, last_fetched(consumer, owned))
+
+
+def put_in_partition(table: Any, partition: int, key: bytes, value: bytes) -> None:
+    """Write ``key`` into ``table``'s local store as the value of ``partition``, with no
+    stream event in scope (a timer's write; the caller sends the changelog record itself).
+
+    Faust's stores pick the partition of a write from the current event: the memory store
+    keeps one map for every partition, but the RocksDB store (``stores/rocksdb.py``
+    ``Store._set``, faust-streaming 0.15) asserts there is an event and writes into that
+    partition's database. Here the partition's database is written directly, and its key
+    index told where the key is, as ``_set`` does."""
+    store = table.data
+    open_db = getattr(store, "_db_for_partition", None)
+    if open_db is None:  # the memory store
+        store[key] = value
+        return
+    open_db(partition).put(key, value)
+    store._key_index[key] = partition
