@@ -20,11 +20,9 @@ and ``test_verdict_store.py`` assert the same on fewer traces).
      the last batched score (minutes to hours by design; seconds with the double: no target).
 
     python bench/verdicts.py [--traces 300] [--store rocksdb] [--phases v,b] [--keep]
-        [--batch-max-jobs 100] [--batch-max-wait-s 5] [--batch-poll-s 0.5] [--batch-store memory]
+        [--batch-max-jobs 100] [--batch-max-wait-s 5] [--batch-poll-s 0.5] [--batch-store STORE]
 
-(b) runs on the memory store by default: on RocksDB the batch-jobs timer's writes crash the
-worker (``faust/stores/rocksdb.py`` ``_set`` asserts a current stream event), a defect of
-batch judging this bench found (``--batch-store rocksdb`` shows it).
+(b) runs on ``--store`` unless ``--batch-store`` says otherwise.
 """
 
 from __future__ import annotations
@@ -323,11 +321,10 @@ def main() -> None:
     parser.add_argument("--batch-max-jobs", type=int, default=100)
     parser.add_argument("--batch-max-wait-s", type=float, default=5.0)
     parser.add_argument("--batch-poll-s", type=float, default=0.5)
-    # memory: on RocksDB the batch-jobs timer's table writes (outside a stream event) crash
-    # the worker (faust's RocksDB store asserts an event to pick the partition)
-    parser.add_argument("--batch-store", choices=("memory", "rocksdb"), default="memory")
+    parser.add_argument("--batch-store", choices=("memory", "rocksdb"), default=None)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
+    args.batch_store = args.batch_store or args.store
     phases = set(args.phases.split(","))
     if not phases <= {"v", "b"}:
         parser.error(f"--phases: unknown {sorted(phases - {'v', 'b'})}; choose from v,b")

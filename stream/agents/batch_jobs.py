@@ -104,6 +104,7 @@ class BatchJobs:
         self._not_copartitioned: set[str] = set()
         self._finishing = asyncio.Semaphore(FINISHING_AT_ONCE)
         scorer.context.deferrer = self
+        self.poll_s = poll_s
         app.timer(poll_s, name="batch-jobs")(self.tick)
 
     # -- the scorer's side: keep a job pending ---------------------------------------
@@ -167,9 +168,19 @@ class BatchJobs:
         return recovery is None or bool(recovery.completed.is_set())
 
     async def tick(self) -> None:
-        """One round: poll submitted batches, find or resubmit unrecorded ones, submit."""
+        """One round: poll submitted batches, find or resubmit unrecorded ones, submit. A
+        failure is logged and the round tried again at the next interval (an exception out
+        of a Faust timer stops the worker)."""
         if not self.ready():
             return
+        try:
+            await self.round()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("a batch round failed: tried again in %s s", self.poll_s)
+
+    async def round(self) -> None:
         jobs = self.pending()
         states: defaultdict[str, list[Deferred]] = defaultdict(list)
         for job in jobs:
