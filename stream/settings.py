@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     batch_poll_s: float = Field(default=60.0, gt=0)
     # the Batch API's endpoint, when it is not the judge's (OPENAI_BASE_URL)
     batch_base_url: str | None = None
+    # how long a batch that cannot be polled, or jobs that cannot be submitted, are tried
+    # again before their jobs are judged by ordinary calls
+    batch_give_up_s: float = Field(default=1800.0, gt=0)
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.

@@ -190,6 +190,7 @@ def register_batch_jobs(
         topics=topics,
         observer=observer,
         poll_s=settings.batch_poll_s,
+        give_up_s=settings.batch_give_up_s,
     )
 
 

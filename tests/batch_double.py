@@ -78,6 +78,9 @@ class BatchDouble(ThreadedApp):
         self.by_prompt: dict[str, str | ItemError] = {}
         # the next create makes the batch but answers 500, as a reply lost on the way would
         self.lose_create_reply = False
+        # every create is refused with this status and makes nothing (an endpoint or model
+        # without the Batch API answers so)
+        self.refuse_create: int | None = None
         self.calls: list[str] = []  # "POST /v1/files", ... in order
         self._ids = itertools.count(1)
 
@@ -259,6 +262,8 @@ class BatchDouble(ThreadedApp):
 
     async def _create(self, request: web.Request) -> web.Response:
         self.calls.append("POST /v1/batches")
+        if self.refuse_create is not None:
+            return _error(self.refuse_create, "this model has no batch deployment")
         body = await request.json()
         file_id = body.get("input_file_id")
         if file_id not in self.files or self.files[file_id][0] != "batch":

@@ -62,6 +62,12 @@ log = logging.getLogger(__name__)
 
 TABLE_NAME = "batch-jobs"
 DRAIN_TIMEOUT_S = 10.0  # how long a submission waits for its "submitting" writes
+# a "submitting" entry is looked for (and sent again if no batch has its key) this long after
+# it was written: its writer may still be uploading and creating the batch
+RESUBMIT_AFTER_S = 600.0
+# a batch's input file stays under the Batch API's 200 MB (prompts' characters, estimated)
+MAX_BATCH_BYTES = 150_000_000
+LINE_OVERHEAD_BYTES = 4_000  # a request's body beyond its prompts (schema, parameters)
 FINISHING_AT_ONCE = 32  # jobs of a finished batch concluded and published at once
 
 RuleKey = tuple[str, str, int]  # pack, rule id, version
@@ -83,6 +89,7 @@ class BatchJobs:
         topics: Topics,
         observer: Observer,
         poll_s: float,
+        give_up_s: float = 1800.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
@@ -103,6 +110,11 @@ class BatchJobs:
         self._rules: dict[RuleKey, JudgedRule] = {}
         self._not_copartitioned: set[str] = set()
         self._finishing = asyncio.Semaphore(FINISHING_AT_ONCE)
+        self._said: set[str] = set()  # why jobs were not deferred, said once each
+        # batch id or key -> when its polling or submitting first failed in a row
+        self._failing: dict[str, float] = {}
+        self._sent: set[str] = set()  # keys of the batches this worker wrote submitting
+        self.give_up_s = give_up_s
         scorer.context.deferrer = self
         self.poll_s = poll_s
         app.timer(poll_s, name="batch-jobs")(self.tick)
@@ -116,17 +128,32 @@ class BatchJobs:
         return all(self.caching.holds(job.rule, prompt, system) for prompt, system in prompts)
 
     def defer(self, deferred: Deferred) -> str | None:
+        """Keep ``deferred`` in its partition: the one its plan names (a thread close's
+        thread-events partition: the close is scored by a task the agent's event may not
+        outlive), else the partition of the record being scored (a trace's)."""
+        why = self._keep(deferred)
+        if why is not None and why not in self._said:
+            self._said.add(why)
+            log.warning("a batch rule is not deferred (judged online, or skipped): %s", why)
+        return why
+
+    def _keep(self, deferred: Deferred) -> str | None:
+        raw_key = deferred.key.encode()
+        rule = self._rule_of(deferred)
+        if rule is None:  # planned with the scorer's rules: it has it
+            return f"rule {deferred.rule_id} v{deferred.version} is not loaded"
+        self._rules[_rule_key(rule)] = rule
+        if deferred.partition >= 0:
+            if self.table.get(raw_key) is None:  # else already pending: it stays as it is
+                self._write(deferred)
+            self.observer.on_batch_job(deferred.rule_id, deferred.pack, "deferred")
+            return None
         event = current_event()
         if event is None:
             return "no record is being scored"
         topic, partition = event.message.topic, event.message.partition
         if topic in self._not_copartitioned:
             return f"{topic} is not co-partitioned with the {TABLE_NAME} table"
-        raw_key = deferred.key.encode()
-        rule = self._rule_of(deferred)
-        if rule is None:  # planned with the scorer's rules: it has it
-            return f"rule {deferred.rule_id} v{deferred.version} is not loaded"
-        self._rules[_rule_key(rule)] = rule
         try:
             if self.table.get(raw_key) is not None:
                 return None  # already pending (a redelivered record): it stays as it is
@@ -201,11 +228,14 @@ class BatchJobs:
             try:
                 state = await self.api.poll(batch_id)
                 if not state.finished:
+                    self._failing.pop(batch_id, None)
                     continue
                 results = await self.api.results(state, [c for job in jobs for c in job.calls])
             except Exception as exc:
-                log.warning("polling batch %s failed (asked again next round): %s", batch_id, exc)
+                why = f"polling batch {batch_id} failed: {exc}"
+                await self._failed(batch_id, jobs, why, BatchState(batch_id, "unreadable"))
                 continue
+            self._failing.pop(batch_id, None)
             others = [line for line in results.stray if line.startswith("unknown custom_id")]
             if others:  # jobs of partitions another worker owns now: it reads them
                 log.debug("batch %s: %d lines for other workers' jobs", batch_id, len(others))
@@ -213,9 +243,8 @@ class BatchJobs:
                 if not line.startswith("unknown custom_id"):
                     log.warning("batch %s: an unreadable line: %s", batch_id, line)
             self.observer.on_batch(state.status)
-            owned = self.owned()  # a job moved away meanwhile is its new owner's to finish
-            mine = [job for job in jobs if job.partition in owned]
-            await asyncio.gather(*(self._finish_one(job, state, results.items) for job in mine))
+            # a job moved away meanwhile is its new owner's to finish
+            await self._finish_all(jobs, state, results.items)
 
     async def _finish_one(
         self, job: Deferred, state: BatchState, items: dict[str, ItemAnswered | ItemFailed]
@@ -224,12 +253,19 @@ class BatchJobs:
             await self.finish(job, state, items)
 
     async def resume(self, submitting: list[Deferred]) -> None:
-        """Jobs written ``submitting`` whose batch id was never recorded: the batch created
-        before the worker stopped, found by its key, or the same jobs submitted again."""
+        """Jobs written ``submitting`` whose batch id was never recorded (the create failed,
+        its reply was lost, or the worker stopped): the batch found by its key, or the same
+        jobs submitted again. Jobs another worker wrote (before a restart or a rebalance)
+        wait ``RESUBMIT_AFTER_S`` first: it may still be creating their batch, which
+        ``find`` would not see yet; this worker's own are not being created (a round at a
+        time)."""
         by_key: defaultdict[str, list[Deferred]] = defaultdict(list)
+        now = self.clock()
         for job in submitting:
             assert job.batch_key is not None
-            by_key[job.batch_key].append(job)
+            mine = job.batch_key in self._sent
+            if mine or now - job.extra.get("submitting_at", 0.0) >= RESUBMIT_AFTER_S:
+                by_key[job.batch_key].append(job)
         for key, jobs in by_key.items():
             try:
                 found = await self.api.find(key)
@@ -253,15 +289,17 @@ class BatchJobs:
         now = self.clock()
         for jobs in groups.values():
             rule = self._rule_of(jobs[0])
-            if rule is None:
-                await self.drop(jobs, "its rule is no longer loaded")
+            if rule is None:  # a reload replaced it and the worker restarted: said so
+                await self._finish_all(jobs, BatchState("(not submitted)", "not submitted"), {})
                 continue
             spec = rule.judge.batch
-            requests = sum(len(job.calls) for job in jobs)
+            requests = requests_in(jobs)
             if requests < spec.max_jobs and now - jobs[0].since < spec.max_wait_s:
                 continue
-            for chunk in _chunks(jobs, spec.max_jobs):
-                full = sum(len(job.calls) for job in chunk) >= spec.max_jobs
+            chunks = _chunks(jobs, spec.max_jobs, MAX_BATCH_BYTES)
+            for index, chunk in enumerate(chunks):
+                # every chunk but the last is full (by requests or bytes)
+                full = index < len(chunks) - 1 or requests_in(chunk) >= spec.max_jobs
                 if not full and now - chunk[0].since < spec.max_wait_s:
                     break  # the rest waits for more, or for its time
                 await self.send(chunk)
@@ -269,10 +307,13 @@ class BatchJobs:
     async def send(self, jobs: list[Deferred]) -> None:
         """Submit ``jobs`` as one batch: written ``submitting`` (durably) first, so that a
         worker stopping before their batch id is recorded finds the batch again."""
-        rule = self._rule_of(jobs[0])
+        if not self.ready():
+            return  # a rebalance began during the round: the owner decides next round
+        owned = self.owned()
+        jobs = [job for job in jobs if job.partition in owned]
+        rule = self._rule_of(jobs[0]) if jobs else None
         if rule is None:
-            await self.drop(jobs, "its rule is no longer loaded")
-            return
+            return  # none left, or a replaced rule (submit finishes those)
         rule = self._judged_by(rule, jobs[0].model)
         batch_jobs = [
             BatchJob(custom_id, self.client.request_for(rule, prompt, system))
@@ -280,21 +321,21 @@ class BatchJobs:
             for custom_id, (prompt, system, _) in zip(job.calls, job.prompts(), strict=True)
         ]
         key = batch_key(batch_jobs)
-        for job in jobs:
-            self._write(replace(job, state="submitting", batch_key=key))
+        now = self.clock()
+        for job in jobs:  # no await since ready() and owned(): still this worker's
+            extra = {**job.extra, "submitting_at": now}
+            self._write(replace(job, state="submitting", batch_key=key, extra=extra))
+        self._sent.add(key)
         if not await drain_producer(self.app.producer, DRAIN_TIMEOUT_S):
             log.warning("batch %s not submitted: the producer did not drain in time", key)
             return
         try:
             state = await self.api.submit(batch_jobs, metadata={"scorer_rule": rule.id})
         except Exception as exc:
-            log.warning(
-                "submitting a batch of %d requests for %s failed (again next round): %s",
-                len(batch_jobs),
-                rule.id,
-                exc,
-            )
+            why = f"submitting a batch of {len(batch_jobs)} requests for {rule.id} failed: {exc}"
+            await self._failed(key, jobs, why, BatchState("(not submitted)", "not submitted"))
             return
+        self._failing.pop(key, None)
         log.info("batch %s submitted: %d requests for %s", state.id, len(batch_jobs), rule.id)
         self.observer.on_batch("submitted")
         self._record(jobs, state, key)
@@ -370,20 +411,28 @@ class BatchJobs:
         ctx = replace(ctx, shapes={**ctx.shapes, current.id: primary_shape(current)})
         return ctx.finish(current, job.plan(), Measured("error", why), utcnow())
 
-    async def drop(self, jobs: list[Deferred], why: str) -> None:
-        """Jobs that cannot be finished: dead-lettered with why, then dropped."""
-        for job in jobs:
-            log.warning("batch job %s of %s dropped: %s", job.key, job.rule_id, why)
-            sends = self.dead_letters.kept(
-                job.key,
-                job.encode(),
-                self.changelog_name,
-                "submitting a batch job",
-                LookupError(why),
-                {"scorer.rule": job.rule_id},
-            )
-            await self.publisher.send_until_delivered(sends)
-            self._tombstone(job)
+    async def _failed(self, name: str, jobs: list[Deferred], why: str, state: BatchState) -> None:
+        """A batch (by id) or a submission (by key) failed: tried again next round, until it
+        has failed for ``give_up_s`` in a row (an endpoint without the Batch API, a batch the
+        provider lost): then its jobs are asked by ordinary calls, saying why."""
+        first = self._failing.setdefault(name, self.clock())
+        if self.clock() - first < self.give_up_s:
+            log.warning("%s (again next round)", why)
+            return
+        del self._failing[name]
+        log.warning("%s, for %.0f s: its %d jobs are judged online", why, self.give_up_s, len(jobs))
+        given_up = f"{why} (for {self.give_up_s:g} s, SCORER_BATCH_GIVE_UP_S)"
+        items: dict[str, ItemAnswered | ItemFailed] = {
+            c: ItemFailed(c, "error", given_up) for job in jobs for c in job.calls
+        }
+        await self._finish_all(jobs, state, items)
+
+    async def _finish_all(
+        self, jobs: list[Deferred], state: BatchState, items: dict[str, ItemAnswered | ItemFailed]
+    ) -> None:
+        owned = self.owned()
+        mine = [job for job in jobs if job.partition in owned]
+        await asyncio.gather(*(self._finish_one(job, state, items) for job in mine))
 
     # -- the table ------------------------------------------------------------------
 
@@ -420,22 +469,26 @@ def _rule_key(rule: Any) -> RuleKey:
     return (rule.pack, rule.id, rule.version)
 
 
-def _judged_by(rule: JudgedRule, model: str) -> JudgedRule:
-    """``rule`` judged by ``model`` (a fallback budget's model, when one sent it there)."""
-    if (rule.judge.model or "") == model or (rule.judge.model is None and not model):
-        return rule
-    return rule.model_copy(update={"judge": rule.judge.model_copy(update={"model": model})})
+def requests_in(jobs: list[Deferred]) -> int:
+    return sum(len(job.calls) for job in jobs)
 
 
-def _chunks(jobs: list[Deferred], max_requests: int) -> list[list[Deferred]]:
-    """``jobs`` in order, cut into batches of at most ``max_requests`` requests (a job's
-    calls stay in one batch; a job larger than the bound is a batch of its own)."""
+def _chunks(jobs: list[Deferred], max_requests: int, max_bytes: int) -> list[list[Deferred]]:
+    """``jobs`` in order, cut into batches of at most ``max_requests`` requests and about
+    ``max_bytes`` of input (a job's calls stay in one batch; a job larger than a bound is a
+    batch of its own)."""
     chunks: list[list[Deferred]] = []
-    size = 0
+    size = weight = 0
     for job in jobs:
-        if not chunks or size + len(job.calls) > max_requests:
+        calls = len(job.calls)
+        heavy = sum(
+            len(p.encode()) + len((s or "").encode()) + LINE_OVERHEAD_BYTES
+            for p, s, _ in job.prompts()
+        )
+        if not chunks or size + calls > max_requests or weight + heavy > max_bytes:
             chunks.append([])
-            size = 0
+            size = weight = 0
         chunks[-1].append(job)
-        size += len(job.calls)
+        size += calls
+        weight += heavy
     return chunks

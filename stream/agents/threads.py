@@ -28,6 +28,7 @@ from ..delivery.publisher import Publisher, sends_of
 from ..engine.outcomes import TraceResult
 from ..engine.records import close_records
 from ..engine.scorer import Scorer
+from ..kafka.commits import DRAIN_TIMEOUT_S, drain_producer
 from ..kafka.faust_state import partition_count, read_positions
 from ..observer import Observer
 from ..settings import Settings
@@ -104,13 +105,14 @@ def register_thread_agent(
             time.perf_counter() - started,
         )
 
-    async def publish_close(close: ThreadClose) -> None:
+    async def publish_close(close: ThreadClose, partition: int) -> None:
         async with scoring:
-            await score_and_publish(close)
+            await score_and_publish(close, partition)
 
-    async def score_and_publish(close: ThreadClose) -> None:
+    async def score_and_publish(close: ThreadClose, partition: int) -> None:
         try:
-            result = await scorer.score_thread(close)
+            # a rule judged in a batch keeps its job in this partition of the batch-jobs table
+            result = await scorer.score_thread(close, partition)
             sends = sends_of(topics.scores, topics.decisions, close_records(result, close))
         except asyncio.CancelledError:
             raise
@@ -125,20 +127,25 @@ def register_thread_agent(
         await publisher.send_until_delivered(sends)
         for score in result.scores:
             observer.on_score_published(score)
+        if any(decision.outcome == "deferred" for decision in result.decisions):
+            # the marker clears the close: its deferred jobs' table writes go first (they
+            # wait in Faust's producer buffer; the sends above do not)
+            while not await drain_producer(app.producer, DRAIN_TIMEOUT_S):
+                log.warning("close %s waits for its batch jobs to be written", close.thread_id)
         marker = published(close.kind, close.thread_id, close.pending.close_seq)
         await publisher.send_until_delivered([topics.to_threads(marker)])
 
-    def schedule(close: ThreadClose) -> None:
+    def schedule(close: ThreadClose, partition: int) -> None:
         key = (close.kind, close.thread_id, close.pending.close_seq)
         if key in in_flight:
             return  # already being scored by this worker
-        task = asyncio.create_task(publish_close(close))
+        task = asyncio.create_task(publish_close(close, partition))
         in_flight[key] = task
         task.add_done_callback(lambda _: in_flight.pop(key, None))
 
     async def fold(message: Message, event: ThreadEvent) -> None:
         for close in processor.apply(message.partition, event):
-            schedule(close)
+            schedule(close, message.partition)
 
     def cancel_in_flight() -> None:
         for task in list(in_flight.values()):

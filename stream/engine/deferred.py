@@ -192,6 +192,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
         },
         calls=[call_id(key, index) for index in range(calls)],
         close=plan.close,
+        partition=-1 if plan.partition is None else plan.partition,
         since=now,
     )
 

@@ -52,3 +52,5 @@ class Plan:
     # a close's decision-record facts, kept with a job deferred to a batch (None: a trace):
     # kind, close_seq and, for a pair, ``records.pair_facts``
     close: dict[str, Any] | None = None
+    # the partition a job deferred to a batch is kept in (None: the scored record's)
+    partition: int | None = None

@@ -30,7 +30,7 @@ from .plan import JudgeJob, Plan
 from .prompt import DEFAULT_MAX_PROMPT_TOKENS, resolve_variables
 from .records import pair_facts
 from .silence import SilenceWatch
-from .spend import SpendLedger
+from .spend import JUDGED_IN_A_BATCH, SpendLedger
 from .verdicts import Judge
 
 __all__ = ["JudgeJob", "Plan", "Scorer", "primary_shape"]
@@ -83,9 +83,12 @@ class Scorer:
         """Apply every trace-scope rule to ``trace`` (``document`` is its JSON form)."""
         return await self.finish(self.plan(trace, document, topic))
 
-    async def score_thread(self, close: ThreadClose) -> TraceResult:
-        """Apply the thread rules of ``close``'s kind to the thread document of that close."""
-        return await self.finish(self.plan_thread(close))
+    async def score_thread(self, close: ThreadClose, partition: int | None = None) -> TraceResult:
+        """Apply the thread rules of ``close``'s kind to the thread document of that close
+        (``partition``: where its thread state is, and so where a job it defers is kept)."""
+        plan = self.plan_thread(close)
+        plan.partition = partition
+        return await self.finish(plan)
 
     def plan(self, trace: Trace, document: Any, topic: str | None = None) -> Plan:
         """Everything that needs no judge: decide, look up, check, render prompts."""
@@ -205,7 +208,7 @@ class Scorer:
                 return True
         if rule.judge.mode == "batch":
             return False  # the same verdict, at the online price (the queue logs why)
-        spent = job.batch.removesuffix(": judged in a batch")  # the defer budget's words
+        spent = job.batch.removesuffix(JUDGED_IN_A_BATCH)  # the defer budget's words
         why = f"budget exhausted: {spent}; batch judging is unavailable: {cannot}"
         plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
         return True

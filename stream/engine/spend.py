@@ -82,6 +82,7 @@ DEFAULT_JUDGE_PRICES = {
 
 
 WINDOW_S = {"hour": 3600, "day": 86_400}
+JUDGED_IN_A_BATCH = ": judged in a batch"  # how a spent defer budget's why ends
 
 
 class Budget(BaseModel):
@@ -245,7 +246,7 @@ class SpendLedger:
                 return Admission(
                     model,
                     rate,
-                    deferred=f"{_spent_says(first)}: judged in a batch",
+                    deferred=f"{_spent_says(first)}{JUDGED_IN_A_BATCH}",
                     budget={"mode": "defer", "budget": first.budget.describe()},
                 )
             target = first.budget.fallback

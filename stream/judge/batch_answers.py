@@ -58,14 +58,18 @@ class BatchAnswers:
         item = self.items.get(custom_id) if custom_id is not None else None
         if isinstance(item, ItemAnswered):
             request = self.client.request_for(rule, prompt, system)
-            answer = item.answered(request)
-            read = self.client.read_batched(rule, request, answer, quoted)
-            if isinstance(read, Verdict):
-                self.answered.append((rule, prompt, system, read))
-                return read
-            if read.kind != "invalid_answer":
-                raise read  # declined, or cut at its token cap: asking again says the same
-            why = f"the batch's answer was unusable ({read})"
+            try:
+                answer = item.answered(request)
+            except ValueError as exc:  # not a chat completion (pydantic's ValidationError)
+                why = f"the batch's answer could not be read ({str(exc)[:200]})"
+            else:
+                read = self.client.read_batched(rule, request, answer, quoted)
+                if isinstance(read, Verdict):
+                    self.answered.append((rule, prompt, system, read))
+                    return read
+                if read.kind != "invalid_answer":
+                    raise read  # declined, or cut at its token cap: asking again says the same
+                why = f"the batch's answer was unusable ({read})"
         elif isinstance(item, ItemFailed) and item.kind in FINAL:
             raise JudgeError(f"in batch: {item.reason}", kind=FINAL[item.kind])
         elif isinstance(item, ItemFailed):

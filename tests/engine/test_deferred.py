@@ -653,3 +653,54 @@ async def test_a_fallback_budgets_model_survives_the_deferral(server: MockJudge)
     assert outcome.score.judge_model == "gpt-4.1-nano"
     assert outcome.score.details is not None
     assert outcome.score.details["budget"]["model"] == "gpt-4.1-nano"
+
+
+async def test_a_spent_defer_budget_skips_a_rule_that_reads_the_trace_through_tools(
+    server: MockJudge,
+) -> None:
+    """A batch answers each request once: the tool loop of a ``judge.tools: trace`` rule
+    cannot run in it, so its spent defer budget skips it, saying budget exhausted and why."""
+    ruleset = load_rules(RULES_DIR, ["mlflow"])
+    ruleset.rules = [r for r in ruleset.rules if r.id == "instructions_trace"]
+    ledger = SpendLedger([Budget(rule="instructions_trace", tokens=1, mode="defer")])
+    ledger.record("instructions_trace", "gpt-4o-mini", TokenUsage(prompt_tokens=2))
+    deferrer = FakeDeferrer()
+    client = client_of(server)
+    scorer = scorer_of(ruleset, client, deferrer)
+    scorer.ledger = ledger
+    document = {
+        "id": "t-tools",
+        "project_name": "agent",
+        "input": {"messages": [{"role": "user", "content": "hi"}]},
+        "output": {"messages": [{"role": "assistant", "content": "hello"}]},
+    }
+    result = await score(scorer, document)
+    await client.close()
+    (skipped,) = result.scores
+    assert skipped.status == "skipped" and skipped.status_reason is not None
+    assert skipped.status_reason.startswith("budget exhausted: rule instructions_trace")
+    assert skipped.status_reason.endswith("cannot be judged in a batch")
+    assert deferrer.offered == [] and server.requests == []
+
+
+async def test_a_close_defers_its_job_in_the_partition_its_thread_is_in(
+    server: MockJudge, tmp_path: Path
+) -> None:
+    """A close is scored by a task the thread agent's event may not outlive (it waits its
+    turn behind other closes): its job carries the partition of its thread's state, not
+    whatever record is current when the task runs."""
+    ruleset = load_rules(RULES_DIR, ["conversation"])
+    ruleset.rules = [batched(r) for r in ruleset.rules]
+    deferrer = FakeDeferrer()
+    client = client_of(server)
+    result = await scorer_of(ruleset, client, deferrer).score_thread(conversation_close(), 3)
+    await client.close()
+    assert {d.outcome for d in result.decisions} == {"deferred"}
+    assert deferrer.kept and {d.partition for d in deferrer.kept} == {3}
+    assert server.requests == []
+    # a trace's job leaves it to the record being scored (-1: the deferrer's current event)
+    trace_deferrer = FakeDeferrer()
+    client = client_of(server)
+    await score(scorer_of(demo_rules(tmp_path, JUDGED), client, trace_deferrer), parcel_trace())
+    await client.close()
+    assert [d.partition for d in trace_deferrer.kept] == [-1]

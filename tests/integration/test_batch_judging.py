@@ -261,3 +261,35 @@ async def test_failed_and_expired_items_are_asked_online_refused_ones_are_errors
     late = [s for s in scores if s["target_id"].startswith("t-late-")]
     assert len(late) == 3 and all(s["status"] == "ok" and s["value"] == 1.0 for s in late)
     assert all("expired" in s["details"]["batch"]["fallback"] for s in late)
+
+
+async def test_jobs_that_cannot_be_submitted_are_judged_online_after_the_give_up_time(
+    broker: EmbeddedBroker,
+    names: Names,
+    workers: list[Worker],
+    tmp_path: Path,
+    judge: MockJudge,
+    batch_api: BatchDouble,
+) -> None:
+    """An endpoint (or model) without the Batch API refuses every create: the jobs are tried
+    again each round, then judged by ordinary calls after SCORER_BATCH_GIVE_UP_S, saying
+    why; nothing is created, nothing is lost."""
+    batch_api.refuse_create = 400
+    judge.script("where is my parcel", '{"score": 0.5, "reason": "answered online"}')
+    worker = trace_worker(
+        broker, names, tmp_path, judge, batch_api, SCORER_BATCH_GIVE_UP_S="2"
+    ).start()
+    workers.append(worker)
+    refused = [trace(f"t-refused-{i}", f"where is my parcel {i}?") for i in range(3)]
+    await produce(broker.bootstrap, names.traces, refused)
+    scores = await read_scores(broker.bootstrap, names.scores, until=lambda s: len(s) >= 3)
+    assert sorted(s["target_id"] for s in scores) == [f"t-refused-{i}" for i in range(3)]
+    for score in scores:
+        assert score["status"] == "ok" and score["value"] == 0.5
+        assert score["usage"]["batch"] is False  # an ordinary call's price
+        fallback = score["details"]["batch"]["fallback"]
+        assert "submitting a batch of 3 requests for reply_quality failed" in fallback
+        assert "SCORER_BATCH_GIVE_UP_S" in fallback
+    assert batch_api.batches == {}
+    assert batch_api.calls.count("POST /v1/batches") >= 2  # tried again before giving up
+    assert "again next round" in worker.log()

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import time
 import urllib.parse
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from batch_double import BatchDouble
 from conftest import require_tool
 from scripted_judge import MockJudge, Reply
 
@@ -240,6 +242,26 @@ def otlp_batch(round_: str) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def batches() -> Iterator[BatchDouble]:
+    """The Batch API the worker's one batch rule is judged through."""
+    with BatchDouble() as api:
+        yield api
+
+
+def with_a_batch_rule(rules: Path) -> Path:
+    """The shipped packs, with one FretCoach rule judged in batches submitted after a second
+    (judge.mode: batch), so the batch panels and alert have series."""
+    shutil.copytree(REPO / "rules", rules, ignore=shutil.ignore_patterns("__pycache__"))
+    path = rules / "fretcoach" / "hub_answer_correctness.yaml"
+    text = path.read_text()
+    judge = "judge:\n  temperature: 0.0\n"
+    assert judge in text
+    batched = judge + "  mode: batch\n  batch: {max_jobs: 1000, max_wait_s: 1}\n"
+    path.write_text(text.replace(judge, batched))
+    return rules
+
+
 def problems(prometheus: Prometheus) -> list[str]:
     """Every expression that does not parse or returns nothing, with where it is used."""
     found = []
@@ -268,6 +290,7 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     workers: list[Worker],
     tmp_path: Path,
     prometheus_for: Any,
+    batches: BatchDouble,
 ) -> None:
     # one server error (a retry), then good answers; the judge's default answer fits some
     # scales and not others (unusable answers, error scores): a realistic mix
@@ -294,6 +317,9 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         # a budget with room: its gauge exists for the budget alert to read
         SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
         SCORER_PACKS='["fretcoach", "critique", "coaching"]',
+        SCORER_RULES_DIR=str(with_a_batch_rule(tmp_path / "rules")),
+        SCORER_BATCH_BASE_URL=batches.base_url,
+        SCORER_BATCH_POLL_S="1",
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)

@@ -164,6 +164,8 @@ async def test_a_refused_item_or_failed_batch_is_an_error_saying_why(
         (ItemFailed(CALL, "missing", "missing: the batch said nothing of it"), "missing"),
         (None, "the batch has no item for this call"),
         (ItemAnswered(CALL, body("no idea, sorry")), "the batch's answer was unusable"),
+        # a 200 body that is no chat completion (no "created", no "choices"): not a bug
+        (ItemAnswered(CALL, {"id": "x", "model": "m"}), "the batch's answer could not be read"),
     ],
 )
 async def test_what_the_batch_did_not_answer_is_asked_online_saying_why(

@@ -14,7 +14,7 @@ from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape
 from ..plan import JudgedRule, JudgeJob, Plan
 from ..prompt import FittedPrompt, PromptTooLarge, describe_cut, fit_prompt, prompt_cut
-from ..spend import Admission
+from ..spend import JUDGED_IN_A_BATCH, Admission
 from ..trace_tools import TraceTools
 from ..verdicts import NO_JUDGE_REASON, Verdict
 
@@ -152,6 +152,11 @@ class JudgedKind(RuleKind):
         if rule.judge.mode == "batch":
             job.batch = "judge.mode: batch"
         elif admission is not None and admission.deferred is not None:
+            if rule.judge.tools is not None:  # a batch answers once: no tool loop in it
+                why = f"budget exhausted: {admission.deferred.removesuffix(JUDGED_IN_A_BATCH)}"
+                why += "; a rule that reads the trace through tools cannot be judged in a batch"
+                plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+                return
             job.batch = admission.deferred
         self.prepare(job, plan, found, fitted)
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
