@@ -257,6 +257,12 @@ class ScoreEvent(BaseModel):
         default=None,
         description="Structured detail of an aggregate score (e.g. a rubric's failed checks)",
     )
+    variant: str | None = Field(
+        default=None,
+        description="A shadow judge's score: the name of the rule's shadow variant that gave "
+        "it (its own score id; kept out of the quality metrics and alerts); null for the "
+        "rule's own (primary) score",
+    )
     created_at: datetime = Field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:
