@@ -75,6 +75,13 @@ class Observer:
         """A comparison's preference favoured the response its ratings put strictly lower
         (flagged on the preference score, its value kept)."""
 
+    def on_pair_preference(
+        self, rule: str, pack: str, project: str, variant_a: str, variant_b: str, preferred: str
+    ) -> None:
+        """A comparison's preference was published ok (the rule's own, not a shadow's):
+        ``preferred`` is ``a``, ``b`` or ``tie``. ``ScorerMetrics.on_score_published`` calls
+        it for every such score."""
+
     # -- judge -----------------------------------------------------------------------
 
     def on_judge_call(

@@ -18,6 +18,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics import MetricWrapperBase
 
+from ..agreement.preferences import PREFERRED_SIDES, pair_preference
 from ..models import ScoreEvent, TokenUsage
 from ..observer import Observer
 from .families import MetricFamilies
@@ -103,6 +104,12 @@ class ScorerMetrics(MetricFamilies, Observer):
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
         elif score.status == "error" and score.details and "counted_as" in score.details:
             self._count_error(score, project, score.details["counted_as"])
+        if score.scope == "pair":
+            pair = pair_preference(score)
+            if pair is not None:
+                self.on_pair_preference(
+                    pair.rule, pair.pack, project, pair.variant_a, pair.variant_b, pair.preferred
+                )
 
     def _count_error(self, score: ScoreEvent, project: str, counted: Any) -> None:
         """An error score whose rule counts errors as a value: that value once for each score
@@ -146,6 +153,15 @@ class ScorerMetrics(MetricFamilies, Observer):
 
     def on_comparison_contradiction(self, rule: str, pack: str) -> None:
         self._child(self.comparison_contradictions, rule, pack).inc()
+
+    def on_pair_preference(
+        self, rule: str, pack: str, project: str, variant_a: str, variant_b: str, preferred: str
+    ) -> None:
+        labels = (rule, pack, project, variant_a, variant_b)
+        self._child(self.pair_preferences, *labels, preferred).inc()
+        # the pair's other outcomes from 0: a win rate's increase() sees the first of each
+        for other in PREFERRED_SIDES:
+            self._child(self.pair_preferences, *labels, other)
 
     def on_prompt_cut(self, rule: str, pack: str) -> None:
         self._child(self.prompt_cuts, rule, pack).inc()

@@ -81,6 +81,14 @@ class MetricFamilies:
             "preference score, its value kept",
             ("rule", "pack"),
         )
+        # ``variant_a``/``variant_b``: the rule file's ``pair.variants`` (traffic with any
+        # other variant is not paired), ``project`` bounded as on the score metrics
+        self.pair_preferences = counter(
+            "pair_preferences",
+            "Comparison preferences published ok (a rule's own, not a shadow's), by the side "
+            "preferred: a, b or tie (the ranking's 0); B's win rate counts a tie as half a win",
+            ("rule", "pack", "project", "variant_a", "variant_b", "preferred"),
+        )
         # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,
         # declared in the rule files. ``project``: the score's project, bounded (the kept
         # projects' names, "other" for the rest: metrics/projects.py).

@@ -1,0 +1,1 @@
+"""Knowing when to trust the judge: human labels, agreement measures, pair win rates."""

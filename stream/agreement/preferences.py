@@ -1,0 +1,63 @@
+"""What a published comparison preference says of its pair: which variant was response A,
+which was B, and which one the judge preferred (``a``, ``b`` or ``tie``), read from the score
+event the comparison kind publishes (``stream/engine/kinds/comparison.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..engine.kinds.comparison import PREFERENCE
+from ..models import ScoreEvent
+
+Preferred = Literal["a", "b", "tie"]
+PREFERRED_SIDES: tuple[Preferred, ...] = ("a", "b", "tie")
+
+
+@dataclass(frozen=True)
+class PairPreference:
+    """One judged pair: the rule, its project, the two variants' names (A first, as the rule's
+    ``pair.variants`` lists them) and the side preferred."""
+
+    rule: str
+    pack: str
+    project: str
+    variant_a: str
+    variant_b: str
+    preferred: Preferred
+
+
+def preferred_side(raw_value: float) -> Preferred:
+    """The seed's Preference Ranking read as a side: above 0 favours A, below 0 favours B,
+    0 ("roughly equivalent") is a tie."""
+    if raw_value > 0:
+        return "a"
+    if raw_value < 0:
+        return "b"
+    return "tie"
+
+
+def pair_preference(score: ScoreEvent) -> PairPreference | None:
+    """The pair preference ``score`` is, or None: not a comparison's preference (a response's
+    rating, any other rule's score), not ``ok`` (no preference was given), or a shadow
+    variant's (``score.variant`` set: a shadow judge's opinion is not the pair's result).
+
+    The comparison kind writes ``details.variants`` as {variant: trace id} in slot order, A
+    first; those names are the rule file's ``pair.variants`` (traffic with any other variant
+    is not paired), so they are as bounded as the rule set."""
+    if score.criterion != PREFERENCE or score.scope != "pair" or score.variant is not None:
+        return None
+    if score.status != "ok" or score.raw_value is None:
+        return None
+    variants = (score.details or {}).get("variants")
+    if not isinstance(variants, dict) or len(variants) != 2:
+        return None
+    variant_a, variant_b = (str(name) for name in variants)
+    return PairPreference(
+        rule=score.rule_id,
+        pack=score.pack,
+        project=score.project_name,
+        variant_a=variant_a,
+        variant_b=variant_b,
+        preferred=preferred_side(score.raw_value),
+    )
