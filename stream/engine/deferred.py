@@ -20,11 +20,11 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import JudgeError
-from ..models import ThreadDecisions, ThreadInfo, TraceDecisions, utcnow
+from ..models import ScoreEvent, ThreadDecisions, ThreadInfo, TraceDecisions, utcnow
 from .context import ScoringContext
 from .kinds import kind_of, primary_shape
 from .kinds.base import judge_failed
-from .outcomes import RuleOutcome, Target
+from .outcomes import Measured, RuleOutcome, Target
 from .plan import JudgedRule, JudgeJob, Plan
 from .prompt import FittedPrompt
 from .records import Records, pair_records_of, scored
@@ -37,9 +37,12 @@ State = Literal["waiting", "submitting", "submitted"]
 
 
 def deferred_key(plan: Plan, rule: JudgedRule) -> str:
-    """The entry's key: the score's identity (the rule, its version, the target's score key),
-    so the same target deferred twice (a redelivered trace) is one entry."""
+    """The entry's key: the score's identity (the rule, its version, a shadow's variant, the
+    target's score key), so the same target deferred twice (a redelivered trace) is one entry,
+    and a rule's own job and each shadow's are entries apart."""
     text = f"{rule.pack}\x00{rule.id}\x00{rule.version}\x00{plan.target.score_key}"
+    if rule.variant is not None:
+        text += f"\x00{rule.variant}"
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -74,6 +77,7 @@ class Deferred:
     batch_id: str | None = None
     format: int = FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # room for later fields
+    variant: str | None = None  # a shadow judge's job: the rule's shadow it judges as
 
     def encode(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -127,6 +131,11 @@ class Deferred:
         """What the rule's outcome publishes: its scores, and a decision record holding its
         decision for the target (a trace, a close, or each trace of a pair)."""
         scores = [s for s in [outcome.score, *outcome.extra] if s is not None]
+        if self.variant is not None:  # a shadow's scores; the rule's decision is its own judge's
+            return replace(self.records_of(outcome, scores), decisions=[])
+        return self.records_of(outcome, scores)
+
+    def records_of(self, outcome: RuleOutcome, scores: list[ScoreEvent]) -> Records:
         target, close = self.target, self.close
         if close is None:
             record: TraceDecisions | ThreadDecisions = TraceDecisions(
@@ -168,6 +177,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
         rule_id=rule.id,
         pack=rule.pack,
         version=rule.version,
+        variant=rule.variant,
         model=model,
         why=why,
         target={
@@ -202,7 +212,13 @@ async def finish_deferred(
 ) -> RuleOutcome:
     """The outcome of ``deferred`` for ``rule`` (the rule it was planned with, judged by the
     deferred job's model), its judge calls answered by ``judge`` (a batch's answers): the
-    rule's kind concludes and settles it as it would a live call's."""
+    rule's kind concludes and settles it as it would a live call's. A shadow's job is judged
+    as that shadow of ``rule`` (one the rule no longer names: an ``error`` score saying so)."""
+    if deferred.variant is not None:
+        try:
+            rule = rule.as_shadow(deferred.variant)
+        except KeyError as exc:
+            return gone_shadow(ctx, deferred, rule, str(exc))
     if ctx.model_of(rule) != deferred.model:
         judged = rule.judge.model_copy(update={"model": deferred.model})
         rule = rule.model_copy(update={"judge": judged})  # a fallback budget's model
@@ -215,3 +231,13 @@ async def finish_deferred(
         outcome = ctx.finish(rule, plan, judge_failed(ctx, job, exc), utcnow())
     kind.settle(ctx, job, outcome)
     return outcome
+
+
+def gone_shadow(ctx: ScoringContext, deferred: Deferred, rule: JudgedRule, why: str) -> RuleOutcome:
+    """A shadow's job whose rule (same version) names that shadow no more: an ``error``
+    score of the variant saying so."""
+    judged = rule.model_copy(update={"shadow": []})
+    judged._variant = deferred.variant
+    ctx = replace(ctx, shapes={**ctx.shapes, rule.id: primary_shape(rule)}, deferrer=None)
+    said = f"{why}: its batch answer has no shadow to be read as"
+    return ctx.finish(judged, deferred.plan(), Measured("error", said), utcnow())

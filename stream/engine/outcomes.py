@@ -57,6 +57,9 @@ class RuleOutcome:
     decision: Decision
     score: ScoreEvent | None
     extra: list[ScoreEvent] = field(default_factory=list)  # a rubric's other scores
+    # a shadow judge's outcome: its scores carry the variant; its decision is not published
+    # (the rule's decision is its own judge's)
+    variant: str | None = None
 
 
 @dataclass
@@ -75,12 +78,14 @@ class TraceResult:
 
     @property
     def decisions(self) -> list[Decision]:
-        return [o.decision for o in self.outcomes]
+        return [o.decision for o in self.outcomes if o.variant is None]
 
 
 def score_rule_key(rule: AnyRule, criterion: str | None) -> str:
-    """What a score id hashes for the rule: its id, and the criterion for rubric scores."""
-    return rule.id if criterion is None else f"{rule.id}/{criterion}"
+    """What a score id hashes for the rule: its id, the criterion for rubric scores, and a
+    shadow judge's variant (so its scores have ids of their own)."""
+    key = rule.id if criterion is None else f"{rule.id}/{criterion}"
+    return key if rule.variant is None else f"{key}@{rule.variant}"
 
 
 def make_decision(
@@ -149,5 +154,6 @@ def make_score(
         usage=measured.usage,
         thread=target.thread,
         details=measured.details,
+        variant=rule.variant,
         created_at=created_at,
     )

@@ -53,7 +53,9 @@ def load_rule_file(path: Path, pack_code: PackCode | None = None) -> AnyRule:
     if not isinstance(data, dict):
         raise RuleFileError(str(path), ["a rule file must be a YAML mapping"])
     try:
-        rule = RULE_ADAPTER.validate_python(data, context={"pack_code": pack_code})
+        # rule_dir: where a shadow's prompt_file is read from
+        context = {"pack_code": pack_code, "rule_dir": path.parent}
+        rule = RULE_ADAPTER.validate_python(data, context=context)
     except ValidationError as exc:
         raise RuleFileError(str(path), _format_validation_error(exc)) from exc
     problems = []
@@ -174,6 +176,9 @@ def check_rules(
         seen[rule.id] = path
         rules.append(rule)
         digest.update(path.read_bytes())
+        for shadow in getattr(rule, "shadow", ()):
+            if shadow.prompt_file is not None:  # its text is part of the rule
+                digest.update(f"{shadow.name}\x00{shadow.prompt}".encode())
     return RuleSet(rules, digest.hexdigest()[:12], switched_off), errors
 
 

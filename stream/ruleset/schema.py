@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import orjson
 from jmespath.exceptions import JMESPathError
@@ -40,6 +40,7 @@ from .specs import (
     OutputSpec,
     PairSpec,
     PromptSuffix,
+    ShadowSpec,
     Strict,
     ThreadSpec,
     VariableSpec,
@@ -119,6 +120,15 @@ class RuleBase(Strict):
         """Deterministic by target id, so a redelivered trace is sampled the same way."""
         return self.sampling_rate >= 1.0 or sampled(self.id, self.sampling_rate, target_id)
 
+    # the shadow variant this rule object judges as (``PromptedRule.as_shadow``); None: the
+    # rule itself
+    _variant: str | None = PrivateAttr(default=None)
+
+    @property
+    def variant(self) -> str | None:
+        """The shadow variant this rule judges as (its scores carry it), or None."""
+        return self._variant
+
 
 class PromptedRule(RuleBase):
     """What every judged rule has: the judge, the prompt (and optional system prompt), the
@@ -131,19 +141,31 @@ class PromptedRule(RuleBase):
         default_factory=dict, description="Placeholder -> literal text (e.g. instructions)"
     )
     suffixes: list[PromptSuffix] = Field(default_factory=list)
+    shadow: list[ShadowSpec] = Field(
+        default_factory=list,
+        description="Shadow judges: other models or prompts scored on a hashed sample of the "
+        "targets the rule judges, their scores carrying the variant, out of the quality metrics",
+    )
 
-    @model_validator(mode="after")
-    def _placeholders_mapped(self) -> PromptedRule:
-        templates = [self.prompt, self.system_prompt or ""] + [s.text for s in self.suffixes]
+    def _mapping_problems(self, prompt: str, system_prompt: str | None) -> list[str]:
+        """What is wrong with the placeholders of a prompt (and system prompt) of this rule:
+        each must be mapped (a variable or an option), each mapping used."""
+        templates = [prompt, system_prompt or ""] + [s.text for s in self.suffixes]
         used = set().union(*(placeholders(t) for t in templates))
         problems = []
-        if both := sorted(set(self.variables) & set(self.options)):
-            problems.append(f"placeholders both mapped and given as options: {both}")
         mapped = set(self.variables) | set(self.options)
         if unmapped := sorted(used - mapped):
             problems.append(f"placeholders without a variable mapping or option: {unmapped}")
         if unused := sorted(mapped - used):
             problems.append(f"variables or options not used in the prompt: {unused}")
+        return problems
+
+    @model_validator(mode="after")
+    def _placeholders_mapped(self) -> PromptedRule:
+        problems = []
+        if both := sorted(set(self.variables) & set(self.options)):
+            problems.append(f"placeholders both mapped and given as options: {both}")
+        problems.extend(self._mapping_problems(self.prompt, self.system_prompt))
         for i, suffix in enumerate(self.suffixes):
             try:
                 compile_path(suffix.when)
@@ -152,6 +174,53 @@ class PromptedRule(RuleBase):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _shadows_judge_apart(self) -> PromptedRule:
+        if not self.shadow:
+            return self
+        if self.judge.tools is not None:
+            raise ValueError(
+                f"shadow judges are not run for a rule with judge.tools: {self.judge.tools} "
+                "(its judge reads the trace in a tool loop): drop one of them"
+            )
+        names = [s.name for s in self.shadow]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"shadow names repeat: {twice}")
+        problems = []
+        for spec in self.shadow:
+            model = spec.model is not None and spec.model != self.judge.model
+            prompt = spec.prompt is not None and spec.prompt != self.prompt
+            system = spec.system_prompt is not None and spec.system_prompt != self.system_prompt
+            if not (model or prompt or system):
+                problems.append(
+                    f"shadow {spec.name}: the rule's own model and prompt (a shadow names "
+                    "another model, prompt, prompt_file or system_prompt)"
+                )
+            system_prompt = spec.system_prompt or self.system_prompt
+            for problem in self._mapping_problems(spec.prompt or self.prompt, system_prompt):
+                problems.append(f"shadow {spec.name}: {problem}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def as_shadow(self, name: str) -> Self:
+        """This rule judged as its shadow ``name`` (its model, prompt and system prompt; the
+        same variables, output and id): its scores carry ``variant=name``. ``KeyError`` when
+        the rule names no such shadow."""
+        spec = next((s for s in self.shadow if s.name == name), None)
+        if spec is None:
+            raise KeyError(f"rule {self.id} v{self.version} has no shadow {name!r}")
+        update: dict[str, Any] = {"shadow": []}
+        if spec.model is not None:
+            update["judge"] = self.judge.model_copy(update={"model": spec.model})
+        if spec.prompt is not None:
+            update["prompt"] = spec.prompt
+        if spec.system_prompt is not None:
+            update["system_prompt"] = spec.system_prompt
+        judged = self.model_copy(update=update)
+        judged._variant = name
+        return judged
 
 
 class LLMJudgeRule(PromptedRule):
@@ -320,6 +389,16 @@ class CheckRule(RuleBase):
     check: str
     params: dict[str, Any] = Field(default_factory=dict)
     _check: CheckSpec | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shadow(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "shadow" in data:
+            raise ValueError(
+                "shadow judges are for judged rules (llm_judge, rubric, comparison): a check "
+                "has no judge to shadow"
+            )
+        return data
 
     @property
     def engine(self) -> str:

@@ -4,9 +4,10 @@ criteria and aggregator reference; strict models (unknown keys rejected, frozen)
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from ..models import Scale
 from .paths import compile_path
@@ -226,6 +227,65 @@ class JudgeSpec(Strict):
                 f"mode batch cannot use tools: {self.tools} (a tool loop needs several round "
                 "trips with the judge; a batch answers each request once): drop one of them"
             )
+        return self
+
+
+SHADOW_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
+PRIMARY = "primary"  # what the rule's own judge is called beside its shadows
+
+
+class ShadowSpec(Strict):
+    """A shadow judge of a rule: another model and/or another prompt for the same variables,
+    judging a hashed sample (``sampling_rate``) of the targets the rule judges. Its scores
+    carry its ``name`` as their ``variant`` and are kept out of the quality metrics and alerts.
+
+    ``prompt_file`` is read at load time, relative to the rule file's folder (not a ``.yaml``
+    file: the pack's YAML files are its rules)."""
+
+    name: str = Field(pattern=SHADOW_NAME_PATTERN, max_length=40)
+    model: str | None = Field(default=None, description="None: the rule's own judge model")
+    prompt: str | None = Field(
+        default=None, min_length=1, description="None: the rule's own prompt (or prompt_file)"
+    )
+    prompt_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A file holding the prompt, relative to the rule file's folder",
+    )
+    system_prompt: str | None = Field(default=None, min_length=1)
+    sampling_rate: float = Field(
+        default=0.1, gt=0.0, le=1.0, description="The share of the rule's judged targets"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_prompt_file(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or data.get("prompt_file") is None:
+            return data
+        if data.get("prompt") is not None:
+            raise ValueError("prompt and prompt_file are two ways to give one prompt; pick one")
+        name = data["prompt_file"]
+        context = info.context if isinstance(info.context, dict) else {}
+        folder = context.get("rule_dir")
+        if not isinstance(name, str) or not isinstance(folder, Path):
+            raise ValueError("prompt_file is read from a rule file's folder (load the rule file)")
+        path = (folder / name).resolve()
+        if Path(name).is_absolute() or not path.is_relative_to(folder.resolve()):
+            raise ValueError(f"prompt_file {name!r}: a path inside the rule file's folder")
+        if path.suffix in (".yaml", ".yml"):
+            raise ValueError(
+                f"prompt_file {name!r}: a .yaml file of a pack is a rule, not a prompt"
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"prompt_file {name!r}: cannot be read: {exc}") from exc
+        return {**data, "prompt": text}
+
+    @model_validator(mode="after")
+    def _not_primary(self) -> ShadowSpec:
+        if self.name == PRIMARY:
+            raise ValueError(f"name {PRIMARY!r} is the rule's own judge; name the shadow apart")
         return self
 
 

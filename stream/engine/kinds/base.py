@@ -121,6 +121,7 @@ class JudgedKind(RuleKind):
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", NO_JUDGE_REASON)))
             return
         admission, spent = None, None
+        shadowed = rule  # its shadows judge as the rule itself, whatever a budget does to it
         if ctx.ledger is not None:
             admission = ctx.ledger.admit(rule.id, ctx.model_of(rule), rule.sampling_rate)
             spent = admission.skipped  # skipped, unless its verdicts are kept (they are free)
@@ -132,22 +133,16 @@ class JudgedKind(RuleKind):
                 rule = rule.model_copy(
                     update={"judge": rule.judge.model_copy(update={"model": admission.model})}
                 )
-        cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
-        setting = CAP_OF_RULE if rule.judge.max_prompt_tokens else CAP_OF_WORKER
-        try:
-            fitted = [fit_prompt(rule, call, found.document, cap) for call in calls]
-        except PromptTooLarge as exc:
-            why = spent or f"prompt too large: {exc} ({setting}, judge.oversize)"
-            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
+        fitted, setting = fit_calls(ctx, rule, calls, found)
+        if isinstance(fitted, str):
+            plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent or fitted)))
             return
         if spent is not None and not (
             ctx.holds is not None and all(ctx.holds(rule, f.prompt, f.system) for f in fitted)
         ):
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent)))
             return
-        first = fitted[0]
-        job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
-        job.prompt_cut = prompt_cut(fitted, setting)
+        job = self._job(plan, rule, found, fitted, setting)
         job.admission = admission
         if rule.judge.mode == "batch":
             job.batch = "judge.mode: batch"
@@ -158,10 +153,46 @@ class JudgedKind(RuleKind):
                 plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", why)))
                 return
             job.batch = admission.deferred
-        self.prepare(job, plan, found, fitted)
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
             job.tools = TraceTools(found.document)
         plan.judge_jobs.append(job)
+        if spent is None:  # a spent budget's rule judged from kept verdicts runs no shadow
+            self._plan_shadows(ctx, plan, shadowed, calls, found, job.batch)
+
+    def _job(
+        self, plan: Plan, rule: JudgedRule, found: Found, fitted: list[FittedPrompt], setting: str
+    ) -> JudgeJob:
+        """The judge job of ``rule`` from its fitted prompts (its kind fills in the rest)."""
+        first = fitted[0]
+        job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
+        job.prompt_cut = prompt_cut(fitted, setting)
+        self.prepare(job, plan, found, fitted)
+        return job
+
+    def _plan_shadows(
+        self,
+        ctx: ScoringContext,
+        plan: Plan,
+        rule: JudgedRule,
+        calls: list[dict[str, Any]],
+        found: Found,
+        batch: str | None,
+    ) -> None:
+        """A judge job for each shadow of ``rule`` whose hashed sample (keyed apart from the
+        rule's own: ``<rule>@<shadow>``) takes the target: the rule with the shadow's model
+        and prompt, the same variables and cap; sent to a batch when the rule's job is. A
+        shadow's prompt that cannot fit is a ``skipped`` score of the shadow."""
+        for spec in rule.shadow:
+            if not sampled(f"{rule.id}@{spec.name}", spec.sampling_rate, plan.target.id):
+                continue
+            shadow = rule.as_shadow(spec.name)
+            fitted, setting = fit_calls(ctx, shadow, calls, found)
+            if isinstance(fitted, str):
+                plan.outcomes.append(ctx.finish(shadow, plan, Measured("skipped", fitted)))
+                continue
+            job = self._job(plan, shadow, found, fitted, setting)
+            job.batch = batch
+            plan.judge_jobs.append(job)
 
     async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
         """One judge call; its verdict concluded by the kind, or an ``error`` score."""
@@ -182,6 +213,19 @@ class JudgedKind(RuleKind):
     ) -> RuleOutcome:
         """The rule's outcome from the judge's verdict."""
         raise NotImplementedError
+
+
+def fit_calls(
+    ctx: ScoringContext, rule: JudgedRule, calls: list[dict[str, Any]], found: Found
+) -> tuple[list[FittedPrompt] | str, str]:
+    """Each call's prompt fitted to the rule's cap (or why it cannot be), and which setting
+    the cap came from."""
+    cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
+    setting = CAP_OF_RULE if rule.judge.max_prompt_tokens else CAP_OF_WORKER
+    try:
+        return [fit_prompt(rule, call, found.document, cap) for call in calls], setting
+    except PromptTooLarge as exc:
+        return f"prompt too large: {exc} ({setting}, judge.oversize)", setting
 
 
 def judge_failed(ctx: ScoringContext, job: JudgeJob, exc: JudgeError) -> Measured:
