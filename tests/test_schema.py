@@ -5,13 +5,54 @@ from __future__ import annotations
 import orjson
 from fixtures import as_trace, live_trace, scorer
 
-from stream.event_schema import SCHEMA_PATH, score_event_schema
+from stream.event_schema import (
+    LABEL_SCHEMA_PATH,
+    SCHEMA_PATH,
+    human_label_schema,
+    score_event_schema,
+)
 
 
 def test_published_schema_is_current() -> None:
     assert orjson.loads(SCHEMA_PATH.read_bytes()) == score_event_schema(), (
         "run `python -m stream.event_schema` to regenerate stream/schemas/score-event.schema.json"
     )
+
+
+def test_published_label_schema_is_current() -> None:
+    assert orjson.loads(LABEL_SCHEMA_PATH.read_bytes()) == human_label_schema(), (
+        "run `python -m stream.event_schema` to regenerate stream/schemas/human-label.schema.json"
+    )
+
+
+def test_the_label_schema_takes_what_the_model_takes() -> None:
+    import jsonschema
+
+    from stream.agreement.labels import HumanLabel
+
+    schema = orjson.loads(LABEL_SCHEMA_PATH.read_bytes())
+    base = {
+        "rule_id": "safety",
+        "value": "yes",
+        "annotator": "ana",
+        "labelled_at": "2026-11-01T10:00:00Z",
+    }
+    for target in ("target_id", "trace_id", "thread_id"):
+        record = {**base, target: "t-1", "criterion": None, "value": 3}
+        jsonschema.validate(record, schema)
+        assert HumanLabel.model_validate(record).target_id == "t-1"
+    for bad in (
+        base,  # no target
+        {**base, "trace_id": "t-1", "thread_id": "t-1"},  # two
+        {**base, "trace_id": "t-1", "score": 1},  # unknown field
+        {**base, "trace_id": "t-1", "value": [1]},
+    ):
+        try:
+            jsonschema.validate(bad, schema)
+        except jsonschema.ValidationError:
+            pass
+        else:
+            raise AssertionError(f"the schema took {bad}")
 
 
 async def test_score_events_carry_every_contract_field() -> None:
