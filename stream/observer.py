@@ -30,7 +30,8 @@ class Observer:
         """From handing a trace's messages to the producer to the broker having them all."""
 
     def on_score_published(self, score: ScoreEvent) -> None:
-        """``score`` is on the scores topic."""
+        """``score`` is on the scores topic (a shadow judge's, with its ``variant``, is counted
+        apart from the rule's own scores)."""
 
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         """A fetch of ``topic`` skipped offsets: ``detected`` (fetched again), then ``filled``

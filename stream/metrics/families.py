@@ -117,6 +117,12 @@ class MetricFamilies:
             ("rule", "pack", "criterion", "project"),
             registry=registry,
         )
+        self.shadow_scores = counter(
+            "shadow_scores",
+            "Score events of shadow judges (a rule's shadow variants), by status: kept out of "
+            "the score metrics above and the alerts that read them",
+            ("rule", "pack", "variant", "status"),
+        )
         self.prompt_cuts = counter(
             "prompt_cuts",
             "Judged rules whose prompt was over its cap (judge.max_prompt_tokens or "
