@@ -1,0 +1,323 @@
+"""Labels and scores joined per (target, rule, criterion) in whichever order they arrive:
+each pair once, duplicates silent, a changed label re-emitted under its id, late items
+after the retention joining nothing, and the state kept in the store (a dict here)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from fixtures import score_event
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream.agreement.join import AgreementJoin, Joined, agreement_id, state_key
+from stream.agreement.labels import HumanLabel, Reference
+from stream.models import Scale, ScoreEvent, ThreadInfo
+
+WHEN = datetime(2026, 11, 1, 12, tzinfo=UTC)
+DAY = 86_400.0
+
+
+def clock() -> datetime:
+    return WHEN
+
+
+def join(store: dict[bytes, bytes] | None = None, retention_s: float = DAY) -> AgreementJoin:
+    return AgreementJoin({} if store is None else store, retention_s, clock)
+
+
+def score(**fields: Any) -> ScoreEvent:
+    base: dict[str, Any] = {"target_id": "t-1", "rule_id": "answer_quality", "raw_value": 4.0}
+    base.update(fields)
+    if base.get("variant"):
+        base.setdefault("score_id", f"{base['target_id']}/{base['variant']}")
+    return score_event(**base)
+
+
+def choice_score(label: str, **fields: Any) -> ScoreEvent:
+    raw = {"yes": 1.0, "no": 0.0}[label]
+    return score(rule_id="safety", raw_value=raw, label=label, scale=Scale(min=0, max=1), **fields)
+
+
+def human(
+    value: float | str, annotator: str = "ana", kind: str = "numeric", **fields: Any
+) -> tuple[HumanLabel, Reference]:
+    base: dict[str, Any] = {
+        "trace_id": "t-1",
+        "rule_id": "answer_quality",
+        "value": value,
+        "annotator": annotator,
+        "labelled_at": "2026-11-01T11:00:00Z",
+    }
+    base.update(fields)
+    ref = (
+        Reference("choice", label=str(value))
+        if kind == "choice"
+        else Reference("numeric", raw_value=float(value))
+    )
+    return HumanLabel.model_validate(base), ref
+
+
+def test_a_label_after_its_score() -> None:
+    j = join()
+    primary = score()
+    assert j.add_score(primary, 0.0) == []
+    label, ref = human(5)
+    [pair] = j.add_label(label, ref, 10.0)
+    assert pair == Joined(
+        agreement_id=agreement_id(label.id, primary.score_id),
+        target_id="t-1",
+        rule_id="answer_quality",
+        pack="demo",
+        criterion=None,
+        project_name="shop",
+        reference="human",
+        variant=None,
+        model="gpt-4o-mini",
+        kind="numeric",
+        reference_value=5.0,
+        judged_value=4.0,
+        annotator="ana",
+        label_id=label.id,
+        score_id=primary.score_id,
+        labelled_at=datetime(2026, 11, 1, 11, tzinfo=UTC),
+        scored_at=primary.created_at,
+        joined_at=WHEN,
+    )
+    # the record the topic carries
+    assert orjson.loads(pair.to_bytes())["reference_value"] == 5.0
+
+
+def test_a_label_before_its_score_makes_the_same_pair() -> None:
+    primary = score()
+    label, ref = human(5)
+    after = join()
+    after.add_score(primary, 0.0)
+    before = join()
+    assert before.add_label(label, ref, 0.0) == []
+    assert before.add_score(primary, 10.0) == after.add_label(label, ref, 10.0)
+
+
+def test_choice_labels_compare_with_the_scores_label() -> None:
+    j = join()
+    j.add_score(choice_score("no"), 0.0)
+    label, ref = human("yes", kind="choice", rule_id="safety")
+    [pair] = j.add_label(label, ref, 1.0)
+    assert (pair.kind, pair.reference_value, pair.judged_value) == ("choice", "yes", "no")
+
+
+def test_a_choice_label_does_not_pair_with_a_score_without_a_label() -> None:
+    j = join()
+    j.add_score(score(rule_id="safety", raw_value=1.0, label=None), 0.0)
+    assert j.add_label(*human("yes", kind="choice", rule_id="safety"), 1.0) == []
+
+
+def test_only_ok_scores_with_a_raw_value_join() -> None:
+    j = join()
+    j.add_score(score(status="error", raw_value=None, value=None, status_reason="x"), 0.0)
+    j.add_score(score(status="skipped", raw_value=None, value=None, target_id="t-1"), 0.0)
+    assert j.add_label(*human(5), 1.0) == []
+    assert state_key("t-1", "answer_quality", None) in j.store  # the label is kept
+    assert orjson.loads(j.store[state_key("t-1", "answer_quality", None)])["scores"] == {}
+
+
+def test_other_targets_rules_and_criteria_do_not_join() -> None:
+    j = join()
+    j.add_score(score(target_id="t-2"), 0.0)
+    j.add_score(score(rule_id="other"), 0.0)
+    j.add_score(score(criterion="clarity"), 0.0)
+    assert j.add_label(*human(5), 1.0) == []
+    [pair] = j.add_label(*human(5, criterion="clarity"), 1.0)
+    assert pair.criterion == "clarity"
+
+
+def test_duplicates_emit_nothing_new() -> None:
+    j = join()
+    primary = score()
+    label, ref = human(5)
+    j.add_score(primary, 0.0)
+    assert len(j.add_label(label, ref, 1.0)) == 1
+    assert j.add_label(label, ref, 2.0) == []  # the same label again
+    assert j.add_score(primary, 3.0) == []  # the same score redelivered
+    again, _ = human(5, labelled_at="2026-11-02T09:00:00Z")  # re-sent, same value
+    assert j.add_label(again, ref, 4.0) == []
+
+
+def test_a_changed_label_is_emitted_again_under_the_same_id() -> None:
+    j = join()
+    j.add_score(score(), 0.0)
+    [first] = j.add_label(*human(5), 1.0)
+    [second] = j.add_label(*human(2), 2.0)  # same annotator, target, rule: same label id
+    assert second.agreement_id == first.agreement_id
+    assert (first.reference_value, second.reference_value) == (5.0, 2.0)
+    [third] = j.add_label(*human(2, annotator="bo"), 3.0)  # another annotator: another pair
+    assert third.agreement_id != first.agreement_id
+    assert third.annotator == "bo"
+
+
+def test_a_label_joins_every_score_of_its_key_and_every_label_a_new_score() -> None:
+    j = join()
+    j.add_label(*human(5), 0.0)
+    j.add_label(*human(3, annotator="bo"), 0.0)
+    pairs = j.add_score(score(), 1.0)
+    assert sorted((p.annotator, p.reference_value) for p in pairs) == [("ana", 5.0), ("bo", 3.0)]
+    shadow = score(variant="mini", judge_model="gpt-4.1-nano", raw_value=2.0)
+    shadow_pairs = j.add_score(shadow, 2.0)
+    assert {(p.reference, p.variant, p.model) for p in shadow_pairs} == {
+        ("human", "mini", "gpt-4.1-nano"),
+        ("primary", "mini", "gpt-4.1-nano"),
+    }
+    assert len(shadow_pairs) == 3  # ana and bo against the shadow, primary against it
+
+
+def test_a_shadow_joins_the_primary_in_either_order() -> None:
+    primary, shadow = score(), score(variant="mini", judge_model="small", raw_value=3.0)
+    a, b = join(), join()
+    assert a.add_score(primary, 0.0) == []
+    [pair] = a.add_score(shadow, 1.0)
+    assert b.add_score(shadow, 0.0) == []
+    assert b.add_score(primary, 1.0) == [pair]
+    assert pair.agreement_id == agreement_id(primary.score_id, shadow.score_id)
+    assert (pair.reference, pair.variant, pair.model) == ("primary", "mini", "small")
+    assert (pair.reference_value, pair.judged_value) == (4.0, 3.0)
+    assert (pair.reference_score_id, pair.score_id) == (primary.score_id, shadow.score_id)
+    assert (pair.annotator, pair.label_id, pair.labelled_at) == (None, None, None)
+
+
+def test_two_shadows_pair_with_the_primary_not_with_each_other() -> None:
+    j = join()
+    j.add_score(score(variant="a"), 0.0)
+    j.add_score(score(variant="b"), 0.0)
+    pairs = j.add_score(score(), 1.0)
+    assert sorted(p.variant or "" for p in pairs) == ["a", "b"]
+
+
+def test_a_shadow_pairs_with_the_primary_of_the_same_thread_close() -> None:
+    def close(seq: int) -> ThreadInfo:
+        return ThreadInfo(
+            kind="conversation", close_seq=seq, close_reason="end", turn_count=2, dropped_turns=0
+        )
+
+    j = join()
+    j.add_score(score(score_id="p1", scope="thread", thread=close(1)), 0.0)
+    j.add_score(score(score_id="p2", scope="thread", thread=close(2)), 0.0)
+    [pair] = j.add_score(score(score_id="s2", variant="v", scope="thread", thread=close(2)), 1.0)
+    assert pair.reference_score_id == "p2"
+
+
+def test_a_choice_primary_compares_labels_with_its_shadow() -> None:
+    j = join()
+    j.add_score(choice_score("yes"), 0.0)
+    [pair] = j.add_score(choice_score("no", variant="v"), 1.0)
+    assert (pair.kind, pair.reference_value, pair.judged_value) == ("choice", "yes", "no")
+
+
+def test_kind_of_decides_how_a_score_is_compared() -> None:
+    j = AgreementJoin({}, DAY, clock, kind_of=lambda s: "numeric")
+    j.add_score(choice_score("yes"), 0.0)
+    [pair] = j.add_score(choice_score("no", variant="v"), 1.0)
+    assert (pair.kind, pair.reference_value, pair.judged_value) == ("numeric", 1.0, 0.0)
+    skipping = AgreementJoin({}, DAY, clock, kind_of=lambda s: None)
+    assert skipping.add_score(score(), 0.0) == []
+    assert skipping.store == {}
+
+
+def test_rubric_criteria_join_by_criterion() -> None:
+    j = join()
+    cq1 = score(rule_id="coaching_transcript", criterion="CQ1", label="NA", raw_value=1.0)
+    cq2 = score(rule_id="coaching_transcript", criterion="CQ2", label="YES", raw_value=1.0)
+    j.add_score(cq1, 0.0)
+    j.add_score(cq2, 0.0)
+    label, ref = human("NO", kind="choice", rule_id="coaching_transcript", criterion="CQ2")
+    [pair] = j.add_label(label, ref, 1.0)
+    assert (pair.criterion, pair.score_id, pair.judged_value) == ("CQ2", cq2.score_id, "YES")
+
+
+def test_late_items_after_the_retention_join_nothing() -> None:
+    j = join(retention_s=100.0)
+    j.add_score(score(), 0.0)
+    assert j.add_label(*human(5), 101.0) == []  # the key was stale, whether expired or not
+    fresh = join(retention_s=100.0)
+    fresh.add_score(score(), 0.0)
+    assert len(fresh.add_label(*human(5), 100.0)) == 1  # at the retention: still joins
+
+
+def test_expire_drops_keys_whose_newest_item_is_older_than_the_retention() -> None:
+    store: dict[bytes, bytes] = {}
+    j = join(store, retention_s=100.0)
+    j.add_score(score(target_id="old"), 0.0)
+    j.add_score(score(target_id="kept"), 0.0)
+    j.add_label(*human(5, trace_id="kept"), 60.0)  # the key's newest item
+    assert j.expire(150.0) == 1
+    assert [orjson.loads(k)[0] for k in store] == ["kept"]
+    assert j.add_label(*human(4, trace_id="old"), 151.0) == []  # its score is gone
+    assert j.expire(161.0) == 1
+    assert j.expire(1000.0) == 1  # the late label's own key
+    assert store == {}
+
+
+def test_the_state_survives_in_the_store() -> None:
+    store: dict[bytes, bytes] = {}
+    join(store).add_score(score(), 0.0)
+    restarted = join(store)  # a new worker over the changelog's table
+    [pair] = restarted.add_label(*human(5), 1.0)
+    assert pair.judged_value == 4.0
+    assert restarted.add_score(score(), 2.0) == []  # still known after the restart
+
+
+# any arrival order of the same labels and scores yields the same agreement ids
+TARGETS = ["t-1", "t-2"]
+ITEMS: list[tuple[str, Any]] = [
+    *(("score", score(target_id=t)) for t in TARGETS),
+    *(("score", score(target_id=t, variant="mini", raw_value=3.0)) for t in TARGETS),
+    *(("score", score(target_id=t, variant="big", raw_value=5.0)) for t in TARGETS),
+    *(
+        ("label", human(v, annotator=a, trace_id=t))
+        for t in TARGETS
+        for a, v in [("ana", 5), ("bo", 2)]
+    ),
+]
+
+
+@given(
+    st.lists(
+        st.sampled_from(range(len(ITEMS))), min_size=len(ITEMS), max_size=2 * len(ITEMS)
+    ).filter(lambda order: set(order) == set(range(len(ITEMS))))
+    | st.permutations(range(len(ITEMS)))
+)
+def test_any_arrival_order_yields_the_same_agreement_ids(order: list[int]) -> None:
+    j = join()
+    ids: list[str] = []
+    for now, index in enumerate(order):
+        kind, item = ITEMS[index]
+        pairs = j.add_score(item, float(now)) if kind == "score" else j.add_label(*item, now)
+        ids.extend(p.agreement_id for p in pairs)
+    assert len(ids) == len(set(ids)), "a pair was emitted twice"
+    # per target: 2 labels x 3 scores, and the primary with 2 shadows
+    assert len(ids) == len(TARGETS) * (2 * 3 + 2)
+    assert set(ids) == EXPECTED_IDS
+
+
+def _expected_ids() -> set[str]:
+    """Worked out from the items, not by the join: every label with every score of its
+    target, and each target's primary score with each of its shadows."""
+    scores = [item for kind, item in ITEMS if kind == "score"]
+    labels = [item[0] for kind, item in ITEMS if kind == "label"]
+    ids = {
+        agreement_id(label.id, s.score_id)
+        for label in labels
+        for s in scores
+        if s.target_id == label.target_id
+    }
+    for primary in (s for s in scores if s.variant is None):
+        ids |= {
+            agreement_id(primary.score_id, s.score_id)
+            for s in scores
+            if s.variant is not None and s.target_id == primary.target_id
+        }
+    return ids
+
+
+EXPECTED_IDS = _expected_ids()
