@@ -36,6 +36,7 @@ class Explained:
     value: float | None = None
     prompt: str | None = None
     system: str | None = None
+    variant: str | None = None  # a shadow judge of the rule: its variant's name
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -153,17 +154,23 @@ def planned(plan: Plan) -> list[Explained]:
     explained = []
     for outcome in plan.outcomes:
         decision, score = outcome.decision, outcome.score
+        detail = (score.reason or score.status_reason) if score is not None else decision.detail
+        if outcome.variant is not None:  # a shadow's prompt that cannot fit
+            detail = f"shadow {outcome.variant}: {detail}"
         explained.append(
             Explained(
                 decision.rule_id,
                 decision.pack,
                 decision.outcome,
-                (score.reason or score.status_reason) if score is not None else decision.detail,
+                detail,
                 score.value if score is not None else None,
+                variant=outcome.variant,
             )
         )
     for job in plan.judge_jobs:
         why = "would be judged"
+        if (variant := job.rule.variant) is not None:
+            why = f"{shadow_says(job.rule, variant)}: {why}"
         if job.batch is not None:  # the worker defers it; its score follows the batch
             why = f"would be judged in a batch ({job.batch}; the decision says deferred)"
         if job.prompt_cut:  # what the score's details.prompt_cut and the decision will say
@@ -179,9 +186,27 @@ def planned(plan: Plan) -> list[Explained]:
                 why += f" ({bound})"
             why += ", the first one's prompt shown"
         explained.append(
-            Explained(job.rule.id, job.rule.pack, WOULD_JUDGE, why, None, job.prompt, job.system)
+            Explained(
+                job.rule.id,
+                job.rule.pack,
+                WOULD_JUDGE,
+                why,
+                None,
+                job.prompt,
+                job.system,
+                job.rule.variant,
+            )
         )
     return explained
+
+
+def shadow_says(rule: PromptedRule, variant: str) -> str:
+    """How ``scorer explain`` names a shadow judge the target would get."""
+    model = rule.judge.model or "the default model"
+    return (
+        f"shadow {variant} (judged by {model}; its score carries variant {variant}, kept out of "
+        "the quality metrics and alerts; the rule's decision is its own judge's)"
+    )
 
 
 def switched_off(ruleset: RuleSet, shown: Callable[[AnyRule], bool]) -> list[Explained]:

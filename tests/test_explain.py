@@ -31,6 +31,7 @@ from stream.explain import (
     explain_trace,
 )
 from stream.ruleset.loader import load_rules
+from stream.ruleset.specs import ShadowSpec
 from stream.threads.events import parse_session
 
 SHAPES = Path(__file__).parent / "data" / "shapes"
@@ -576,3 +577,29 @@ def test_a_batch_rule_is_explained_as_judged_in_a_batch() -> None:
     batched = by_rule["hub_answer_correctness"]
     assert batched.outcome == WOULD_JUDGE
     assert batched.detail.startswith("would be judged in a batch (judge.mode: batch;")
+
+
+def test_explain_names_the_shadows_a_trace_would_get() -> None:
+    """A shadow whose hashed sample takes the trace is a judge call of its own, named by its
+    variant and model; one whose sample leaves the trace out is not shown."""
+    ruleset = load_rules(RULES_DIR, ["fretcoach"])
+    shadows = [
+        ShadowSpec(name="mini", model="gpt-mini", sampling_rate=1.0),
+        ShadowSpec(name="rare", model="gpt-rare", sampling_rate=1e-9),
+    ]
+    ruleset.rules = [
+        rule.model_copy(update={"shadow": shadows}) if rule.id == "hub_answer_correctness" else rule
+        for rule in ruleset.rules
+    ]
+    _, explained = explain_trace(ruleset, orjson.dumps(hub_trace()), None, "gpt-4o-mini")
+    primary, shadow = [e for e in explained if e.rule_id == "hub_answer_correctness"]
+    assert (primary.outcome, primary.variant, primary.detail) == (
+        WOULD_JUDGE,
+        None,
+        "would be judged",
+    )
+    assert (shadow.outcome, shadow.variant) == (WOULD_JUDGE, "mini")
+    assert shadow.detail is not None
+    assert shadow.detail.startswith("shadow mini (judged by gpt-mini; its score carries variant")
+    assert shadow.prompt == primary.prompt  # a model-only shadow asks the rule's prompt
+    assert shadow.as_dict()["variant"] == "mini" and "variant" not in primary.as_dict()
