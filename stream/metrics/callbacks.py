@@ -83,8 +83,8 @@ class ScorerMetrics(MetricFamilies, Observer):
 
     def on_score_published(self, score: ScoreEvent) -> None:
         if score.variant is not None:  # a shadow judge's: out of the quality metrics
-            labels = (score.rule_id, score.pack, score.variant, score.status)
-            self._child(self.shadow_scores, *labels).inc()
+            shadow = (score.rule_id, score.pack, score.variant, score.status)
+            self._child(self.shadow_scores, *shadow).inc()
             return
         # every score: the three series of one (rule, pack, criterion, project) resolved
         # together; the project bounded (a kept project's name, or "other")
