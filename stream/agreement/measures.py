@@ -275,12 +275,12 @@ def count(n: int) -> Estimate:
     return Estimate(float(n), None, None, n)
 
 
-def measure(
-    kind: str, pairs: Iterable[tuple[str, str]] | Iterable[tuple[float, float]]
-) -> dict[str, Estimate]:
-    """Every measure of one kind over ``pairs``: ``choice`` rules (labels) give ``kappa``,
-    ``accuracy`` and ``count``; ``numeric`` rules (raw values) give ``mae``, ``spearman`` and
-    ``count``. A pair of the wrong type, or an unknown kind, is a ``ValueError``."""
+def measure(kind: str, pairs: Iterable[tuple[object, object]]) -> dict[str, Estimate]:
+    """Every measure of one kind over ``pairs``: ``choice`` rules (labels, ``str``) give
+    ``kappa``, ``accuracy`` and ``count``; ``numeric`` rules (raw values) give ``mae``,
+    ``spearman`` and ``count``. Pairs are checked here, so joined values typed ``str | float``
+    can be passed as they are: a pair of the wrong type for the kind, or an unknown kind, is a
+    ``ValueError``."""
     if kind == "choice":
         labels = _choice_pairs(pairs)
         return {

@@ -330,9 +330,9 @@ def test_measures_of_no_pairs_are_undefined_with_a_count_of_0() -> None:
 
 def test_pairs_of_the_wrong_type_and_unknown_kinds_are_refused() -> None:
     with pytest.raises(ValueError, match="pair 1: a choice measure takes two labels"):
-        measure("choice", [("yes", "no"), ("yes", 1.0)])  # type: ignore[list-item]
+        measure("choice", [("yes", "no"), ("yes", 1.0)])
     with pytest.raises(ValueError, match="pair 0: the judged value 'x' is not a finite number"):
-        measure("numeric", [(1.0, "x")])  # type: ignore[list-item]
+        measure("numeric", [(1.0, "x")])
     with pytest.raises(ValueError, match="the reference value nan"):
         spearman([(math.nan, 1.0)])
     with pytest.raises(ValueError, match="not a finite number"):
