@@ -24,6 +24,7 @@ SCORES = f'{RULES}, project=~"$project"'
 MODELS = 'model=~"$model"'
 WIDTH = 24  # Grafana's grid
 PER_RULE = "{{pack}}/{{rule}} {{criterion}} ({{project}})"  # legend of per-rule series
+PAIR = "{{pack}}/{{rule}} {{variant_b}} over {{variant_a}} ({{project}})"  # a variant pair
 SHARE: dict[str, Any] = {"unit": "percentunit", "min": 0, "max": 1}  # a 0..1 axis
 
 
@@ -203,6 +204,21 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             description="Pairs of traces answering one request (comparison key), judged side "
             "by side: above 0 the first variant (A) is preferred, below 0 the second (B, e.g. "
             "a canary). Not alerted on: it is news about the variants, not a drop in quality.",
+        ),
+        graph(
+            "Win rate of B over A (1d) with its 95 % interval (dashed)",
+            Query(f"scorer:pair_win_rate_b:1d{{{SCORES}}}", PAIR),
+            Query(f"scorer:pair_win_rate_b_low:1d{{{SCORES}}}", PAIR + " low"),
+            Query(f"scorer:pair_win_rate_b_high:1d{{{SCORES}}}", PAIR + " high"),
+            **SHARE,
+            thresholds=[(None, "blue"), (0.5, "green")],
+            threshold_line=True,
+            dashed=".* (low|high)$",
+            description="Share of the last day's comparisons the second variant (B, e.g. a "
+            "canary) won, a tie counted as half a win, per rule, project and variant pair; "
+            "between the dashed lines: its Wilson 95 % interval. An interval above 0.5 says B "
+            "is preferred, below it A; one that straddles 0.5 says there are not enough pairs "
+            "yet to tell (scorer:pair_win_rate_b:1h for the last hour).",
         ),
         rule_results("Trace rules: mean score over the range", "trace"),
         rule_results(
