@@ -356,3 +356,12 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         substitute(pass_rate).replace('rule=~".*"', 'rule="coaching_transcript"')
     )
     assert [r["value"][1] for r in answer["data"]["result"]] == ["0.5"]
+    # the scripted comparison prefers A (+1) every round: B's win rate is 0, its interval
+    # [0, high] with high > 0 (a pair or two cannot show that A always wins)
+    win = prometheus.query('scorer:pair_win_rate_b:1d{rule="response_comparison"}')
+    assert [
+        (r["metric"]["variant_a"], r["metric"]["variant_b"]) for r in win["data"]["result"]
+    ] == [("A", "B")]
+    assert [r["value"][1] for r in win["data"]["result"]] == ["0"]
+    high = prometheus.query('scorer:pair_win_rate_b_high:1d{rule="response_comparison"}')
+    assert 0 < float(high["data"]["result"][0]["value"][1]) < 1
