@@ -46,6 +46,12 @@ class Topics:
     otlp: TopicT | None = None
     otlp_assembly: TopicT | None = None
     otlp_traces: TopicT | None = None
+    # human labels (read with the scores topic), the joins out, and the internal topics the
+    # join table and the measuring agent read (design record 26)
+    labels: TopicT | None = None
+    agreement: TopicT | None = None
+    agreement_events: TopicT | None = None
+    agreement_measure: TopicT | None = None
     # internal topic -> the input topic its traces came from (what rule filters see)
     seen_as: dict[str, str] = field(default_factory=dict)
 
@@ -129,6 +135,17 @@ def create_app(
             "seen_as": {settings.otlp_traces_topic: settings.otlp_topic},
         }
         traces = raw_topic(settings.traces_topic, settings.otlp_traces_topic)
+    agreement: dict[str, Any] = {}
+    if settings.labels_topic:  # "" turns the labels join off
+        internal_joins = {"partitions": settings.topic_partitions, "internal": True}
+        agreement = {
+            "labels": raw_topic(settings.labels_topic, settings.scores_topic),
+            "agreement": raw_topic(settings.agreement_topic),
+            "agreement_events": raw_topic(settings.agreement_events_topic, **internal_joins),
+            "agreement_measure": raw_topic(
+                settings.agreement_measure_topic, partitions=1, internal=True
+            ),
+        }
     topics = Topics(
         traces=traces,
         scores=raw_topic(settings.scores_topic),
@@ -140,6 +157,7 @@ def create_app(
             settings.thread_events_topic_name, partitions=settings.topic_partitions, internal=True
         ),
         **otlp,
+        **agreement,
     )
 
     @app.page("/metrics")

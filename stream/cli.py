@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import typing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -102,6 +104,51 @@ def replay(
         task = progress.add_task(f"replaying into {target}", total=len(items))
         n = asyncio.run(produce(bootstrap, target, items, lambda: progress.advance(task), security))
     console.print(f"produced {n} traces to {target}")
+
+
+@app.command()
+def agreement(
+    rule: Annotated[str | None, typer.Option(help="Only this rule")] = None,
+    since: Annotated[
+        float | None, typer.Option(help="Only pairs joined in the last SECONDS (default: all)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document")] = False,
+    idle: Annotated[
+        float, typer.Option(help="Stop reading a topic after SECONDS without a record")
+    ] = 2.0,
+) -> None:
+    """How far each rule's judge agrees with human labels, each shadow with the labels and
+    the primary, and each comparison's B over A: counts and 95 % intervals, from the
+    agreement and scores topics (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
+    from .agreement.report import build, pairs_of, preferences_of, report_json
+    from .kafka.broker import broker_in_use
+    from .kafka.io import check_cluster, read_all
+
+    settings = Settings()
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    if found is None:
+        raise ConfigError(
+            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
+             "`scorer worker`: its embedded broker is found by itself)"]
+        )  # fmt: skip
+    bootstrap, security = found
+
+    async def read() -> tuple[list[bytes], list[bytes]]:
+        await check_cluster(bootstrap, security)
+        topics = (settings.agreement_topic, settings.scores_topic)
+        pairs, scores = await asyncio.gather(
+            *(read_all(bootstrap, topic, security, idle) for topic in topics)
+        )
+        return pairs, scores
+
+    joined, scores = asyncio.run(read())
+    after = datetime.fromtimestamp(time.time() - since, UTC) if since else None
+    report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule))
+    if as_json:
+        typer.echo(report_json(report))
+        return
+    for line in report.lines():
+        console.print(line, highlight=False, markup=False)
 
 
 @app.command()

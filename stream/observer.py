@@ -7,7 +7,8 @@ registry; ``stream.metrics.ScorerMetrics`` turns the callbacks into Prometheus m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .models import ScoreEvent, TokenUsage
 
@@ -133,6 +134,14 @@ class Observer:
     def on_batch_pending(self, jobs: int, oldest_s: float) -> None:
         """The judge jobs pending in the partitions this worker owns, and how long the
         oldest has waited (0: none), each batch round."""
+
+    def on_agreement_joined(self, rule: str, reference: str) -> None:
+        """A pair was joined for ``rule``: a human label (``human``) or the primary judge's
+        score (``primary``) with a judge's score."""
+
+    def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
+        """The agreement measures now (``agreement.windows.AgreementWindows.measures``:
+        (series, window) -> measure -> estimate); empty where this worker measures none."""
 
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         """A reader of the share of one spend budget used in its current window."""

@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     scores_topic: str = "scores"
     decisions_topic: str = "score-decisions"
     dlq_topic: str = "scorer-dlq"
+    # human labels in (joined with the scores they grade), their joins out (design record 26);
+    # "" turns the join off (it reads the scores topic back: one JSON parse per score)
+    labels_topic: str = "human-labels"
+    agreement_topic: str = "score-agreement"
+    # a label and a score meet if the second arrives within this long of the first
+    label_retention_s: float = Field(default=7 * 86_400.0, gt=0)
     thread_events_topic: str | None = None  # None: "<app_id>-thread-events"
     topic_partitions: int = 4
     session_timeout_s: float = 30.0
@@ -155,6 +161,16 @@ class Settings(BaseSettings):
     @property
     def thread_events_topic_name(self) -> str:
         return self.thread_events_topic or f"{self.app_id}-thread-events"
+
+    @property
+    def agreement_events_topic(self) -> str:
+        """Internal: labels and judged scores, keyed by target id, where the join table is."""
+        return f"{self.app_id}-agreement-events"
+
+    @property
+    def agreement_measure_topic(self) -> str:
+        """Internal, one partition: every joined pair, read by the one worker measuring."""
+        return f"{self.app_id}-agreement-measure"
 
     @property
     def otlp_assembly_topic(self) -> str:

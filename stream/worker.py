@@ -13,6 +13,7 @@ from typing import NoReturn
 import faust
 
 from . import __version__
+from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
 from .agents.otlp import register_otlp_agents
 from .agents.sessions import register_session_agent
@@ -125,6 +126,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         live.processor = register_thread_agent(app, topics, scorer, settings, metrics, sources)
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)
+    if topics.labels is not None:
+        register_agreement_agents(app, topics, scorer, settings, metrics)
     register_rule_reloads(app, live, settings.rules_reload_s)
     metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
     if judge is None:
@@ -147,6 +150,11 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
             *(
                 [settings.otlp_topic, settings.otlp_assembly_topic, settings.otlp_traces_topic]
                 if settings.otlp_topic
+                else []
+            ),
+            *(  # the labels join reads the scores topic back too
+                [settings.labels_topic, settings.scores_topic, settings.agreement_events_topic]
+                if settings.labels_topic
                 else []
             ),
         ],

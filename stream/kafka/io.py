@@ -130,6 +130,24 @@ async def reader(
         await consumer.stop()
 
 
+async def read_all(
+    bootstrap: str, topic: str, security: KafkaSecurity | None, idle_s: float
+) -> list[bytes]:
+    """Every record of ``topic`` from its start, until none has come for ``idle_s`` (not
+    the end offsets: the embedded broker reports them a batch short)."""
+    found: list[bytes] = []
+    async with reader(bootstrap, topic, security) as consumer:
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        while loop.time() - quiet_since < idle_s:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                found.extend(r.value for r in records if r.value is not None)
+                if records:
+                    quiet_since = loop.time()
+    return found
+
+
 async def collect_scores(
     bootstrap: str,
     topic: str,

@@ -4,7 +4,7 @@ concerns (declared in ``families.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, TypeVar
 
@@ -254,6 +254,24 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_batch_pending(self, jobs: int, oldest_s: float) -> None:
         self.batch_jobs_pending.set(jobs)
         self.batch_oldest_job.set(oldest_s)
+
+    def on_agreement_joined(self, rule: str, reference: str) -> None:
+        self._child(self.agreement_pairs, rule, reference).inc()
+
+    def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
+        self.judge_agreement.clear()  # a series no longer measured (here) disappears
+        for (series, window), estimates in measures.items():
+            for name, estimate in estimates.items():
+                if estimate.value is None:
+                    continue  # undefined (a constant side, too few pairs): no sample
+                self.judge_agreement.labels(
+                    rule=series.rule,
+                    model=series.model,
+                    variant=series.variant,
+                    reference=series.reference,
+                    measure=name,
+                    window=window,
+                ).set(estimate.value)
 
     def watch_budget(self, rule: str, model: str, window: str, used: Callable[[], float]) -> None:
         self.budget_used.labels(rule=rule, model=model, window=window).set_function(used)

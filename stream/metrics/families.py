@@ -232,6 +232,20 @@ class MetricFamilies:
             "How long the oldest judge job waiting for a batch in this worker's partitions has "
             "waited (0: none)",
         )
+        self.agreement_pairs = counter(
+            "agreement_pairs",
+            "Pairs joined for judge agreement: a human label (reference human) or the "
+            "primary judge's score (reference primary) with a judge's score",
+            ("rule", "reference"),
+        )
+        self.judge_agreement = gauge(
+            "judge_agreement",
+            "How far a rule's judge agrees with its reference over a window, on the rule's "
+            "own scale: kappa and accuracy (choice rules), mae and spearman (numeric ones), "
+            "and the count of pairs; reference human (labels) or primary (for a shadow "
+            "variant); exported by the one worker that measures",
+            ("rule", "model", "variant", "reference", "measure", "window"),
+        )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
         self.budget_used = gauge(

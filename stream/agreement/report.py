@@ -1,0 +1,199 @@
+"""What ``scorer agreement`` prints: per rule, how its judge agrees with human labels, how each
+shadow variant agrees with the labels and with the primary judge, and per comparison rule the
+win rate of B over A per variant pair and project, each with its count and 95 % interval
+(design record 26). Pure: the command reads the topics (``kafka.io.read_all``) and feeds it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from ..models import ScoreEvent
+from .join import Joined
+from .measures import Estimate, measure, win_rate
+from .preferences import PairPreference, pair_preference
+from .windows import Pair
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One comparison of a rule: a judged side (its model, and a shadow's name or "" for the
+    primary) against a reference ("human" labels, or the "primary" judge)."""
+
+    rule: str
+    reference: str
+    variant: str
+    model: str
+
+    def title(self) -> str:
+        judged = f"shadow {self.variant}" if self.variant else "primary"
+        reference = "labels" if self.reference == "human" else "primary"
+        return f"{reference} vs {judged} ({self.model})"
+
+
+@dataclass(frozen=True, slots=True)
+class WinRate:
+    """B's wins over A for one comparison rule, variant pair and project."""
+
+    rule: str
+    project: str
+    variant_a: str
+    variant_b: str
+    b_wins: int
+    a_wins: int
+    ties: int
+
+    @property
+    def estimate(self) -> Estimate:
+        return win_rate(self.b_wins, self.a_wins, self.ties)
+
+
+@dataclass
+class Report:
+    """Every rule's comparisons (with their measures) and every pair's win rate."""
+
+    agreement: dict[Compared, dict[str, Estimate]] = field(default_factory=dict)
+    kinds: dict[Compared, str] = field(default_factory=dict)
+    win_rates: list[WinRate] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report for machines (``--json``)."""
+        rules: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
+        for compared in sorted(self.agreement, key=_order):
+            rules[compared.rule].append(
+                {
+                    "reference": compared.reference,
+                    "variant": compared.variant or None,
+                    "model": compared.model,
+                    "kind": self.kinds[compared],
+                    "measures": {
+                        name: _estimate(e) for name, e in self.agreement[compared].items()
+                    },
+                }
+            )
+        pairs = [
+            {
+                "rule": w.rule,
+                "project": w.project,
+                "variant_a": w.variant_a,
+                "variant_b": w.variant_b,
+                "b_wins": w.b_wins,
+                "a_wins": w.a_wins,
+                "ties": w.ties,
+                "win_rate_b": _estimate(w.estimate),
+            }
+            for w in self.win_rates
+        ]
+        return {"rules": dict(rules), "pairs": pairs}
+
+    def lines(self) -> list[str]:
+        """The report for people."""
+        out: list[str] = []
+        rule = None
+        for compared in sorted(self.agreement, key=_order):
+            if compared.rule != rule:
+                rule = compared.rule
+                out.append(f"{rule}")
+            measures = self.agreement[compared]
+            said = ", ".join(
+                f"{name} {_said(e)}" for name, e in measures.items() if name != "count"
+            )
+            out.append(f"  {compared.title()}: n={measures['count'].count}; {said}")
+        if not self.agreement:
+            out.append("no label or shadow judged yet (nothing on the agreement topic)")
+        for w in self.win_rates:
+            e = w.estimate
+            out.append(
+                f"{w.rule} [{w.project}] {w.variant_b} over {w.variant_a}: win rate "
+                f"{_said(e)} over {e.count} pairs ({w.b_wins} won, {w.a_wins} lost, "
+                f"{w.ties} tied)"
+            )
+        return out
+
+
+def pairs_of(records: Iterable[bytes], since: datetime | None, rule: str | None) -> list[Joined]:
+    """The joined pairs of the agreement topic's ``records`` (unreadable ones are skipped:
+    the topic is written by the workers), joined since ``since``, of ``rule`` if given."""
+    pairs = []
+    for raw in records:
+        try:
+            pair = Joined.model_validate_json(raw)
+        except (ValueError, ValidationError):
+            continue
+        if since is not None and pair.joined_at < since:
+            continue
+        if rule is None or pair.rule_id == rule:
+            pairs.append(pair)
+    return pairs
+
+
+def preferences_of(
+    records: Iterable[bytes], since: datetime | None, rule: str | None
+) -> list[PairPreference]:
+    """The comparison rules' preferences among the scores topic's ``records`` (newest per
+    score id)."""
+    newest: dict[str, PairPreference] = {}
+    for raw in records:
+        try:
+            score = ScoreEvent.model_validate_json(raw)
+        except (ValueError, ValidationError):
+            continue
+        if since is not None and score.created_at < since:
+            continue
+        preference = pair_preference(score)
+        if preference is not None and (rule is None or preference.rule == rule):
+            newest[score.score_id] = preference
+    return list(newest.values())
+
+
+def report_json(report: Report) -> str:
+    return orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode()
+
+
+def build(pairs: Iterable[Pair], preferences: Iterable[PairPreference]) -> Report:
+    """The report of ``pairs`` (the newest of each agreement id counts) and ``preferences``."""
+    newest: dict[str, Pair] = {}
+    for pair in pairs:
+        newest[pair.agreement_id] = pair
+    grouped: defaultdict[Compared, list[tuple[Any, Any]]] = defaultdict(list)
+    report = Report()
+    for pair in newest.values():
+        compared = Compared(pair.rule_id, pair.reference, pair.variant or "", pair.model or "")
+        grouped[compared].append((pair.reference_value, pair.judged_value))
+        report.kinds[compared] = pair.kind
+    for compared, found in grouped.items():
+        report.agreement[compared] = measure(report.kinds[compared], found)
+    counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for p in preferences:
+        side = {"b": 0, "a": 1, "tie": 2}[p.preferred]
+        counts[(p.rule, p.project, p.variant_a, p.variant_b)][side] += 1
+    report.win_rates = [
+        WinRate(rule, project, a, b, wins[0], wins[1], wins[2])
+        for (rule, project, a, b), wins in sorted(counts.items())
+    ]
+    return report
+
+
+def _order(compared: Compared) -> tuple[str, int, str, str]:
+    # per rule: labels vs primary, labels vs each shadow, primary vs each shadow
+    rank = 0 if compared.reference == "human" and not compared.variant else 1
+    rank = rank if compared.reference == "human" else 2
+    return (compared.rule, rank, compared.variant, compared.model)
+
+
+def _estimate(e: Estimate) -> dict[str, Any]:
+    return {"value": e.value, "low": e.low, "high": e.high, "count": e.count}
+
+
+def _said(e: Estimate) -> str:
+    if e.value is None:
+        return "undefined"
+    if e.low is None or e.high is None:
+        return f"{e.value:.3f}"
+    return f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"

@@ -1,0 +1,158 @@
+"""The agreement windows (what the measuring agent exports) and the `scorer agreement`
+report, on joined pairs built by hand: each pair counts in every window holding its join
+time, a pair joined again replaces the first, and the report orders and measures per rule:
+labels vs primary, labels vs each shadow, primary vs each shadow, and pairs' win rates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from stream.agents.agreement import PartitionView
+from stream.agreement.join import Joined, state_key
+from stream.agreement.measures import measure, win_rate
+from stream.agreement.preferences import PairPreference
+from stream.agreement.report import build
+from stream.agreement.windows import KEPT_S, AgreementWindows, Series
+from stream.kafka.partitioning import key_hash
+
+NOW = datetime(2026, 11, 27, 20, 0, tzinfo=UTC)
+
+
+def pair(
+    n: int, reference_value: Any, judged_value: Any, age_s: float = 0.0, **fields: Any
+) -> Joined:
+    base: dict[str, Any] = {
+        "agreement_id": f"a-{n}",
+        "target_id": f"t-{n}",
+        "rule_id": "resolved",
+        "pack": "labelled",
+        "criterion": None,
+        "project_name": "support",
+        "reference": "human",
+        "variant": None,
+        "model": "gpt-4o-mini",
+        "kind": "choice",
+        "reference_value": reference_value,
+        "judged_value": judged_value,
+        "annotator": "ann-1",
+        "label_id": f"l-{n}",
+        "score_id": f"s-{n}",
+        "scored_at": NOW,
+        "joined_at": NOW - timedelta(seconds=age_s),
+    }
+    return Joined(**{**base, **fields})
+
+
+def test_each_pair_counts_in_every_window_holding_its_join_time() -> None:
+    windows = AgreementWindows()
+    windows.add(pair(1, "yes", "yes", age_s=60))  # in 1h, 1d, 7d
+    windows.add(pair(2, "no", "yes", age_s=7200))  # in 1d, 7d
+    windows.add(pair(3, "no", "no", age_s=3 * 86_400))  # in 7d
+    windows.add(pair(4, "yes", "no", age_s=8 * 86_400))  # in none
+    found = windows.measures(NOW.timestamp())
+    series = Series("resolved", "gpt-4o-mini", "", "human")
+    assert found[(series, "1h")]["count"].count == 1
+    assert found[(series, "1d")]["count"].count == 2
+    assert found[(series, "7d")]["count"].count == 3
+    assert found[(series, "7d")] == measure("choice", [("yes", "yes"), ("no", "yes"), ("no", "no")])
+    assert windows.expired(NOW.timestamp()) == ["a-4"]
+
+
+def test_a_pair_joined_again_replaces_the_first() -> None:
+    windows = AgreementWindows()
+    windows.add(pair(1, "no", "yes"))
+    windows.add(pair(1, "yes", "yes"))  # the label corrected: the same agreement id
+    ((_, estimates),) = [
+        (key, value) for key, value in windows.measures(NOW.timestamp()).items() if key[1] == "1h"
+    ]
+    assert estimates["accuracy"].value == 1.0 and estimates["count"].count == 1
+    windows.forget("a-1")
+    assert len(windows) == 0 and KEPT_S == 7 * 86_400
+
+
+def test_the_report_compares_labels_primary_and_shadows_per_rule() -> None:
+    pairs = [pair(i, "yes", "yes" if i < 3 else "no") for i in range(4)]
+    pairs += [pair(10 + i, "yes", "yes", variant="nano", model="gpt-4.1-nano") for i in range(2)]
+    pairs += [
+        pair(20, "yes", "no", reference="primary", variant="nano", model="gpt-4.1-nano"),
+        pair(21, "no", "no", reference="primary", variant="nano", model="gpt-4.1-nano"),
+    ]
+    pairs.append(pair(0, "yes", "no"))  # a re-join of a-0: the newest counts
+    preferences = [
+        PairPreference("compare", "critique", "bank", "prod", "canary", side)
+        for side in ["b"] * 6 + ["a"] * 3 + ["tie"]
+    ]
+    report = build(pairs, preferences)
+    titles = [c.title() for c in report.agreement]
+    assert sorted(titles) == sorted(
+        [
+            "labels vs primary (gpt-4o-mini)",
+            "labels vs shadow nano (gpt-4.1-nano)",
+            "primary vs shadow nano (gpt-4.1-nano)",
+        ]
+    )
+    as_dict = report.as_dict()
+    compared = as_dict["rules"]["resolved"]
+    assert [(c["reference"], c["variant"]) for c in compared] == [
+        ("human", None),
+        ("human", "nano"),
+        ("primary", "nano"),
+    ]
+    primary = compared[0]["measures"]
+    assert primary["count"]["count"] == 4
+    assert primary["accuracy"]["value"] == pytest.approx(2 / 4)  # a-0 re-joined as a miss
+    (rate,) = as_dict["pairs"]
+    expected = win_rate(6, 3, 1)
+    assert (rate["b_wins"], rate["a_wins"], rate["ties"]) == (6, 3, 1)
+    assert rate["win_rate_b"] == {
+        "value": expected.value,
+        "low": expected.low,
+        "high": expected.high,
+        "count": expected.count,
+    }
+    lines = report.lines()
+    assert lines[0] == "resolved"
+    assert lines[1].startswith("  labels vs primary (gpt-4o-mini): n=4; kappa ")
+    assert lines[-1].startswith("compare [bank] canary over prod: win rate 0.650 [")
+    assert lines[-1].endswith("over 10 pairs (6 won, 3 lost, 1 tied)")
+
+
+def test_an_empty_report_says_so() -> None:
+    assert build([], []).lines() == [
+        "no label or shadow judged yet (nothing on the agreement topic)"
+    ]
+
+
+def test_a_partition_view_holds_only_its_partitions_keys() -> None:
+    """The join's expiry at one partition's tick sees only that partition's keys (where the
+    internal topic's key, the target id, was put), so its tombstones go to that changelog."""
+    table: dict[bytes, bytes] = {}
+    targets = [f"t-{i}" for i in range(40)]
+    for target in targets:
+        table[state_key(target, "resolved", None)] = b"{}"
+    table[b"not a join key"] = b"{}"
+    seen: set[bytes] = set()
+    for partition in range(4):
+        view = PartitionView(table, partition, 4)
+        keys = set(view)
+        expected = {
+            state_key(t, "resolved", None) for t in targets if key_hash(t.encode()) % 4 == partition
+        }
+        assert keys == expected and len(view) == len(expected)
+        assert not keys & seen
+        seen |= keys
+        for key in keys:
+            assert view[key] == b"{}"
+        with pytest.raises(KeyError):
+            other = next(iter(set(table) - keys - {b"not a join key"}))
+            view[other]
+    assert len(seen) == len(targets)
+    view = PartitionView(table, 0, 4)
+    for key in list(view):
+        del view[key]
+    assert all(
+        key_hash(t.encode()) % 4 != 0 for t in targets if state_key(t, "resolved", None) in table
+    )
