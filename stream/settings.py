@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     agreement_topic: str = "score-agreement"
     # a label and a score meet if the second arrives within this long of the first
     label_retention_s: float = Field(default=7 * 86_400.0, gt=0)
+    # each score as an OpenTelemetry gen_ai.evaluation.result event (an OTLP logs export per
+    # message, in the Collector's Kafka encodings); "" (the default) turns it off
+    otel_events_topic: str = ""
+    otel_events_encoding: Literal["otlp_proto", "otlp_json"] = "otlp_proto"
     thread_events_topic: str | None = None  # None: "<app_id>-thread-events"
     topic_partitions: int = 4
     session_timeout_s: float = 30.0

@@ -15,6 +15,7 @@ import faust
 from . import __version__
 from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
+from .agents.otel_events import register_otel_events_agent
 from .agents.otlp import register_otlp_agents
 from .agents.sessions import register_session_agent
 from .agents.threads import register_thread_agent
@@ -128,6 +129,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         register_otlp_agents(app, topics, settings, metrics)
     if topics.labels is not None:
         register_agreement_agents(app, topics, scorer, settings, metrics)
+    if settings.otel_events_topic:  # "" (the default): no evaluation events
+        register_otel_events_agent(app, topics, settings, metrics)
     register_rule_reloads(app, live, settings.rules_reload_s)
     metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
     if judge is None:

@@ -104,7 +104,13 @@ class Deferred:
         """The plan it was deferred from (its target and timestamp; nothing else to do)."""
         target = self.target
         thread = ThreadInfo.model_validate(target["thread"]) if target["thread"] else None
-        found = Target(target["id"], target["project_name"], target["score_key"], thread)
+        found = Target(
+            target["id"],
+            target["project_name"],
+            target["score_key"],
+            thread,
+            span_id=target.get("span_id"),
+        )
         return Plan(found, created_at=datetime.fromisoformat(self.created_at))
 
     def judge_job(self, rule: JudgedRule) -> JudgeJob:
@@ -185,6 +191,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
             "project_name": target.project_name,
             "score_key": target.score_key,
             "thread": target.thread.model_dump(mode="json") if target.thread else None,
+            **({"span_id": target.span_id} if target.span_id else {}),
         },
         created_at=plan.created_at.isoformat(),
         job={

@@ -30,6 +30,9 @@ class Target:
     project_name: str
     score_key: str
     thread: ThreadInfo | None = None
+    # the OpenTelemetry span a trace assembled from spans is (its root span's id, 16 hex):
+    # its scores say it in ``details.otel_span_id``, for their evaluation events
+    span_id: str | None = None
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
@@ -153,7 +156,11 @@ def make_score(
         latency_ms=measured.latency_ms,
         usage=measured.usage,
         thread=target.thread,
-        details=measured.details,
+        details=(
+            {**(measured.details or {}), "otel_span_id": target.span_id}
+            if target.span_id
+            else measured.details
+        ),
         variant=rule.variant,
         created_at=created_at,
     )

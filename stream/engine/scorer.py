@@ -92,7 +92,9 @@ class Scorer:
 
     def plan(self, trace: Trace, document: Any, topic: str | None = None) -> Plan:
         """Everything that needs no judge: decide, look up, check, render prompts."""
-        plan = Plan(Target(trace.id, trace.project_name, trace.id))
+        span = document.get("root_span_id") if isinstance(document, dict) else None
+        span_id = span if isinstance(span, str) and span else None
+        plan = Plan(Target(trace.id, trace.project_name, trace.id, span_id=span_id))
         matched = []
         for rule in self.trace_rules:
             if (why := rule.filter.mismatch(trace, topic)) is not None:

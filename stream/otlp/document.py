@@ -4,7 +4,8 @@
 ``output.messages`` in chat form, as an OpenAI or Opik export has them): each span's
 messages as ``messages.py`` reads them from its attributes; ``gen_ai.conversation.id`` or
 ``session.id`` is the thread, the resource's ``service.name`` the project, the root span's
-name the trace's name; every span is kept under ``spans`` for rules that read them.
+name the trace's name, its id ``root_span_id`` (the span a trace's scores evaluate); every
+span is kept under ``spans`` for rules that read them.
 
 The input is the first model call's, the output the last one's (an agent's trace holds
 several). Message capture is opt-in in the instrumentations: a trace whose spans carry no
@@ -49,6 +50,8 @@ def trace_document(spans: list[Span]) -> dict[str, Any]:
         "start_time": root.start.isoformat() if root.start else None,
         "end_time": root.end.isoformat() if root.end else None,
         "metadata": {k: v for k, v in root.attributes.items() if _scalar(v)},
+        # the span a trace-scope score evaluates (its evaluation event's parent)
+        "root_span_id": root.span_id,
         "spans": [s.as_dict() for s in ordered],
     }
     thread = _first(spans, "gen_ai.conversation.id", "session.id")
