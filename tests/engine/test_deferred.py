@@ -704,3 +704,17 @@ async def test_a_close_defers_its_job_in_the_partition_its_thread_is_in(
     await score(scorer_of(demo_rules(tmp_path, JUDGED), client, trace_deferrer), parcel_trace())
     await client.close()
     assert [d.partition for d in trace_deferrer.kept] == [-1]
+
+
+async def test_a_deferred_trace_from_spans_keeps_the_span_its_scores_evaluate(
+    tmp_path: Path, server: MockJudge
+) -> None:
+    deferrer = FakeDeferrer()
+    client = client_of(server)
+    scorer = scorer_of(demo_rules(tmp_path, JUDGED), client, deferrer)
+    await score(scorer, {**parcel_trace(), "root_span_id": "eee19b7ec3c1b174"})
+    await score(scorer, parcel_trace("t-2"))
+    await client.close()
+    spanned, plain = (Deferred.decode(kept.encode()) for kept in deferrer.kept)
+    assert spanned.plan().target.span_id == "eee19b7ec3c1b174"  # its scores' otel_span_id
+    assert "span_id" not in plain.target and plain.plan().target.span_id is None
