@@ -58,6 +58,8 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.38.0"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 OTHER_ERROR = "_OTHER"  # the conventions' error.type when no better one is known
 
+# LogRecord.event_name came with OTLP 1.5: an older opentelemetry-proto (1.27 is allowed) lacks it
+_HAS_EVENT_NAME = "event_name" in LogRecord.DESCRIPTOR.fields_by_name
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 _JUDGE_ERROR = re.compile(r"judge ([a-z_]+):")
@@ -151,15 +153,19 @@ def log_record(score: ScoreEvent) -> LogRecord:
     if created.tzinfo is None:  # a score written without an offset: UTC, as ours are
         created = created.replace(tzinfo=UTC)
     moment = (created - EPOCH) // timedelta(microseconds=1) * 1000
+    pairs = event_attributes(score)
+    named: dict[str, Any] = {"event_name": EVENT_NAME}
+    if not _HAS_EVENT_NAME:  # opentelemetry-proto before OTLP 1.5: the older attribute
+        named, pairs = {}, {"event.name": EVENT_NAME, **pairs}
     return LogRecord(
         time_unix_nano=moment,
         observed_time_unix_nano=moment,
         severity_number=SEVERITY_NUMBER_WARN if score.status == "error" else SEVERITY_NUMBER_INFO,
         severity_text="WARN" if score.status == "error" else "INFO",
-        event_name=EVENT_NAME,
-        attributes=_attributes(event_attributes(score)),
+        attributes=_attributes(pairs),
         trace_id=trace_id,
         span_id=span_id,
+        **named,
     )
 
 

@@ -197,3 +197,12 @@ async def test_the_engine_says_the_span_a_trace_from_spans_is() -> None:
     assert (skipped.details or {})["otel_span_id"] == SPAN
     plain = await scorer(None).score_trace(as_trace(document), document)
     assert all("otel_span_id" not in (s.details or {}) for s in plain.scores)
+
+
+def test_without_the_event_name_field_the_event_is_named_by_its_attribute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("stream.otlp.evaluation._HAS_EVENT_NAME", False)
+    record = only_record(decoded(score_event(), "otlp_proto"))
+    assert record.event_name == ""
+    assert attributes(record)["event.name"] == "gen_ai.evaluation.result"
