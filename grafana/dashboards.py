@@ -220,6 +220,31 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "is preferred, below it A; one that straddles 0.5 says there are not enough pairs "
             "yet to tell (scorer:pair_win_rate_b:1h for the last hour).",
         ),
+        graph(
+            "Judge agreement with human labels (1d)",
+            Query(
+                'max by (rule, model, measure) (scorer_judge_agreement{rule=~"$rule", '
+                'reference="human", variant="", window="1d", measure!="count"})',
+                "{{rule}} ({{model}}) {{measure}}",
+            ),
+            Query(
+                'max by (rule, measure) (scorer_judge_agreement_threshold{rule=~"$rule", '
+                'window="1d"})',
+                "{{rule}} {{measure}} bound",
+            ),
+            Query(
+                'max by (rule, model) (scorer_judge_agreement{rule=~"$rule", '
+                'reference="human", variant="", window="1d", measure="count"})',
+                "{{rule}} ({{model}}) labels",
+            ),
+            dashed=".* bound$",
+            description="How far each rule's judge agrees with the human labels joined with "
+            "its scores over the last day, on the rule's own scale: kappa and accuracy for "
+            "choice rules, mean absolute error and Spearman's rho for numeric ones, and how "
+            "many labelled targets they rest on; dashed: the rule's agreement: bound "
+            "(ScorerJudgeAgreementLow fires past it once min_labels are in). Shadow judges and "
+            "the intervals: scorer agreement.",
+        ),
         rule_results("Trace rules: mean score over the range", "trace"),
         rule_results(
             "Thread rules (conversations and sessions): mean score over the range", "thread"

@@ -59,6 +59,26 @@ def rule_directions(ruleset: RuleSet) -> list[tuple[str, str, str, int]]:
     ]
 
 
+def agreement_thresholds(ruleset: RuleSet) -> list[tuple[str, str, str, str, float, int]]:
+    """Each rule's agreement bound (``agreement:``): rule, measure, window, direction (min or
+    max), threshold and the labels needed before it holds, as the alert reads them."""
+    found = []
+    for rule in ruleset.rules:
+        spec = getattr(rule, "agreement", None)
+        if spec is not None:
+            found.append(
+                (
+                    rule.id,
+                    spec.measure,
+                    spec.window,
+                    spec.direction,
+                    spec.threshold,
+                    spec.min_labels,
+                )
+            )
+    return found
+
+
 @dataclass(frozen=True)
 class Wiring:
     """The agents a worker started with: what a reloaded rule set may use without a restart."""
@@ -163,6 +183,7 @@ class LiveRules:
         if self.processor is not None:
             self.processor.gaps = inactivity_gaps(ruleset, self.settings.thread_inactivity_gap_s)
         self.metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
+        self.metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
         self.metrics.on_rules_reload("reloaded", ruleset.projects)
         changed = sorted(i for i in before.keys() & after.keys() if before[i] != after[i])
         log.warning(

@@ -139,6 +139,12 @@ class Observer:
         """A pair was joined for ``rule``: a human label (``human``) or the primary judge's
         score (``primary``) with a judge's score."""
 
+    def on_agreement_thresholds(
+        self, thresholds: list[tuple[str, str, str, str, float, int]]
+    ) -> None:
+        """The rules' agreement bounds (rule, measure, window, direction, threshold, labels
+        needed), at every (re)load of the rule set."""
+
     def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
         """The agreement measures now (``agreement.windows.AgreementWindows.measures``:
         (series, window) -> measure -> estimate); empty where this worker measures none."""

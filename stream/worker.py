@@ -35,7 +35,7 @@ from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
-from .live_rules import LiveRules, rule_directions
+from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
 from .ruleset.loader import deployment_rules
@@ -133,6 +133,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         register_otel_events_agent(app, topics, settings, metrics)
     register_rule_reloads(app, live, settings.rules_reload_s)
     metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
+    metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(

@@ -47,8 +47,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # rule), + the verdict cache's on_judge_cache and watch_judge_cache (issue 28, item 1)
     # + batch judging's on_batch_job, on_batch and on_batch_pending (issue 28, item 2)
     # + on_pair_preference (issue 29, item 5: A/B win rates)
-    # + on_agreement_joined and on_agreement_measured (issue 29, items 1 and 2)
-    assert len(callbacks) == 39
+    # + on_agreement_joined, on_agreement_measured, on_agreement_thresholds (issue 29, item 2)
+    assert len(callbacks) == 40
     assert callbacks <= set(vars(ScorerMetrics))
 
 

@@ -258,6 +258,16 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_agreement_joined(self, rule: str, reference: str) -> None:
         self._child(self.agreement_pairs, rule, reference).inc()
 
+    def on_agreement_thresholds(
+        self, thresholds: list[tuple[str, str, str, str, float, int]]
+    ) -> None:
+        self.judge_agreement_threshold.clear()
+        self.judge_agreement_min_labels.clear()
+        for rule, measure, window, direction, threshold, min_labels in thresholds:
+            labels = {"rule": rule, "measure": measure, "window": window, "direction": direction}
+            self.judge_agreement_threshold.labels(**labels).set(threshold)
+            self.judge_agreement_min_labels.labels(rule=rule, window=window).set(min_labels)
+
     def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
         self.judge_agreement.clear()  # a series no longer measured (here) disappears
         for (series, window), estimates in measures.items():

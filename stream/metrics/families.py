@@ -246,6 +246,17 @@ class MetricFamilies:
             "variant); exported by the one worker that measures",
             ("rule", "model", "variant", "reference", "measure", "window"),
         )
+        self.judge_agreement_threshold = gauge(
+            "judge_agreement_threshold",
+            "A rule's agreement bound (its agreement: field): the measure must stay at or above "
+            "it (direction min: kappa, accuracy, spearman) or at or below (max: mae)",
+            ("rule", "measure", "window", "direction"),
+        )
+        self.judge_agreement_min_labels = gauge(
+            "judge_agreement_min_labels",
+            "Labelled targets a rule's agreement bound needs in its window before it holds",
+            ("rule", "window"),
+        )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
         self.budget_used = gauge(

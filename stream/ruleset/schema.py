@@ -34,6 +34,7 @@ from .paths import compile_path
 from .registry import Registry
 from .specs import (
     AggregateRef,
+    AgreementSpec,
     Criterion,
     FanOut,
     JudgeSpec,
@@ -146,6 +147,10 @@ class PromptedRule(RuleBase):
         description="Shadow judges: other models or prompts scored on a hashed sample of the "
         "targets the rule judges, their scores carrying the variant, out of the quality metrics",
     )
+    agreement: AgreementSpec | None = Field(
+        default=None,
+        description="How far the judge must agree with human labels before an alert fires",
+    )
 
     def _mapping_problems(self, prompt: str, system_prompt: str | None) -> list[str]:
         """What is wrong with the placeholders of a prompt (and system prompt) of this rule:
@@ -236,6 +241,22 @@ class LLMJudgeRule(PromptedRule):
             raise ValueError(
                 f"fan_out.variable {self.fan_out.variable!r} is not one of the rule's "
                 f"variables ({sorted(self.variables)})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _agreement_fits_the_output(self) -> LLMJudgeRule:
+        """A choice rule's labels agree by kappa or accuracy, a numeric one's (and a fan-out
+        rule's, labelled with its mean) by mae or spearman."""
+        if self.agreement is None:
+            return self
+        choice = self.output.choices is not None and self.fan_out is None
+        fits = ("kappa", "accuracy") if choice else ("mae", "spearman")
+        if self.agreement.measure not in fits:
+            kind = "a choice rule" if choice else "a numeric rule"
+            raise ValueError(
+                f"agreement.measure {self.agreement.measure!r} does not measure {kind}: "
+                f"use {' or '.join(fits)}"
             )
         return self
 

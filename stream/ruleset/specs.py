@@ -289,6 +289,36 @@ class ShadowSpec(Strict):
         return self
 
 
+AGREEMENT_MEASURES = {"kappa": "min", "accuracy": "min", "spearman": "min", "mae": "max"}
+
+
+class AgreementSpec(Strict):
+    """How far the rule's judge must agree with human labels (design record 30): the
+    ``measure`` over ``window``, at least ``threshold`` (kappa, accuracy, spearman) or at most
+    (mae, on the rule's own scale), once ``min_labels`` labelled targets are in the window;
+    the alert ScorerJudgeAgreementLow fires past it."""
+
+    measure: Literal["kappa", "accuracy", "spearman", "mae"]
+    threshold: float
+    min_labels: int = Field(default=30, ge=1)
+    window: Literal["1h", "1d", "7d"] = "1d"
+
+    @property
+    def direction(self) -> str:
+        """``min``: the measure must stay at or above the threshold; ``max``: at or below."""
+        return AGREEMENT_MEASURES[self.measure]
+
+    @model_validator(mode="after")
+    def _in_range(self) -> AgreementSpec:
+        if self.measure in ("kappa", "spearman") and not -1.0 <= self.threshold <= 1.0:
+            raise ValueError(f"a {self.measure} threshold is between -1 and 1")
+        if self.measure == "accuracy" and not 0.0 <= self.threshold <= 1.0:
+            raise ValueError("an accuracy threshold is a share, between 0 and 1")
+        if self.measure == "mae" and self.threshold < 0:
+            raise ValueError("a mean absolute error threshold is 0 or more")
+        return self
+
+
 class ThreadSpec(Strict):
     """Which threads a thread-scope rule judges, how a trace becomes a conversation turn, and
     when a thread closes.

@@ -259,7 +259,33 @@ def with_a_batch_rule(rules: Path) -> Path:
     assert judge in text
     batched = judge + "  mode: batch\n  batch: {max_jobs: 1000, max_wait_s: 1}\n"
     path.write_text(text.replace(judge, batched))
+    # the live coach rule's judge is held to human labels (the agreement panel and alert)
+    path = rules / "fretcoach" / "studio_live_coach_feedback_quality.yaml"
+    text = path.read_text()
+    assert judge in text
+    bound = "agreement: {measure: mae, threshold: 1.5, min_labels: 1, window: 1d}\n"
+    path.write_text(text.replace(judge, bound + judge))
+    # and another rule's to a bound from below (its labels are yet to come: no alert)
+    path = rules / "fretcoach" / "hub_response_clarity.yaml"
+    text = path.read_text()
+    assert judge in text
+    bound = "agreement: {measure: spearman, threshold: 0.5, min_labels: 50}\n"
+    path.write_text(text.replace(judge, bound + judge))
     return rules
+
+
+def live_coach_labels(round_: str) -> list[dict[str, Any]]:
+    """A human's grade of each live-coach sample trace of a round (the scripted judge says 2)."""
+    return [
+        {
+            "trace_id": f"0193f0a0-0000-7000-8000-0000000000{n}{round_}",
+            "rule_id": "studio_live_coach_feedback_quality",
+            "value": grade,
+            "annotator": "coach-reviewer",
+            "labelled_at": "2026-11-27T20:00:00Z",
+        }
+        for n, grade in (("11", 2), ("12", 3), ("13", 4))
+    ]
 
 
 def problems(prometheus: Prometheus) -> list[str]:
@@ -306,6 +332,7 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     judge.script("FAILING session", Reply(status=400, content="refused"))  # newest first
     # the provider serves part of each prompt from its prompt cache, as OpenAI's reports it
     judge.cached_prompt_tokens = 16
+    labels_topic = f"labels-{names.suffix}"
     worker = Worker(
         broker.bootstrap,
         names,
@@ -320,6 +347,8 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_RULES_DIR=str(with_a_batch_rule(tmp_path / "rules")),
         SCORER_BATCH_BASE_URL=batches.base_url,
         SCORER_BATCH_POLL_S="1",
+        SCORER_LABELS_TOPIC=labels_topic,
+        SCORER_AGREEMENT_TOPIC=f"agreement-{names.suffix}",
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)
@@ -333,6 +362,7 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         await produce(broker.bootstrap, names.sessions, renamed(sessions, round_))
         await produce(broker.bootstrap, names.traces, [b'{"id": "not json'])
         await produce(broker.bootstrap, names.otlp, [otlp_batch(round_)])  # OpenTelemetry in
+        await produce(broker.bootstrap, labels_topic, live_coach_labels(round_))  # human labels
         await asyncio.sleep(12)  # scored, threads closed after the 2 s gap, scraped
 
     deadline = time.monotonic() + 90
