@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from scripted_judge import MockJudge
 
 from stream.kafka.broker import EmbeddedBroker
@@ -187,3 +188,104 @@ async def test_labels_join_their_scores_and_the_agreement_is_measured(
     low, high = measures["accuracy"]["low"], measures["accuracy"]["high"]
     assert low < ACCURACY < high  # Wilson: [0.584, 0.919] for 16 of 20
     assert abs(measures["kappa"]["value"] - KAPPA) < 1e-9
+
+
+SHADOWED = """\
+id: resolved
+pack: labelled
+version: 1
+scope: trace
+kind: llm_judge
+description: "Was the user's request resolved? (with a stricter shadow judge)"
+variables:
+  question: input.messages[-1].content
+  reply: output.messages[-1].content
+output:
+  type: choice
+  choices: {"yes": 1.0, "no": 0.0}
+  verdict_field: answer
+  reason_field: reason
+prompt: |-
+  PRIMARY <question>{{question}}</question>
+  <reply>{{reply}}</reply>
+  Was the request resolved? Answer with {"answer": "yes" or "no", "reason": "..."}.
+shadow:
+  - name: strict
+    model: gpt-4.1-nano
+    sampling_rate: 1.0
+    prompt: |-
+      STRICT <question>{{question}}</question>
+      <reply>{{reply}}</reply>
+      Was the request fully resolved? Answer with {"answer": "yes" or "no", "reason": "..."}.
+"""
+
+
+async def test_a_shadow_judge_is_compared_with_the_labels_and_with_the_primary(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, judge: MockJudge
+) -> None:
+    n, primary_yes, shadow_yes, human_yes = 10, set(range(7)), set(range(5)), set(range(6))
+    for i in range(n):
+        for side, says in (("PRIMARY", i in primary_yes), ("STRICT", i in shadow_yes)):
+            answer = "yes" if says else "no"
+            judge.script(
+                f"{side} <question>case {i:02d}:", f'{{"answer": "{answer}", "reason": "x"}}'
+            )
+    rules = tmp_path / "rules" / "labelled"
+    rules.mkdir(parents=True)
+    (rules / "resolved.yaml").write_text(SHADOWED)
+    topics = env(names)
+    worker = Worker(
+        broker.bootstrap,
+        names,
+        tmp_path,
+        SCORER_RULES_DIR=str(tmp_path / "rules"),
+        SCORER_PACKS='["labelled"]',
+        OPENAI_BASE_URL=judge.base_url,
+        **topics,
+    ).start()
+    workers.append(worker)
+    await produce(broker.bootstrap, names.traces, [trace(i) for i in range(n)])
+    labels = [label(i, value="yes" if i in human_yes else "no") for i in range(n)]
+    await produce(broker.bootstrap, topics["SCORER_LABELS_TOPIC"], labels)
+    # each trace: label x primary, label x shadow, primary x shadow
+    records = await read(
+        broker.bootstrap,
+        topics["SCORER_AGREEMENT_TOPIC"],
+        until=lambda rs: len({orjson.loads(r.value)["agreement_id"] for r in rs}) >= 3 * n,
+        timeout=90,
+    )
+    pairs = {p["agreement_id"]: p for p in (orjson.loads(r.value) for r in records)}
+    kinds = sorted((p["reference"], p["variant"] or "") for p in pairs.values())
+    assert kinds == sorted(
+        [("human", "")] * n + [("human", "strict")] * n + [("primary", "strict")] * n
+    )
+    shadowed = [p for p in pairs.values() if p["variant"] == "strict"]
+    assert {p["model"] for p in shadowed} == {"gpt-4.1-nano"}
+
+    command = [sys.executable, "-m", "stream.cli", "agreement", "--json", "--idle", "1"]
+    run_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "KAFKA_"))},
+        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "SCORER_SCORES_TOPIC": names.scores,
+        **topics,
+    }
+    result = await asyncio.to_thread(
+        subprocess.run, command, env=run_env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    compared = {
+        (c["reference"], c["variant"]): c["measures"]
+        for c in orjson.loads(result.stdout)["rules"]["resolved"]
+    }
+    # labels vs primary: 9 of 10 (6 crossed); labels vs shadow: 9 of 10 (5 crossed);
+    # primary vs shadow: 8 of 10 (5 and 6 crossed)
+    assert compared[("human", None)]["accuracy"]["value"] == pytest.approx(0.9)
+    assert compared[("human", "strict")]["accuracy"]["value"] == pytest.approx(0.9)
+    assert compared[("primary", "strict")]["accuracy"]["value"] == pytest.approx(0.8)
+    assert {m["count"]["count"] for m in compared.values()} == {n}
+    # the shadow is kept out of the quality metrics, counted apart
+    page = worker.scrape()
+    assert (
+        'scorer_shadow_scores_total{pack="labelled",rule="resolved",status="ok",variant="strict"} 10.0'
+        in page
+    )

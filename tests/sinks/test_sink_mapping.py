@@ -157,3 +157,17 @@ def test_langfuse_one_request_a_score_whose_body_is_the_score() -> None:
     ]
     assert [orjson.loads(r.body)["id"] for r in requests] == [s.score_id for s in scores]
     assert platform.read(requests[0], b'{"id": "x"}') == {"0": "accepted"}
+
+
+def test_a_shadow_judges_score_is_posted_beside_the_rules_own_under_its_variant() -> None:
+    """A shadow's score (its own score id, ``variant`` set) must not show as the rule's own
+    on the platform: it is named ``<rule>[.criterion]@<variant>``."""
+    primary = score_event()
+    shadow = score_event(variant="mini", score_id="another-id", target_id=primary.target_id)
+    bodies = [score_body(s, "normalised", "categorical") for s in (primary, shadow)]
+    assert all(isinstance(b, dict) for b in bodies)
+    names = [b["name"] for b in bodies if isinstance(b, dict)]
+    assert names == ["answer_quality", "answer_quality@mini"]
+    rubric = score_body(score_event(variant="mini", criterion="overall"), "raw", "numeric")
+    assert isinstance(rubric, dict) and rubric["name"] == "answer_quality.overall@mini"
+    assert langfuse_score_problems(rubric) == []
