@@ -224,7 +224,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "Judge agreement with human labels (1d)",
             Query(
                 'max by (rule, model, measure) (scorer_judge_agreement{rule=~"$rule", '
-                'reference="human", variant="", window="1d", measure!="count"})',
+                'reference="human", variant="", criterion="", window="1d", measure!="count"})',
                 "{{rule}} ({{model}}) {{measure}}",
             ),
             Query(
@@ -234,7 +234,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             ),
             Query(
                 'max by (rule, model) (scorer_judge_agreement{rule=~"$rule", '
-                'reference="human", variant="", window="1d", measure="count"})',
+                'reference="human", variant="", criterion="", window="1d", measure="count"})',
                 "{{rule}} ({{model}}) labels",
             ),
             dashed=".* bound$",

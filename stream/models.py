@@ -268,6 +268,14 @@ class ScoreEvent(BaseModel):
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode()
 
+    @property
+    def full_name(self) -> str:
+        """The score's name where it is shown apart from its rule set (score platforms,
+        OpenTelemetry back-ends): the rule id, a rubric's criterion after a dot, a shadow's
+        variant after an ``@`` (``code_review.correctness@mini``)."""
+        name = self.rule_id if self.criterion is None else f"{self.rule_id}.{self.criterion}"
+        return name if self.variant is None else f"{name}@{self.variant}"
+
 
 @dataclass(slots=True)
 class Decision:

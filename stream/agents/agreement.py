@@ -12,7 +12,8 @@ Three agents:
   internal topic): ``AgreementJoin`` pairs each label with the judged scores of its target,
   rule and criterion, and the primary score with each shadow's, whichever arrives first, and
   publishes each pair to the agreement topic. A clock drops what is older than
-  ``SCORER_LABEL_RETENTION_S`` from the partitions each worker owns.
+  ``SCORER_LABEL_RETENTION_S`` from the partitions each worker owns (``JoinIndex``: only the
+  keys of the ticked partition not written for the retention are read).
 - ``measure-agreement`` reads the pairs again from an internal topic of one partition (one
   worker measures every rule, whatever the user's agreement topic's partitions) into the
   ``agreement-window`` table (a week of pairs) and exports ``scorer_judge_agreement`` per
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, MutableMapping
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from datetime import datetime
 
 import faust
@@ -31,7 +33,7 @@ import orjson
 from faust.types import Message
 from pydantic import ValidationError
 
-from ..agreement.join import AgreementJoin, Joined
+from ..agreement.join import AgreementJoin, Joined, newest
 from ..agreement.labels import LabelError, parse_label, score_kinds
 from ..agreement.windows import AgreementWindows
 from ..app import Topics
@@ -65,40 +67,98 @@ def slim(score: ScoreEvent) -> bytes:
     return score.model_copy(update={"reason": None, "details": None, "usage": None}).to_bytes()
 
 
-class PartitionView(MutableMapping[bytes, bytes]):
-    """The entries of one partition of the join table, whose keys name their target id (what
-    the internal topic is keyed by, so where Kafka's partitioner put them): the join's
-    expiry sees only the partition being ticked, so its tombstones go to that partition's
-    changelog."""
+class _Keys(MutableMapping[bytes, bytes]):
+    """A table seen through some of its keys (what ``AgreementJoin`` reads and writes):
+    writes and deletes go to the table and are told to ``JoinIndex``."""
 
-    def __init__(self, table: MutableMapping[bytes, bytes], partition: int, partitions: int):
+    def __init__(
+        self,
+        table: MutableMapping[bytes, bytes],
+        keys: Iterable[bytes] | None,
+        wrote: Callable[[bytes], object],
+        dropped: Callable[[bytes], object],
+    ) -> None:
         self.table = table
-        self.partition = partition
-        self.partitions = partitions
-
-    def _mine(self, key: bytes) -> bool:
-        try:
-            target = str(orjson.loads(key)[0])  # join.state_key: [target, rule, criterion]
-        except (orjson.JSONDecodeError, IndexError, TypeError):
-            return False  # not the join's: left alone
-        return bool(key_hash(target.encode()) % self.partitions == self.partition)
+        self.keys_ = None if keys is None else list(keys)
+        self.wrote = wrote
+        self.dropped = dropped
 
     def __getitem__(self, key: bytes) -> bytes:
-        if not self._mine(key):
+        if self.keys_ is not None and key not in self.keys_:
             raise KeyError(key)
         return self.table[key]
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.table[key] = value
+        self.wrote(key)
 
     def __delitem__(self, key: bytes) -> None:
         del self.table[key]
+        self.dropped(key)
 
     def __iter__(self) -> Iterator[bytes]:
-        return (key for key in list(self.table.keys()) if self._mine(key))
+        keys = self.table.keys() if self.keys_ is None else self.keys_
+        return (key for key in list(keys) if key in self.table)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class JoinIndex:
+    """When each key of the join table was last written, per partition, so the clock's
+    expiry reads only the keys of the partition it ticks that have not been written for the
+    retention (not every key of the table each minute). A key's partition is where Kafka's
+    partitioner put its target id (``join.state_key``: [target, rule, criterion]), the key of
+    the internal topic; rebuilt from the table after each recovery."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.written: defaultdict[int, dict[bytes, float]] = defaultdict(dict)
+
+    def partition_of(self, key: bytes) -> int | None:
+        try:
+            target = str(orjson.loads(key)[0])
+        except (orjson.JSONDecodeError, IndexError, TypeError, KeyError):
+            return None  # not the join's: left alone
+        return key_hash(target.encode()) % self.partitions
+
+    def rebuild(self, items: Iterable[tuple[bytes, bytes]], owned: set[int]) -> int:
+        """The index of the ``owned`` partitions from the table's ``items``; how many keys."""
+        self.written.clear()
+        count = 0
+        for key, value in items:
+            partition = self.partition_of(key)
+            if partition not in owned:
+                continue
+            try:
+                self.written[partition][key] = newest(orjson.loads(value))
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+            count += 1
+        return count
+
+    def writing(
+        self, table: MutableMapping[bytes, bytes], partition: int, now: float
+    ) -> MutableMapping[bytes, bytes]:
+        """``table`` as a join writes it while an event of ``partition`` is applied."""
+        keys = self.written[partition]
+
+        def wrote(key: bytes) -> None:
+            keys[key] = now
+
+        return _Keys(table, None, wrote, lambda key: keys.pop(key, None))
+
+    def stale(
+        self, table: MutableMapping[bytes, bytes], partition: int, now: float, retention_s: float
+    ) -> MutableMapping[bytes, bytes]:
+        """The keys of ``partition`` not written for ``retention_s``: what expiry reads."""
+        keys = self.written[partition]
+        old = [key for key, at in keys.items() if now - at > retention_s]
+        return _Keys(table, old, lambda key: None, lambda key: keys.pop(key, None))
+
+
+def log_rebuilt(count: int) -> None:
+    log.info("agreement join index rebuilt: %d keys", count)
 
 
 def register_agreement_agents(
@@ -131,6 +191,8 @@ def register_agreement_agents(
             return dead_letters.invalid(message, exc, what="score event"), None
         if not judged(score):
             return [], None
+        if time.time() - score.created_at.timestamp() > settings.label_retention_s:
+            return [], None  # older than any label may join (a first start reads history)
         return [(events, score.target_id.encode(), SCORE + slim(score), None)], None
 
     register_forwarder(
@@ -161,14 +223,19 @@ def register_agreement_agents(
             raise ValueError(f"not an agreement event: {value[:40]!r}")
         return value
 
+    index = JoinIndex(settings.topic_partitions)
+    joins.on_recover(lambda owned: log_rebuilt(index.rebuild(joins.table.data.items(), owned)))
+
     async def apply(message: Message, value: bytes) -> None:
         now = time.time()
         kind, body = value[:1], value[1:]
+        retention = settings.label_retention_s
         if kind == TICK:
-            view = PartitionView(joins.table, message.partition, settings.topic_partitions)
-            AgreementJoin(view, settings.label_retention_s).expire(now)
+            stale = index.stale(joins.table, message.partition, now, retention)
+            AgreementJoin(stale, retention).expire(now)
             return
-        join = AgreementJoin(joins.table, settings.label_retention_s, kind_of=kinds)
+        store = index.writing(joins.table, message.partition, now)
+        join = AgreementJoin(store, retention, kind_of=kinds)
         if kind == LABEL:
             label, reference = parse_label(body, scorer.ruleset)
             joined = join.add_label(label, reference, now)
@@ -218,9 +285,6 @@ def register_agreement_agents(
     async def keep(message: Message, pair: Joined) -> None:
         measured.table[pair.agreement_id.encode()] = pair.model_dump_json().encode()
         windows.add(pair)
-        for old in windows.expired(time.time()):
-            windows.forget(old)
-            measured.table.pop(old.encode(), None)
 
     measured.on_recover(rebuild)
     measured.agent(
@@ -233,10 +297,21 @@ def register_agreement_agents(
     )
 
     async def export() -> None:
-        if 0 not in owned_partitions(app, settings.agreement_measure_topic):
-            observer.on_agreement_measured({})
-            return
-        observer.on_agreement_measured(windows.measures(time.time()))
+        """The gauges from the week's pairs (none where this worker does not measure), after
+        dropping what the week no longer holds (tombstoned in the table's one partition). A
+        failure is logged: an exception out of a Faust timer stops the worker."""
+        try:
+            if 0 not in owned_partitions(app, settings.agreement_measure_topic):
+                observer.on_agreement_measured({})
+                return
+            now = time.time()
+            for old in windows.expired(now):
+                windows.forget(old)
+                measured.table.send_changelog(0, old.encode(), None, value_serializer="raw")
+                measured.table.data.pop(old.encode(), None)
+            observer.on_agreement_measured(windows.measures(now))
+        except Exception:
+            log.exception("measuring agreement failed: measured again in %s s", MEASURE_EVERY_S)
 
     app.timer(MEASURE_EVERY_S, name="agreement-measures")(export)
     return windows

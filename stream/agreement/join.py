@@ -107,7 +107,9 @@ class AgreementJoin:
 
     def add_score(self, score: ScoreEvent, now: float) -> list[Joined]:
         """Keep an ok score with a raw value; the pairs it makes with the key's labels and,
-        primary with shadow, its other scores. A score already held emits nothing."""
+        primary with shadow, its other scores. A score already held (a redelivery: the
+        worker may have died after the table's write and before the pairs were published)
+        emits its pairs again, with the same ids."""
         if score.status != "ok" or score.raw_value is None:
             return []
         kind = self.kind_of(score)
@@ -115,9 +117,8 @@ class AgreementJoin:
             return []
         key = state_key(score.target_id, score.rule_id, score.criterion)
         state = self._state(key, now)
-        if score.score_id in state["scores"]:
-            return []
-        held = _held_score(score, kind, now)
+        held = state["scores"].get(score.score_id) or _held_score(score, kind, now)
+        held["arrived"] = now  # it arrived (again): the key lives on
         state["scores"][score.score_id] = held
         joined_at = self.clock()
         pairs = [
@@ -136,7 +137,8 @@ class AgreementJoin:
 
     def add_label(self, label: HumanLabel, reference: Reference, now: float) -> list[Joined]:
         """Keep a label (replacing one of the same id); its pairs with the key's scores. The
-        same label again emits nothing; a new value for its id re-emits its pairs."""
+        same label again (a redelivery, or re-sent) emits its pairs again with the same ids,
+        as a new value for its id does (downstream keeps the newest of each id)."""
         key = state_key(label.target_id, label.rule_id, label.criterion)
         state = self._state(key, now)
         held = {
@@ -147,11 +149,7 @@ class AgreementJoin:
             "labelled_at": label.labelled_at.isoformat(),
             "arrived": now,
         }
-        before = state["labels"].get(label.id)
         state["labels"][label.id] = held
-        if before is not None and _same_label(before, held):
-            self.store[key] = orjson.dumps(state)  # it arrived again: the key lives on
-            return []
         joined_at = self.clock()
         pairs = [
             joined
@@ -178,10 +176,6 @@ def newest(state: dict[str, Any]) -> float:
     """When the key's newest item arrived."""
     items = [*state["scores"].values(), *state["labels"].values()]
     return max((item["arrived"] for item in items), default=float("-inf"))
-
-
-def _same_label(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    return all(before[f] == after[f] for f in ("kind", "value", "annotator"))
 
 
 def _held_score(score: ScoreEvent, kind: Kind, now: float) -> dict[str, Any]:

@@ -23,18 +23,22 @@ from .windows import Pair
 
 @dataclass(frozen=True, slots=True)
 class Compared:
-    """One comparison of a rule: a judged side (its model, and a shadow's name or "" for the
-    primary) against a reference ("human" labels, or the "primary" judge)."""
+    """One comparison of a rule's score (a rubric's criterion, or "" for its one score): a
+    judged side (its model, and a shadow's name or "" for the primary) against a reference
+    ("human" labels, or the "primary" judge), compared as a choice or a number."""
 
     rule: str
+    criterion: str
     reference: str
     variant: str
     model: str
+    kind: str
 
     def title(self) -> str:
         judged = f"shadow {self.variant}" if self.variant else "primary"
         reference = "labels" if self.reference == "human" else "primary"
-        return f"{reference} vs {judged} ({self.model})"
+        of = f" on {self.criterion}" if self.criterion else ""
+        return f"{reference} vs {judged} ({self.model}){of}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,6 @@ class Report:
     """Every rule's comparisons (with their measures) and every pair's win rate."""
 
     agreement: dict[Compared, dict[str, Estimate]] = field(default_factory=dict)
-    kinds: dict[Compared, str] = field(default_factory=dict)
     win_rates: list[WinRate] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,10 +71,11 @@ class Report:
         for compared in sorted(self.agreement, key=_order):
             rules[compared.rule].append(
                 {
+                    "criterion": compared.criterion or None,
                     "reference": compared.reference,
                     "variant": compared.variant or None,
                     "model": compared.model,
-                    "kind": self.kinds[compared],
+                    "kind": compared.kind,
                     "measures": {
                         name: _estimate(e) for name, e in self.agreement[compared].items()
                     },
@@ -164,11 +168,17 @@ def build(pairs: Iterable[Pair], preferences: Iterable[PairPreference]) -> Repor
     grouped: defaultdict[Compared, list[tuple[Any, Any]]] = defaultdict(list)
     report = Report()
     for pair in newest.values():
-        compared = Compared(pair.rule_id, pair.reference, pair.variant or "", pair.model or "")
+        compared = Compared(
+            pair.rule_id,
+            pair.criterion or "",
+            pair.reference,
+            pair.variant or "",
+            pair.model or "",
+            pair.kind,
+        )
         grouped[compared].append((pair.reference_value, pair.judged_value))
-        report.kinds[compared] = pair.kind
     for compared, found in grouped.items():
-        report.agreement[compared] = measure(report.kinds[compared], found)
+        report.agreement[compared] = measure(compared.kind, found)
     counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for p in preferences:
         side = {"b": 0, "a": 1, "tie": 2}[p.preferred]
@@ -180,11 +190,11 @@ def build(pairs: Iterable[Pair], preferences: Iterable[PairPreference]) -> Repor
     return report
 
 
-def _order(compared: Compared) -> tuple[str, int, str, str]:
-    # per rule: labels vs primary, labels vs each shadow, primary vs each shadow
+def _order(compared: Compared) -> tuple[str, str, int, str, str]:
+    # per rule and score: labels vs primary, labels vs each shadow, primary vs each shadow
     rank = 0 if compared.reference == "human" and not compared.variant else 1
     rank = rank if compared.reference == "human" else 2
-    return (compared.rule, rank, compared.variant, compared.model)
+    return (compared.rule, compared.criterion, rank, compared.variant, compared.model)
 
 
 def _estimate(e: Estimate) -> dict[str, Any]:

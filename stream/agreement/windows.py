@@ -30,6 +30,8 @@ class Pair(Protocol):
     @property
     def rule_id(self) -> str: ...
     @property
+    def criterion(self) -> str | None: ...
+    @property
     def model(self) -> str | None: ...
     @property
     def variant(self) -> str | None: ...
@@ -48,18 +50,21 @@ class Pair(Protocol):
 @dataclass(frozen=True, slots=True)
 class Series:
     """Whose agreement: a rule's judged side (its model, and its shadow variant or "" for the
-    primary) against a reference ("human" labels, or the "primary" judge)."""
+    primary) against a reference ("human" labels, or the "primary" judge), for one score of
+    the rule (a rubric's criterion, or "" for its one score) and one kind of comparison
+    ("choice" or "numeric": a rubric's YES/NO criteria and its numeric aggregate apart)."""
 
     rule: str
+    criterion: str
     model: str
     variant: str
     reference: str
+    kind: str
 
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
     series: Series
-    kind: str
     pair: tuple[Any, Any]
     at: float  # seconds since the epoch
 
@@ -75,11 +80,16 @@ class AgreementWindows:
 
     def add(self, joined: Pair) -> None:
         """Count ``joined`` (replacing an earlier pair with its agreement id)."""
-        series = Series(joined.rule_id, joined.model or "", joined.variant or "", joined.reference)
-        pair = (joined.reference_value, joined.judged_value)
-        self._pairs[joined.agreement_id] = _Kept(
-            series, joined.kind, pair, joined.joined_at.timestamp()
+        series = Series(
+            joined.rule_id,
+            joined.criterion or "",
+            joined.model or "",
+            joined.variant or "",
+            joined.reference,
+            joined.kind,
         )
+        pair = (joined.reference_value, joined.judged_value)
+        self._pairs[joined.agreement_id] = _Kept(series, pair, joined.joined_at.timestamp())
 
     def forget(self, agreement_id: str) -> None:
         self._pairs.pop(agreement_id, None)
@@ -90,13 +100,10 @@ class AgreementWindows:
 
     def measures(self, now: float) -> dict[tuple[Series, str], dict[str, Estimate]]:
         """Every series' measures in each window it has pairs in."""
-        grouped: defaultdict[tuple[Series, str, str], list[tuple[Any, Any]]] = defaultdict(list)
+        grouped: defaultdict[tuple[Series, str], list[tuple[Any, Any]]] = defaultdict(list)
         for kept in self._pairs.values():
             age = now - kept.at
             for window, span in WINDOWS.items():
                 if age <= span:
-                    grouped[(kept.series, window, kept.kind)].append(kept.pair)
-        found: dict[tuple[Series, str], dict[str, Estimate]] = {}
-        for (series, window, kind), pairs in grouped.items():
-            found[(series, window)] = measure(kind, pairs)
-        return found
+                    grouped[(kept.series, window)].append(kept.pair)
+        return {key: measure(key[0].kind, pairs) for key, pairs in grouped.items()}

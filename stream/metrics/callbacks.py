@@ -276,6 +276,7 @@ class ScorerMetrics(MetricFamilies, Observer):
                     continue  # undefined (a constant side, too few pairs): no sample
                 self.judge_agreement.labels(
                     rule=series.rule,
+                    criterion=series.criterion,
                     model=series.model,
                     variant=series.variant,
                     reference=series.reference,

@@ -244,7 +244,7 @@ class MetricFamilies:
             "own scale: kappa and accuracy (choice rules), mae and spearman (numeric ones), "
             "and the count of pairs; reference human (labels) or primary (for a shadow "
             "variant); exported by the one worker that measures",
-            ("rule", "model", "variant", "reference", "measure", "window"),
+            ("rule", "criterion", "model", "variant", "reference", "measure", "window"),
         )
         self.judge_agreement_threshold = gauge(
             "judge_agreement_threshold",

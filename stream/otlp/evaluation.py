@@ -73,8 +73,9 @@ def emitted(score: ScoreEvent) -> bool:
 
 
 def evaluation_name(score: ScoreEvent) -> str:
-    """``gen_ai.evaluation.name``: the rule id, with a rubric's criterion after a dot."""
-    return score.rule_id if score.criterion is None else f"{score.rule_id}.{score.criterion}"
+    """``gen_ai.evaluation.name``: the rule id, with a rubric's criterion after a dot and a
+    shadow judge's variant after an ``@`` (shown beside the rule's own, not as it)."""
+    return score.full_name
 
 
 def error_type(score: ScoreEvent) -> str:

@@ -271,6 +271,15 @@ class CriteriaRule(PromptedRule):
     aggregator that turns one response's answers into scores (one per criterion plus its
     own, such as an overall rating or a pass/fail gate)."""
 
+    @model_validator(mode="after")
+    def _no_agreement_bound(self) -> Self:
+        if self.agreement is not None:
+            raise ValueError(
+                "agreement: is for llm_judge rules: a rubric's or comparison's scores are "
+                "measured per criterion (scorer agreement, scorer_judge_agreement), not bound"
+            )
+        return self
+
     criteria: list[Criterion] = Field(min_length=1)
     aggregate: AggregateRef
     notes: list[str] = Field(

@@ -50,8 +50,7 @@ def score_name(score: ScoreEvent) -> str:
     """The score's name on the platform: the rule id, for a rubric's several scores the
     criterion after a dot (``code_review.correctness``), and for a shadow judge's the variant
     after an ``@`` (``code_review@mini``): shown beside the rule's own, never in its place."""
-    name = score.rule_id if score.criterion is None else f"{score.rule_id}.{score.criterion}"
-    return name if score.variant is None else f"{name}@{score.variant}"
+    return score.full_name
 
 
 def posted_value(score: ScoreEvent, mode: ValueMode) -> float:

@@ -1,5 +1,5 @@
 """Labels and scores joined per (target, rule, criterion) in whichever order they arrive:
-each pair once, duplicates silent, a changed label re-emitted under its id, late items
+each pair under one id, duplicates re-emitting theirs, a changed label re-emitted under its id, late items
 after the retention joining nothing, and the state kept in the store (a dict here)."""
 
 from __future__ import annotations
@@ -133,16 +133,22 @@ def test_other_targets_rules_and_criteria_do_not_join() -> None:
     assert pair.criterion == "clarity"
 
 
-def test_duplicates_emit_nothing_new() -> None:
+def test_duplicates_emit_their_pairs_again_under_the_same_ids() -> None:
+    """A redelivered item (the worker died after the table's write, before the pairs were
+    published) must not lose its pairs: they come again, the same ids and values."""
     j = join()
     primary = score()
     label, ref = human(5)
     j.add_score(primary, 0.0)
-    assert len(j.add_label(label, ref, 1.0)) == 1
-    assert j.add_label(label, ref, 2.0) == []  # the same label again
-    assert j.add_score(primary, 3.0) == []  # the same score redelivered
-    again, _ = human(5, labelled_at="2026-11-02T09:00:00Z")  # re-sent, same value
-    assert j.add_label(again, ref, 4.0) == []
+    [first] = j.add_label(label, ref, 1.0)
+    same = first.model_dump(exclude={"joined_at"})
+    [again] = j.add_label(label, ref, 2.0)  # the same label again
+    assert again.model_dump(exclude={"joined_at"}) == same
+    [redelivered] = j.add_score(primary, 3.0)  # the same score redelivered
+    assert redelivered.model_dump(exclude={"joined_at"}) == same
+    resent, _ = human(5, labelled_at="2026-11-02T09:00:00Z")  # re-sent, same value
+    [pair] = j.add_label(resent, ref, 4.0)
+    assert pair.agreement_id == first.agreement_id
 
 
 def test_a_changed_label_is_emitted_again_under_the_same_id() -> None:
@@ -264,7 +270,8 @@ def test_the_state_survives_in_the_store() -> None:
     restarted = join(store)  # a new worker over the changelog's table
     [pair] = restarted.add_label(*human(5), 1.0)
     assert pair.judged_value == 4.0
-    assert restarted.add_score(score(), 2.0) == []  # still known after the restart
+    # still known after the restart: redelivered, it emits the same pair again
+    assert [p.agreement_id for p in restarted.add_score(score(), 2.0)] == [pair.agreement_id]
 
 
 # any arrival order of the same labels and scores yields the same agreement ids
@@ -289,15 +296,17 @@ ITEMS: list[tuple[str, Any]] = [
 )
 def test_any_arrival_order_yields_the_same_agreement_ids(order: list[int]) -> None:
     j = join()
-    ids: list[str] = []
+    emitted: dict[str, set[tuple[Any, ...]]] = {}
     for now, index in enumerate(order):
         kind, item = ITEMS[index]
         pairs = j.add_score(item, float(now)) if kind == "score" else j.add_label(*item, now)
-        ids.extend(p.agreement_id for p in pairs)
-    assert len(ids) == len(set(ids)), "a pair was emitted twice"
+        for p in pairs:  # a redelivered item emits its pairs again: the same ids, same pairs
+            said = p.model_dump(exclude={"joined_at"})
+            emitted.setdefault(p.agreement_id, set()).add(tuple(sorted(said.items())))
+    assert all(len(versions) == 1 for versions in emitted.values()), "an id with two pairs"
     # per target: 2 labels x 3 scores, and the primary with 2 shadows
-    assert len(ids) == len(TARGETS) * (2 * 3 + 2)
-    assert set(ids) == EXPECTED_IDS
+    assert len(emitted) == len(TARGETS) * (2 * 3 + 2)
+    assert set(emitted) == EXPECTED_IDS
 
 
 def _expected_ids() -> set[str]:

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from fixtures import score_event
 
-from stream.agents.agreement import PartitionView
-from stream.agreement.join import Joined, state_key
+from stream.agents.agreement import JoinIndex
+from stream.agreement.join import AgreementJoin, Joined, state_key
 from stream.agreement.measures import measure, win_rate
 from stream.agreement.preferences import PairPreference
 from stream.agreement.report import build
@@ -53,7 +54,7 @@ def test_each_pair_counts_in_every_window_holding_its_join_time() -> None:
     windows.add(pair(3, "no", "no", age_s=3 * 86_400))  # in 7d
     windows.add(pair(4, "yes", "no", age_s=8 * 86_400))  # in none
     found = windows.measures(NOW.timestamp())
-    series = Series("resolved", "gpt-4o-mini", "", "human")
+    series = Series("resolved", "", "gpt-4o-mini", "", "human", "choice")
     assert found[(series, "1h")]["count"].count == 1
     assert found[(series, "1d")]["count"].count == 2
     assert found[(series, "7d")]["count"].count == 3
@@ -126,33 +127,64 @@ def test_an_empty_report_says_so() -> None:
     ]
 
 
-def test_a_partition_view_holds_only_its_partitions_keys() -> None:
-    """The join's expiry at one partition's tick sees only that partition's keys (where the
-    internal topic's key, the target id, was put), so its tombstones go to that changelog."""
+def test_the_join_index_expires_only_the_ticked_partitions_stale_keys() -> None:
+    """The join's expiry at one partition's tick reads only that partition's keys (where the
+    internal topic's key, the target id, was put) that were not written for the retention,
+    so its tombstones go to that partition's changelog and a tick costs what is stale."""
     table: dict[bytes, bytes] = {}
+    index = JoinIndex(4)
+    retention = 100.0
     targets = [f"t-{i}" for i in range(40)]
-    for target in targets:
-        table[state_key(target, "resolved", None)] = b"{}"
-    table[b"not a join key"] = b"{}"
-    seen: set[bytes] = set()
-    for partition in range(4):
-        view = PartitionView(table, partition, 4)
-        keys = set(view)
-        expected = {
-            state_key(t, "resolved", None) for t in targets if key_hash(t.encode()) % 4 == partition
-        }
-        assert keys == expected and len(view) == len(expected)
-        assert not keys & seen
-        seen |= keys
+    for n, target in enumerate(targets):
+        partition = key_hash(target.encode()) % 4
+        join = AgreementJoin(index.writing(table, partition, float(n)), retention)
+        join.add_score(score_for(target), float(n))  # written at time n
+    assert set(index.written) == {0, 1, 2, 3}
+    assert sum(len(keys) for keys in index.written.values()) == len(targets)
+    for partition, keys in index.written.items():
         for key in keys:
-            assert view[key] == b"{}"
-        with pytest.raises(KeyError):
-            other = next(iter(set(table) - keys - {b"not a join key"}))
-            view[other]
-    assert len(seen) == len(targets)
-    view = PartitionView(table, 0, 4)
-    for key in list(view):
-        del view[key]
-    assert all(
-        key_hash(t.encode()) % 4 != 0 for t in targets if state_key(t, "resolved", None) in table
-    )
+            assert index.partition_of(key) == partition
+    # at 130, the keys written before 30 are stale; expire one partition only
+    stale = index.stale(table, 0, 130.0, retention)
+    expected = {
+        state_key(t, "resolved", None)
+        for n, t in enumerate(targets)
+        if key_hash(t.encode()) % 4 == 0 and n < 30
+    }
+    assert set(stale) == expected
+    assert AgreementJoin(stale, retention).expire(130.0) == len(expected)
+    assert not expected & set(table) and len(table) == len(targets) - len(expected)
+    assert not expected & set(index.written[0])
+    # rebuilt from the table after a recovery: the owned partitions' keys, with their times
+    rebuilt = JoinIndex(4)
+    assert rebuilt.rebuild(table.items(), {1, 2}) == sum(len(index.written[p]) for p in (1, 2))
+    assert rebuilt.written[1] == index.written[1] and not rebuilt.written[0]
+    table[b"not a join key"] = b"{}"
+    assert rebuilt.partition_of(b"not a join key") is None
+
+
+def score_for(target: str) -> Any:
+    return score_event(target_id=target, rule_id="resolved")
+
+
+def test_a_rubrics_criteria_and_its_numeric_score_are_measured_apart() -> None:
+    """A rubric's YES/NO criteria (choices) and its aggregate (a number) are two series each:
+    never overwritten by one another, never pooled, and the report reads both."""
+    pairs = [
+        pair(1, "YES", "YES", criterion="CQ1"),
+        pair(2, "NO", "YES", criterion="CQ1"),
+        pair(3, 0.8, 0.75, criterion="score", kind="numeric"),
+        pair(4, 0.2, 0.5, criterion="score", kind="numeric"),
+    ]
+    windows = AgreementWindows()
+    for p in pairs:
+        windows.add(p)
+    found = {(s.criterion, s.kind, w): m for (s, w), m in windows.measures(NOW.timestamp()).items()}
+    assert found[("CQ1", "choice", "1h")]["accuracy"].value == 0.5
+    assert found[("score", "numeric", "1h")]["mae"].value == pytest.approx((0.05 + 0.3) / 2)
+    report = build(pairs, [])
+    assert [c.title() for c in sorted(report.agreement, key=lambda c: c.criterion)] == [
+        "labels vs primary (gpt-4o-mini) on CQ1",
+        "labels vs primary (gpt-4o-mini) on score",
+    ]
+    assert {c["criterion"] for c in report.as_dict()["rules"]["resolved"]} == {"CQ1", "score"}

@@ -4,14 +4,19 @@ threshold lie in the measure's range; the worker exports each bound for the aler
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures import RULES_DIR
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
+from stream.errors import RuleFileError
 from stream.live_rules import agreement_thresholds
 from stream.metrics import ScorerMetrics
+from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import RULE_ADAPTER, RuleSet
 
 CHOICE = {
@@ -80,3 +85,15 @@ def test_the_bounds_are_exported_for_the_alert() -> None:
     assert registry.get_sample_value("scorer_judge_agreement_min_labels", needed) == 30
     metrics.on_agreement_thresholds([])  # a reload that dropped them: the series go
     assert registry.get_sample_value("scorer_judge_agreement_min_labels", needed) is None
+
+
+def test_a_rubric_takes_no_bound(tmp_path: Path) -> None:
+    """A rubric's scores are measured per criterion; the bound and its alert are for
+    llm_judge rules: a rubric that names one is refused at load, saying so."""
+    pack = tmp_path / "critique"
+    shutil.copytree(RULES_DIR / "critique", pack, ignore=shutil.ignore_patterns("__pycache__"))
+    path = pack / "response_critique.yaml"
+    path.write_text(path.read_text() + "\nagreement: {measure: mae, threshold: 0.5}\n")
+    with pytest.raises(RuleFileError) as refused:
+        load_rules(tmp_path, ["critique"])
+    assert "agreement: is for llm_judge rules" in str(refused.value.problems)
