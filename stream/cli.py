@@ -121,17 +121,10 @@ def agreement(
     the primary, and each comparison's B over A: counts and 95 % intervals, from the
     agreement and scores topics (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
     from .agreement.report import build, pairs_of, preferences_of, report_json
-    from .kafka.broker import broker_in_use
     from .kafka.io import check_cluster, read_all
 
     settings = Settings()
-    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
-    if found is None:
-        raise ConfigError(
-            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
-             "`scorer worker`: its embedded broker is found by itself)"]
-        )  # fmt: skip
-    bootstrap, security = found
+    bootstrap, security = scores_broker(settings)
 
     async def read() -> tuple[list[bytes], list[bytes]]:
         await check_cluster(bootstrap, security)
@@ -394,7 +387,6 @@ def _run_sink(build: typing.Callable[..., typing.Any], idle: float | None, logle
     """The broker as `scorer replay` finds it, then the sink until Ctrl-C, SIGTERM or idle."""
     import signal
 
-    from .kafka.broker import broker_in_use
     from .kafka.io import check_cluster
 
     logging.basicConfig(
@@ -402,13 +394,7 @@ def _run_sink(build: typing.Callable[..., typing.Any], idle: float | None, logle
         format="%(asctime)s %(levelname)s %(message)s",
     )
     settings = Settings()
-    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
-    if found is None:
-        raise ConfigError(
-            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
-             "`scorer worker`: its embedded broker is found by itself)"]
-        )  # fmt: skip
-    bootstrap, security = found
+    bootstrap, security = scores_broker(settings)
     sink = build(
         bootstrap=bootstrap, topic=settings.scores_topic, app_id=settings.app_id, security=security
     )
@@ -422,6 +408,20 @@ def _run_sink(build: typing.Callable[..., typing.Any], idle: float | None, logle
         await sink.run(stop, idle)
 
     asyncio.run(run())
+
+
+def scores_broker(settings: Settings) -> tuple[str, typing.Any]:
+    """The broker the scores are on, as `scorer replay` finds it, and its security (None:
+    plaintext); a ``ConfigError`` when there is none."""
+    from .kafka.broker import broker_in_use
+
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    if found is None:
+        raise ConfigError(
+            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
+             "`scorer worker`: its embedded broker is found by itself)"]
+        )  # fmt: skip
+    return found
 
 
 def main() -> None:

@@ -83,6 +83,41 @@ def env(names: Names) -> dict[str, str]:
     }
 
 
+def labelled_worker(
+    broker: EmbeddedBroker, names: Names, tmp: Path, judge: MockJudge, rule: str
+) -> Worker:
+    """A started worker running the one rule file ``rule`` (pack labelled) on this test's
+    labels and agreement topics."""
+    rules = tmp / "rules" / "labelled"
+    rules.mkdir(parents=True)
+    (rules / "resolved.yaml").write_text(rule)
+    return Worker(
+        broker.bootstrap,
+        names,
+        tmp,
+        SCORER_RULES_DIR=str(tmp / "rules"),
+        SCORER_PACKS='["labelled"]',
+        OPENAI_BASE_URL=judge.base_url,
+        **env(names),
+    ).start()
+
+
+async def scorer_agreement(broker: EmbeddedBroker, names: Names) -> Any:
+    """`scorer agreement --json` on this test's topics, run as a user would."""
+    command = [sys.executable, "-m", "stream.cli", "agreement", "--json", "--idle", "1"]
+    run_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "KAFKA_"))},
+        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "SCORER_SCORES_TOPIC": names.scores,
+        **env(names),
+    }
+    result = await asyncio.to_thread(
+        subprocess.run, command, env=run_env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 async def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -107,19 +142,8 @@ async def test_labels_join_their_scores_and_the_agreement_is_measured(
     for i in range(N):
         answer = "yes" if i in JUDGE_YES else "no"
         judge.script(f"case {i:02d}:", f'{{"answer": "{answer}", "reason": "scripted"}}')
-    rules = tmp_path / "rules" / "labelled"
-    rules.mkdir(parents=True)
-    (rules / "resolved.yaml").write_text(RULE)
     topics = env(names)
-    worker = Worker(
-        broker.bootstrap,
-        names,
-        tmp_path,
-        SCORER_RULES_DIR=str(tmp_path / "rules"),
-        SCORER_PACKS='["labelled"]',
-        OPENAI_BASE_URL=judge.base_url,
-        **topics,
-    ).start()
+    worker = labelled_worker(broker, names, tmp_path, judge, RULE)
     workers.append(worker)
     labels_topic, agreement_topic = topics["SCORER_LABELS_TOPIC"], topics["SCORER_AGREEMENT_TOPIC"]
 
@@ -165,17 +189,7 @@ async def test_labels_join_their_scores_and_the_agreement_is_measured(
     assert measured(worker, "count") == N
 
     # scorer agreement: the same figures, with their intervals
-    command = [sys.executable, "-m", "stream.cli", "agreement", "--json", "--idle", "1"]
-    run_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "KAFKA_"))},
-        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
-        "SCORER_SCORES_TOPIC": names.scores,
-        **topics,
-    }
-    result = await asyncio.to_thread(
-        subprocess.run, command, env=run_env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    result = await scorer_agreement(broker, names)
     (compared,) = orjson.loads(result.stdout)["rules"]["resolved"]
     assert (compared["reference"], compared["variant"], compared["kind"]) == (
         "human",
@@ -230,19 +244,8 @@ async def test_a_shadow_judge_is_compared_with_the_labels_and_with_the_primary(
             judge.script(
                 f"{side} <question>case {i:02d}:", f'{{"answer": "{answer}", "reason": "x"}}'
             )
-    rules = tmp_path / "rules" / "labelled"
-    rules.mkdir(parents=True)
-    (rules / "resolved.yaml").write_text(SHADOWED)
     topics = env(names)
-    worker = Worker(
-        broker.bootstrap,
-        names,
-        tmp_path,
-        SCORER_RULES_DIR=str(tmp_path / "rules"),
-        SCORER_PACKS='["labelled"]',
-        OPENAI_BASE_URL=judge.base_url,
-        **topics,
-    ).start()
+    worker = labelled_worker(broker, names, tmp_path, judge, SHADOWED)
     workers.append(worker)
     await produce(broker.bootstrap, names.traces, [trace(i) for i in range(n)])
     labels = [label(i, value="yes" if i in human_yes else "no") for i in range(n)]
@@ -262,17 +265,7 @@ async def test_a_shadow_judge_is_compared_with_the_labels_and_with_the_primary(
     shadowed = [p for p in pairs.values() if p["variant"] == "strict"]
     assert {p["model"] for p in shadowed} == {"gpt-4.1-nano"}
 
-    command = [sys.executable, "-m", "stream.cli", "agreement", "--json", "--idle", "1"]
-    run_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "KAFKA_"))},
-        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
-        "SCORER_SCORES_TOPIC": names.scores,
-        **topics,
-    }
-    result = await asyncio.to_thread(
-        subprocess.run, command, env=run_env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    result = await scorer_agreement(broker, names)
     compared = {
         (c["reference"], c["variant"]): c["measures"]
         for c in orjson.loads(result.stdout)["rules"]["resolved"]
