@@ -61,7 +61,8 @@ class Topics:
 
     def outputs(self) -> list[TopicT]:
         """Topics the worker writes to (declared up front)."""
-        return [self.scores, self.decisions, self.dlq, self.thread_events]
+        joins = [self.agreement_events] if self.agreement_events is not None else []
+        return [self.scores, self.decisions, self.dlq, self.thread_events, *joins]
 
     def to_threads(self, event: ThreadEvent) -> Send:
         """``event`` on the thread-events topic, keyed by its thread."""
@@ -139,7 +140,7 @@ def create_app(
     if settings.labels_topic:  # "" turns the labels join off
         internal_joins = {"partitions": settings.topic_partitions, "internal": True}
         agreement = {
-            "labels": raw_topic(settings.labels_topic, settings.scores_topic),
+            "labels": raw_topic(settings.labels_topic),
             "agreement": raw_topic(settings.agreement_topic),
             "agreement_events": raw_topic(settings.agreement_events_topic, **internal_joins),
             "agreement_measure": raw_topic(

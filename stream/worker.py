@@ -156,8 +156,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
                 if settings.otlp_topic
                 else []
             ),
-            *(  # the labels join reads the scores topic back too
-                [settings.labels_topic, settings.scores_topic, settings.agreement_events_topic]
+            *(
+                [settings.labels_topic, settings.agreement_events_topic]
                 if settings.labels_topic
                 else []
             ),

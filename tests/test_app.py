@@ -130,7 +130,14 @@ def test_topics_carry_raw_bytes(tmp_path: Path) -> None:
 def test_outputs_are_the_topics_the_worker_writes(tmp_path: Path) -> None:
     _, topics, _ = build(tmp_path)
 
-    assert topics.outputs() == [topics.scores, topics.decisions, topics.dlq, topics.thread_events]
+    # + the internal topic judged scores go to for the labels join (SCORER_LABELS_TOPIC set)
+    assert topics.outputs() == [
+        topics.scores,
+        topics.decisions,
+        topics.dlq,
+        topics.thread_events,
+        topics.agreement_events,
+    ]
     assert topics.traces not in topics.outputs()
     assert topics.sessions not in topics.outputs()
 

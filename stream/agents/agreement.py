@@ -3,11 +3,11 @@ record 26).
 
 Three agents:
 
-- ``route-agreement`` reads the labels topic and the scores topic. A label is validated
-  against the rule set (an unknown rule, criterion or a value off the rule's scale is
-  dead-lettered with the reason); an ``ok`` score a judge gave (primary or shadow) is kept
-  without its bulky fields. Both are forwarded, keyed by target id, to the internal
-  agreement-events topic; other scores are acked and dropped.
+- ``route-agreement`` reads the labels topic. A label is validated against the rule set (an
+  unknown rule, criterion or a value off the rule's scale is dead-lettered with the reason)
+  and forwarded, keyed by target id, to the internal agreement-events topic, where the
+  agents that publish scores also send each ``ok`` score a judge gave (primary or shadow),
+  without its bulky fields (``agreement_sends``).
 - ``join-agreement`` is the only writer of the ``agreement`` table (co-partitioned with the
   internal topic): ``AgreementJoin`` pairs each label with the judged scores of its target,
   rule and criterion, and the primary score with each shadow's, whichever arrives first, and
@@ -31,7 +31,6 @@ from datetime import datetime
 import faust
 import orjson
 from faust.types import Message
-from pydantic import ValidationError
 
 from ..agreement.join import AgreementJoin, Joined, newest
 from ..agreement.labels import LabelError, parse_label, score_kinds
@@ -65,6 +64,18 @@ def judged(score: ScoreEvent) -> bool:
 def slim(score: ScoreEvent) -> bytes:
     """The score without what the join never reads (its reason, details, usage)."""
     return score.model_copy(update={"reason": None, "details": None, "usage": None}).to_bytes()
+
+
+def agreement_sends(topics: Topics, scores: Iterable[ScoreEvent]) -> list[Send]:
+    """What the join gets of published scores: each judged one, keyed by its target, on the
+    internal agreement-events topic, in the same at-least-once set as the score itself (none
+    when the join is off). Sent where scores are published (the trace and thread agents, the
+    batch queue) rather than read back from the scores topic: a deterministic check's score,
+    most of them, costs the join nothing."""
+    if topics.agreement_events is None:
+        return []
+    events = topics.agreement_events
+    return [(events, s.target_id.encode(), SCORE + slim(s), None) for s in scores if judged(s)]
 
 
 class _Keys(MutableMapping[bytes, bytes]):
@@ -179,21 +190,11 @@ def register_agreement_agents(
 
     def route(message: Message) -> tuple[list[Send], datetime | None]:
         raw = message.value or b""
-        if message.topic == settings.labels_topic:
-            try:
-                label, _ = parse_label(raw, scorer.ruleset)
-            except LabelError as exc:
-                return dead_letters.invalid(message, exc, what="human label"), None
-            return [(events, label.target_id.encode(), LABEL + raw, None)], None
         try:
-            score = ScoreEvent.model_validate_json(raw)
-        except (ValueError, ValidationError) as exc:
-            return dead_letters.invalid(message, exc, what="score event"), None
-        if not judged(score):
-            return [], None
-        if time.time() - score.created_at.timestamp() > settings.label_retention_s:
-            return [], None  # older than any label may join (a first start reads history)
-        return [(events, score.target_id.encode(), SCORE + slim(score), None)], None
+            label, _ = parse_label(raw, scorer.ruleset)
+        except LabelError as exc:
+            return dead_letters.invalid(message, exc, what="human label"), None
+        return [(events, label.target_id.encode(), LABEL + raw, None)], None
 
     register_forwarder(
         app,

@@ -57,6 +57,7 @@ from ..kafka.commits import drain_producer
 from ..kafka.faust_state import owned_partitions, put_in_partition
 from ..models import utcnow
 from ..observer import Observer
+from .agreement import agreement_sends
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +353,8 @@ class BatchJobs:
         try:
             outcome, answers = await self._conclude(job, state, items)
             sends = sends_of(self.topics.scores, self.topics.decisions, job.records(outcome))
+            published = [s for s in [outcome.score, *outcome.extra] if s is not None]
+            sends += agreement_sends(self.topics, published)  # judged scores meet their labels
         except Exception as exc:
             log.exception("finishing batch job %s of %s failed", job.key, job.rule_id)
             where = {"scorer.batch.id": state.id, "scorer.rule": job.rule_id}

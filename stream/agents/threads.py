@@ -37,6 +37,7 @@ from ..threads.gaps import inactivity_gaps
 from ..threads.processor import ThreadProcessor
 from ..threads.sources import SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
+from .agreement import agreement_sends
 from .keyed_table import KeyedTable
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def register_thread_agent(
             # a rule judged in a batch keeps its job in this partition of the batch-jobs table
             result = await scorer.score_thread(close, partition)
             sends = sends_of(topics.scores, topics.decisions, close_records(result, close))
+            sends += agreement_sends(topics, result.scores)  # judged scores meet their labels
         except asyncio.CancelledError:
             raise
         except Exception as exc:

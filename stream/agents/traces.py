@@ -22,6 +22,7 @@ from ..models import Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
+from .agreement import agreement_sends
 from .forward import register_in_order
 
 # messages already handed to the producer, with their delivery futures
@@ -65,6 +66,7 @@ def register_trace_agent(
             result = await scorer.finish(plan)
             engine_started = time.perf_counter()
             sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
+            sends += agreement_sends(topics, result.scores)  # judged scores meet their labels
             observer.on_scoring_overhead(
                 entry.engine_seconds + time.perf_counter() - engine_started
             )
