@@ -13,8 +13,8 @@ is printed beside them when it gives one.
 
 For each step it prints the rate (from the output records' Kafka timestamps, first to last)
 and, per worker, CPU time per trace it consumed: the process's CPU (from /proc) and its
-consumed count, both taken when the first score appears and when the last one does, as
-phase (b) does for one worker. The ratio of the mean CPU per trace at k workers to 1 worker
+consumed count, both taken when the first trace is consumed and when all are consumed and
+none is in flight (phase (b) takes them at the first and last score it reads). The ratio of the mean CPU per trace at k workers to 1 worker
 is the scaling figure: flat (<= 1.1) means linear scaling. On a 2-core machine 3 workers
 cannot be faster than 2 in wall-clock rate; CPU per trace is the figure that matters.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import os
 import re
 import shutil
@@ -153,19 +154,46 @@ def wait_settled(
     raise TimeoutError(f"group {group} did not settle: last seen {last}")
 
 
-async def drain_workers(
-    bootstrap: str,
-    topic: str,
-    expected: int,
-    timeout: float,
-    pids: list[int],
-    ports: list[int],
-    src: str,
-) -> tuple[int, float, list[float]]:
-    """Count score records until ``expected``; return (count, seconds first to last timestamp,
-    each worker's CPU microseconds per trace consumed between the first and the last record)."""
+def snapshot(pids: list[int], ports: list[int], src: str) -> list[tuple[float, int, float]]:
+    """Each worker's (CPU seconds, traces consumed, traces in flight)."""
+    out = []
+    for pid, port in zip(pids, ports, strict=True):
+        text = fetch_metrics(port)
+        m = re.search(r"^scorer_traces_in_flight (\S+)", text, re.M)
+        out.append((cpu_seconds(pid), consumed(text, src), float(m[1]) if m else 0.0))
+    return out
+
+
+def measure_workers(
+    pids: list[int], ports: list[int], src: str, expected: int, timeout: float
+) -> list[float]:
+    """Each worker's CPU microseconds per trace it consumed, between the first trace consumed
+    by any worker and the moment all ``expected`` are consumed and none is in flight (from the
+    workers' /metrics: a reader of the scores topic started while the workers wrote to it
+    missed records on the embedded broker)."""
+    deadline = time.monotonic() + timeout
+    start, now = None, []
+    while time.monotonic() < deadline:
+        now = snapshot(pids, ports, src)
+        if start is None and sum(n for _, n, _ in now) > 0:
+            start = now
+        if sum(n for _, n, _ in now) >= expected and not any(f > 0 for _, _, f in now):
+            break
+        time.sleep(0.5)  # each /metrics read costs the worker a little CPU
+    else:
+        raise TimeoutError(f"{expected} traces not consumed after {timeout} s")
+    assert start is not None
+    return [
+        (c1 - c0) / (n1 - n0) * 1e6 if n1 > n0 else float("nan")
+        for (c0, n0, _), (c1, n1, _) in zip(start, now, strict=True)
+    ]
+
+
+async def output_span(
+    bootstrap: str, topic: str, expected: int, timeout: float
+) -> tuple[int, float]:
+    """Count score records until ``expected``; (count, seconds from first to last timestamp)."""
     count, first, last = 0, None, None
-    start: list[tuple[float, int]] | None = None
     deadline = time.monotonic() + timeout
     async with reader(bootstrap, topic) as consumer:
         while count < expected and time.monotonic() < deadline:
@@ -174,23 +202,7 @@ async def drain_workers(
                     count += 1
                     first = r.timestamp if first is None else min(first, r.timestamp)
                     last = r.timestamp if last is None else max(last, r.timestamp)
-            if start is None and count:
-                start = [
-                    (cpu_seconds(pid), consumed(fetch_metrics(port), src))
-                    for pid, port in zip(pids, ports, strict=True)
-                ]
-    if start is None:
-        return count, 0.0, [float("nan")] * len(pids)
-    end = [
-        (cpu_seconds(pid), consumed(fetch_metrics(port), src))
-        for pid, port in zip(pids, ports, strict=True)
-    ]
-    cpu_us = [
-        (c1 - c0) / (n1 - n0) * 1e6 if n1 > n0 else float("nan")
-        for (c0, n0), (c1, n1) in zip(start, end, strict=True)
-    ]
-    secs = (last - first) / 1000.0 if first is not None and last is not None else 0.0
-    return count, secs, cpu_us
+    return count, ((last - first) / 1000.0 if first is not None and last is not None else 0.0)
 
 
 def run_step(bootstrap: str, tmp: Path, rules: Path, n: int, k: int, partitions: int) -> Step:
@@ -213,19 +225,20 @@ def run_step(bootstrap: str, tmp: Path, rules: Path, n: int, k: int, partitions:
         )
         messages = traces(n)
 
-        async def produce_and_drain() -> tuple[int, float, list[float]]:
-            produced = asyncio.create_task(
-                produce_round_robin(bootstrap, p.src, messages, partitions)
-            )
-            drained = await drain_workers(
-                bootstrap, p.dst, n, 600, [x.pid for x in procs], ports, p.src
-            )
-            await produced
-            return drained
+        pids = [x.pid for x in procs]
 
-        count, secs, cpu_us = asyncio.run(produce_and_drain())
+        async def produce() -> None:
+            await produce_round_robin(bootstrap, p.src, messages, partitions)
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            produced = pool.submit(asyncio.run, produce())
+            cpu_us = measure_workers(pids, ports, p.src, n, 300)
+            produced.result()
+        count, secs = asyncio.run(output_span(bootstrap, p.dst, n, 120))
         if count < n:
-            raise RuntimeError(f"{k} workers: {count} of {n} scores after 600 s")
+            raise RuntimeError(
+                f"{k} workers: {count} of {n} scores after the workers consumed them all"
+            )
         totals = [consumed(fetch_metrics(port), p.src) for port in ports]
     finally:
         for proc in procs:
