@@ -1,9 +1,12 @@
 """Thread workload on the embedded broker. Prints figures; asserts nothing.
 
 (t1) Many concurrent coaching sessions: ``--sessions`` sessions of ``--turns`` turns each,
-     none ending, produced to the sessions topic; a worker folds them into its thread
-     table. Prints the fold rate (turn events per second, session agent + thread agent +
-     changelog) and the worker's RSS with every session open.
+     none ending, keyed by session id, produced to the sessions topic; a worker folds them
+     into its thread table. Prints the fold rate (turn events per second, end to end with
+     the changelog) against its target, the worker's CPU per event and its RSS with every
+     session open. ``--t1-partitions 4`` (the default: as many as the thread events) folds
+     them where they are read; ``3`` forwards them through the thread-events topic (the
+     path before issue 30, and still that of a sessions topic not co-partitioned).
 (t2) Close latency: ``--close-sessions`` sessions go idle at once with a short inactivity
      gap; prints how long after their deadline (last arrival + gap) the closes were decided
      (the worker's own histogram) and when their scores reached the scores topic.
@@ -18,6 +21,7 @@
      half (warm-up included) and over the second half, and per close in the second half.
 
     python bench/threads.py [--sessions 100000] [--turns 2] [--close-sessions 2000]
+    python bench/threads.py --phases t1 --t1-partitions 4,3
     python bench/threads.py --phases t3 --sessions 20000 --stores memory,rocksdb
     python bench/threads.py --phases t4 --turns 3 [--soak-s 600] [--soak-rate 50] [--retention 30]
 """
@@ -79,6 +83,12 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_metric(port: int, name: str, target: float, timeout: float, **labels: str) -> list:
     """Poll until ``name`` reaches ``target``; returns [(monotonic time, value)] samples."""
     seen: list[tuple[float, float]] = []
@@ -96,12 +106,16 @@ def wait_metric(port: int, name: str, target: float, timeout: float, **labels: s
     return seen
 
 
-def session_worker(bs: str, tmp: Path, gap: float, **env: str) -> tuple[Phase, str, Any, int]:
-    """A worker judging sessions only, ready (joined, recovered); its phase, sessions topic,
-    process and web port."""
+def session_worker(
+    bs: str, tmp: Path, gap: float, partitions: int = 4, **env: str
+) -> tuple[Phase, str, Any, int]:
+    """A worker judging sessions only, ready (joined, recovered); its phase, sessions topic
+    (``partitions``: 4, as many as the thread events, folds session events where they are
+    read), process and web port."""
     p = Phase(bs, tmp)
     topic = f"bench-sessions-{p.suffix}"
-    asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
+    asyncio.run(ensure_topics(bs, [topic], partitions))
+    asyncio.run(ensure_topics(bs, [p.dst], 4))
     rules = rules_subset(tmp, SESSION_RULES)
     proc, port = p.worker(
         rules, SCORER_SESSIONS_TOPIC=topic, SCORER_THREAD_INACTIVITY_GAP_S=str(gap), **env
@@ -111,19 +125,32 @@ def session_worker(bs: str, tmp: Path, gap: float, **env: str) -> tuple[Phase, s
     return p, topic, proc, port
 
 
-def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int) -> None:
-    p, topic, proc, port = session_worker(bs, tmp, gap=36_000)
+T1_TARGET = 5000  # session events folded per second with 100 000 open threads (issue 30)
+
+
+def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int, partitions: int) -> None:
+    p, topic, proc, port = session_worker(bs, tmp, gap=36_000, partitions=partitions)
     baseline = rss_mib(proc.pid)
     events = session_events(sessions, turns, f"open-{p.suffix}")
     size = sum(len(v) for _, v in events) / len(events)
-    print(f"(t1) {sessions} sessions x {turns} turns = {len(events)} events of ~{size:.0f} bytes")
+    how = "folded where read" if partitions == 4 else "forwarded through the thread events"
+    print(
+        f"(t1) {sessions} sessions x {turns} turns = {len(events)} events of ~{size:.0f} bytes; "
+        f"sessions topic of {partitions} partitions, thread events 4: {how}"
+    )
+    cpu_before = cpu_s(proc.pid)
     asyncio.run(produce(bs, topic, events))
     seen = wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
     started = next(t for t, v in seen if v > 0)
     ended, folded = seen[-1]
     rate = folded / max(ended - started, 1e-9)
+    cpu = cpu_s(proc.pid) - cpu_before
     text = fetch_metrics(port)
-    print(f"     folded {folded:.0f} turn events at {rate:,.0f} events/s (poll resolution 0.5 s)")
+    print(
+        f"     folded {folded:.0f} turn events at {rate:,.0f} events/s [target >= {T1_TARGET} "
+        f"events/s] (poll resolution 0.5 s); worker CPU {cpu * 1e6 / max(folded, 1):.0f} us "
+        "per event"
+    )
     print(
         f"     open threads {sample_value(text, 'scorer_threads_open'):.0f}; worker RSS "
         f"{rss_mib(proc.pid):.0f} MiB (idle before: {baseline:.0f} MiB)"
@@ -375,6 +402,12 @@ def main() -> None:
     parser.add_argument("--close-sessions", type=int, default=2000)
     parser.add_argument("--gap", type=float, default=5.0)
     parser.add_argument("--phases", default="t1,t2")
+    parser.add_argument(
+        "--t1-partitions",
+        default="4",
+        help="sessions topic partitions for t1, comma-separated runs: 4 (as many as the "
+        "thread events: folded where read), 3 (forwarded, as before issue 30)",
+    )
     parser.add_argument("--stores", default="memory,rocksdb")
     parser.add_argument("--soak-s", type=float, default=600.0)
     parser.add_argument("--soak-rate", type=float, default=50.0)
@@ -387,7 +420,8 @@ def main() -> None:
     print(f"embedded broker {broker.bootstrap}; 2 cores; logs in {tmp}", flush=True)
     try:
         if "t1" in phases:
-            open_threads_phase(broker.bootstrap, tmp, args.sessions, args.turns)
+            for count in args.t1_partitions.split(","):
+                open_threads_phase(broker.bootstrap, tmp, args.sessions, args.turns, int(count))
         if "t2" in phases:
             close_latency_phase(broker.bootstrap, tmp, args.close_sessions, args.gap)
         if "t3" in phases:

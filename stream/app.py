@@ -65,8 +65,8 @@ class Topics:
         return [self.scores, self.decisions, self.dlq, self.thread_events, *joins]
 
     def to_threads(self, event: ThreadEvent) -> Send:
-        """``event`` on the thread-events topic, keyed by its thread."""
-        return (self.thread_events, event.key, event.to_bytes(), None)
+        """``event`` on the thread-events topic, keyed by its thread (``placement_key``)."""
+        return (self.thread_events, event.placement, event.to_bytes(), None)
 
 
 def raw_table(app: faust.App, name: str, partitions: int) -> TableT[bytes, bytes]:

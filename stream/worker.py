@@ -17,7 +17,7 @@ from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
 from .agents.otel_events import register_otel_events_agent
 from .agents.otlp import register_otlp_agents
-from .agents.sessions import register_session_agent
+from .agents.sessions import co_partitioned_sessions, register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
 from .agents.verdict_table import VerdictTable
@@ -106,7 +106,9 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         sources=sources,
         observer=metrics,
     )
-    if router.session_rules:
+    # session events folded where they are read (co-partitioned topics), else forwarded
+    here = co_partitioned_sessions(settings, bootstrap) if router.session_rules else None
+    if router.session_rules and here is None:
         register_session_agent(
             app,
             topics,
@@ -124,7 +126,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         partial(silence_watch, after=settings.silent_after_traces, observer=metrics),
     )
     if ruleset.for_scope("thread") or ruleset.pair_rules():
-        live.processor = register_thread_agent(app, topics, scorer, settings, metrics, sources)
+        sessions = (router, here) if here is not None else None
+        live.processor = register_thread_agent(
+            app, topics, scorer, settings, metrics, sources, sessions
+        )
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)
     if topics.labels is not None:

@@ -149,7 +149,7 @@ def test_to_threads_sends_the_event_keyed_by_its_thread(tmp_path: Path) -> None:
     topic, key, value, headers = topics.to_threads(event)
 
     assert topic is topics.thread_events
-    assert key == b"session/s-1"
+    assert key == b"s-1"  # a session by its session id: where its producer puts it
     assert value == event.to_bytes()
     assert ThreadEvent.from_bytes(value) == event
     assert headers is None

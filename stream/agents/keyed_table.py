@@ -82,10 +82,30 @@ class KeyedTable(Generic[E]):
         declare: Iterable[TopicT],
         set_aside: Callable[[], None] = lambda: None,
         stopped: Callable[[], None] = lambda: None,
+        inputs: TopicT | None = None,
+        take: Callable[[Message], Awaitable[None]] | None = None,
     ) -> None:
         """The one agent that writes the table: each event ``decode``-d and ``apply``-ed;
-        one that fails either way is dead-lettered (``set_aside`` is told first)."""
+        one that fails either way is dead-lettered (``set_aside`` is told first).
+
+        ``inputs``: a topic co-partitioned with the events that the agent reads too (the
+        same partition count, so Faust's assignor gives a worker the same partitions of
+        both), each record of it handed to ``take`` as it is, in the record's context."""
         outputs = list(declare)
+        channel: TopicT = self.events
+        side: set[str] = set()
+        if inputs is not None and take is not None:
+            side = set(inputs.topics)
+            channel = self.app.topic(
+                *self.events.topics,
+                *inputs.topics,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=self.events.partitions,
+                internal=self.events.internal,  # declared (each only if it does not exist)
+            )
 
         async def dead_letter(sends: list[Send]) -> None:
             set_aside()
@@ -98,6 +118,13 @@ class KeyedTable(Generic[E]):
                     message = event.message
                     if not await still_ours(self.app, message, self.observer):
                         continue  # a record of a partition this worker may have lost
+                    if take is not None and message.topic in side:
+                        try:
+                            await take(message)
+                        except Exception as exc:
+                            failure = self.dead_letters.engine_failure(message, exc, doing)
+                            await dead_letter(failure)
+                        continue
                     try:
                         item = decode(event.value)
                     except ValueError as exc:
@@ -111,7 +138,7 @@ class KeyedTable(Generic[E]):
                 stopped()
 
         run.__name__ = run.__qualname__ = name.replace("-", "_")  # Faust's label for it
-        self.app.agent(self.events, concurrency=1, name=name)(run)
+        self.app.agent(channel, concurrency=1, name=name)(run)
 
     def clock(
         self,

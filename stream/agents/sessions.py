@@ -1,21 +1,42 @@
-"""The session agent: coaching-session events, validated and forwarded to their thread."""
+"""Coaching-session events: folded where they are read when the sessions topic is
+co-partitioned with the thread events, else validated and forwarded to their thread.
+
+A session's thread events are placed on the thread-events topic by its session id
+(``placement_key``). When the sessions topic has as many partitions as the thread-events
+topic, a session event keyed by its session id is already in its thread's partition, and
+Faust's assignor gives a worker the same partitions of both (topics with as many partitions
+that every worker subscribes to are co-partitioned): the thread agent reads the sessions
+topic too and folds such an event itself (``SessionIntake``), one Kafka message instead of
+three; an event in another partition (keyed otherwise) is forwarded, on the broker before
+its record is acked. Otherwise the session agent forwards every event as before
+(design record 32). The choice is made once at start from the partition counts.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import faust
+from aiokafka import AIOKafkaConsumer
 from faust.types import AgentT, Message
 from pydantic import ValidationError
 
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.publisher import Send
+from ..delivery.publisher import Publisher, Send
+from ..kafka.io import options
+from ..kafka.partitioning import key_hash
 from ..observer import Observer
-from ..threads.events import parse_session
+from ..settings import Settings
+from ..threads.events import ThreadEvent, parse_session
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
 from .forward import register_forwarder
+
+log = logging.getLogger(__name__)
 
 
 def register_session_agent(
@@ -55,3 +76,114 @@ def register_session_agent(
         sources=sources,
         observer=observer,
     )
+
+
+async def partition_counts(
+    bootstrap: str, settings: Settings, topics: list[str]
+) -> dict[str, int | None]:
+    """How many partitions each of ``topics`` has (None: it does not exist)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **options(settings.kafka))
+    await consumer.start()
+    try:
+        existing = await consumer.topics()
+        return {
+            topic: len(consumer.partitions_for_topic(topic) or ()) if topic in existing else None
+            for topic in topics
+        }
+    finally:
+        await consumer.stop()
+
+
+def co_partitioned_sessions(settings: Settings, bootstrap: str) -> int | None:
+    """The partition count of the sessions topic when it has as many partitions as the
+    thread-events topic (or, before that exists, ``SCORER_TOPIC_PARTITIONS``): session
+    events in their thread's partition are then folded where they are read. None: they are
+    forwarded. Asked of the cluster once, at start (no event loop running yet); the choice
+    is logged."""
+    names = [settings.sessions_topic, settings.thread_events_topic_name]
+    counts = asyncio.run(partition_counts(bootstrap, settings, names))
+    sessions = counts[settings.sessions_topic]
+    threads = counts[settings.thread_events_topic_name] or settings.topic_partitions
+    if sessions == threads:
+        log.info(
+            "session events: %s and the thread events have %d partitions each; an event keyed "
+            "by its session id is folded where it is read, any other forwarded",
+            settings.sessions_topic,
+            threads,
+        )
+        return threads
+    log.info(
+        "session events are forwarded to their thread's partition: %s has %s partitions, "
+        "the thread events %d (key them by session id on a topic of %d partitions to fold "
+        "them where they are read)",
+        settings.sessions_topic,
+        sessions if sessions is not None else "no",
+        threads,
+        threads,
+    )
+    return None
+
+
+class SessionIntake:
+    """What the thread agent does with a record of the co-partitioned sessions topic: a valid
+    event in its thread's partition is folded at once (``fold``, writing the table in the
+    record's context, so its changelog record goes to the record's partition); one in
+    another partition is forwarded there and on the broker before ``take`` returns (the
+    record is acked after it); an invalid one goes to the DLQ. Then the source is read up
+    to it (``SourceLog``): what it brought is folded or on the broker by then."""
+
+    def __init__(
+        self,
+        topics: Topics,
+        router: ThreadRouter,
+        partitions: int,
+        *,
+        publisher: Publisher,
+        dead_letters: DeadLetters,
+        sources: SourceLog | None,
+        observer: Observer,
+    ) -> None:
+        self.topics = topics
+        self.router = router
+        self.partitions = partitions
+        self.publisher = publisher
+        self.dead_letters = dead_letters
+        self.sources = sources
+        self.observer = observer
+        self.forwarded = 0  # events not in their thread's partition (logged the first time)
+
+    def placed(self, event: ThreadEvent) -> int:
+        """The partition its thread is in (as the producer places ``to_threads``)."""
+        return key_hash(event.placement) % self.partitions
+
+    async def take(
+        self, message: Message, fold: Callable[[Message, ThreadEvent], Awaitable[None]]
+    ) -> None:
+        source = source_name(message.topic, message.partition)
+        moment = None
+        try:
+            session = parse_session(message.value)
+            event = self.router.from_session(session, message.timestamp, source, message.key)
+        except (ValueError, ValidationError) as exc:
+            invalid = self.dead_letters.invalid(message, exc, what="session event")
+            await self.publisher.send_until_delivered(invalid)
+        else:
+            moment = session.timestamp
+            if self.placed(event) == message.partition:
+                await fold(message, event)
+            else:
+                self._forwarding(message)
+                await self.publisher.send_until_delivered([self.topics.to_threads(event)])
+        if self.sources is not None:
+            self.sources.read(source, message.offset, message.timestamp, moment)
+
+    def _forwarding(self, message: Message) -> None:
+        self.forwarded += 1
+        if self.forwarded == 1:
+            log.warning(
+                "a session event of %s[%d] (key %r) is not in its session's partition: "
+                "forwarded, one round trip each; key session events by session id",
+                message.topic,
+                message.partition,
+                message.key[:64] if message.key else None,
+            )

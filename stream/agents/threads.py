@@ -2,7 +2,9 @@
 
 One agent consumes the thread-events topic and is the only writer of the ``threads`` table,
 which is co-partitioned with it, so each worker folds and closes only the threads of the
-partitions it owns. Faust's windowed tables are not used: they expire on wall-clock time and
+partitions it owns. When the sessions topic is co-partitioned with them too, the agent reads
+it as well and folds each session event in its thread's partition where it is read
+(``sessions.py``, design record 32). Faust's windowed tables are not used: they expire on wall-clock time and
 do not expire keys restored from the changelog. Closing is decided by ``ThreadProcessor``
 inside the agent (table writes need the stream's context); a timer on every worker sends a
 ``tick`` to each partition it owns, so idle threads close even when nothing else arrives.
@@ -35,10 +37,15 @@ from ..settings import Settings
 from ..threads.events import ThreadEvent, progress, published, tick
 from ..threads.gaps import inactivity_gaps
 from ..threads.processor import ThreadProcessor
+from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
 from .agreement import agreement_sends
 from .keyed_table import KeyedTable
+from .sessions import SessionIntake
+
+# the sessions topic co-partitioned with the thread events: the router, the partition count
+SessionsHere = tuple[ThreadRouter, int]
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +61,13 @@ def register_thread_agent(
     settings: Settings,
     observer: Observer | None = None,
     sources: SourceLog | None = None,
+    sessions: SessionsHere | None = None,
 ) -> ThreadProcessor:
     """The thread table, the agent that folds thread events into it and scores closes, and
     the timer that ticks every owned partition (after telling every partition how far this
-    worker has read its sources); returns the processor."""
+    worker has read its sources); returns the processor. ``sessions``: the sessions topic is
+    co-partitioned with the thread events (its partition count, and the router): the agent
+    reads it too and folds its events in place (``SessionIntake``)."""
     observer = observer or Observer()
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
@@ -159,6 +169,23 @@ def register_thread_agent(
             return progress(now, read)
         return None
 
+    intake = None
+    if sessions is not None:
+        router, partitions = sessions
+        intake = SessionIntake(
+            topics,
+            router,
+            partitions,
+            publisher=publisher,
+            dead_letters=dead_letters,
+            sources=sources,
+            observer=observer,
+        )
+
+    async def take_session(message: Message) -> None:
+        assert intake is not None
+        await intake.take(message, fold)
+
     threads.on_recover(rebuild)
     threads.agent(
         "fold-threads",
@@ -169,6 +196,8 @@ def register_thread_agent(
         declare=topics.outputs(),
         set_aside=lambda: observer.on_thread_event("failed"),
         stopped=cancel_in_flight,
+        inputs=topics.sessions if intake is not None else None,
+        take=take_session if intake is not None else None,
     )
     threads.clock(settings.thread_tick_s, progress=positions, tick=tick)
     return processor

@@ -3,7 +3,8 @@
 Traces are keyed by trace id (or anything), coaching-session events by whatever their
 producer chose; the turns of one thread must meet in one partition, in one agent. So the
 trace agent and the session agent repartition them onto ``<app id>-thread-events``, keyed by
-``<kind>/<thread id>``, the same key the thread table uses. Four event types travel there:
+``<kind>/<thread id>``, the same key the thread table uses (a coaching session's by its session
+id: ``placement_key``). Four event types travel there:
 
 - ``turn``: a turn to fold in (``end``: the trace also marked the conversation finished);
 - ``end``: a coaching session's end event;
@@ -64,6 +65,11 @@ class ThreadEvent(BaseModel):
     def key(self) -> bytes:
         return table_key(self.kind, self.thread_id)
 
+    @property
+    def placement(self) -> bytes:
+        """The key that places it on the thread-events topic (``placement_key``)."""
+        return placement_key(self.kind, self.thread_id)
+
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_defaults=True).encode()
 
@@ -74,6 +80,15 @@ class ThreadEvent(BaseModel):
 
 def table_key(kind: str, thread_id: str) -> bytes:
     return f"{kind}/{thread_id}".encode()
+
+
+def placement_key(kind: str, thread_id: str) -> bytes:
+    """The record key that places a thread's events on the thread-events topic: a coaching
+    session's is its session id, the key its producer is asked to give its events, so that a
+    sessions topic with as many partitions holds each session in its thread's partition and
+    its events are folded there without the hop (design record 32); any other thread's is its
+    table key."""
+    return thread_id.encode() if kind == "session" else table_key(kind, thread_id)
 
 
 def tick(now: float) -> bytes:

@@ -129,6 +129,8 @@ class ThreadProcessor(ThreadClocks):
             state.opened = round(event.arrival * 1000)
         else:
             state = ThreadState.from_bytes(raw)
+            if state.partition != partition:
+                self._adopt(state, key, partition)
         moment = event.turn.event_time if event.turn else event.event_time
         assert moment is not None
         # the event's own time is evidence of how far its source has got (never ahead of
@@ -145,6 +147,18 @@ class ThreadProcessor(ThreadClocks):
         closes.extend(self._settle(index, source_topic(event.source)))
         closes.extend(self._close_by_event_time(index, event.source))
         return closes
+
+    def _adopt(self, state: ThreadState, key: bytes, partition: int) -> None:
+        """A thread stored in another partition of this worker gets an event here: its
+        events are placed here now (a coaching session is placed by its session id since
+        design record 32; the memory store holds every partition's threads in one map). It
+        moves: the other partition's index forgets it."""
+        moved_from = self.partitions.get(state.partition)
+        if moved_from is not None:
+            for held in (moved_from.open, moved_from.spread_at, moved_from.held_at):
+                held.pop(key, None)
+            moved_from.pending.discard(key)
+        state.partition = partition
 
     def _fold_event(
         self,
