@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 from fixtures import hub_trace
 from scripted_judge import MockJudge, Reply
 
@@ -616,18 +617,28 @@ async def test_co_partitioned_session_events_fold_where_they_are_read(
     env = {"SCORER_THREAD_INACTIVITY_GAP_S": "60", **FAST}
     worker = start(workers, broker, names, tmp_path, judge, **env)
     placed, misplaced = ["placed-a", "placed-b"], "misplaced"
-    home = key_hash(misplaced.encode()) % 4
-    wrong = next(k for k in (f"k{n}".encode() for n in range(64)) if key_hash(k) % 4 != home)
+    # keyed by its session id (not spread: it closes as soon as its end is read) but produced
+    # to another partition than its session's: forwarded there
+    elsewhere = (key_hash(misplaced.encode()) + 1) % 4
 
-    def events(seqs: range, end: bool = False) -> list[tuple[bytes, bytes]]:
+    async def send(seqs: range, end: bool = False) -> None:
         turns = [session_turn(s, seq, 0.5 + seq / 10) for seq in seqs for s in placed]
-        wrongly = [(wrong, orjson.dumps(session_turn(misplaced, seq, 0.5))) for seq in seqs]
-        ends = [*as_messages([session_end(s) for s in placed])] if end else []
-        ends += [(wrong, orjson.dumps(session_end(misplaced)))] if end else []
-        return [*as_messages(turns), *wrongly, *ends]
+        ends = [session_end(s) for s in placed] if end else []
+        await produce(broker.bootstrap, names.sessions, as_messages([*turns, *ends]))
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        try:
+            wrong = [session_turn(misplaced, seq, 0.5) for seq in seqs]
+            for event in [*wrong, *([session_end(misplaced)] if end else [])]:
+                await producer.send_and_wait(
+                    names.sessions, orjson.dumps(event), key=misplaced.encode(), partition=elsewhere
+                )
+        finally:
+            await producer.stop()
 
     broken = (b"placed-a", b'{"session_id": "placed-a", "type": "turn"}')  # no seq: DLQ
-    await produce(broker.bootstrap, names.sessions, [*events(range(2)), broken])
+    await send(range(2))
+    await produce(broker.bootstrap, names.sessions, [broken])
     for _ in range(150):
         if sample_value(worker.scrape(), "scorer_thread_events_total", type="turn") >= 6:
             break
@@ -636,7 +647,7 @@ async def test_co_partitioned_session_events_fold_where_they_are_read(
         raise AssertionError("the worker did not fold the first turns")
     worker.kill()  # changelog writes and commits may be in flight: redelivered, not lost
     worker = start(workers, broker, names, tmp_path, judge, **env)
-    await produce(broker.bootstrap, names.sessions, events(range(2, 3), end=True))
+    await send(range(2, 3), end=True)
 
     want = {*placed, misplaced}
     scores = await read_scores(
