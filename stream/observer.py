@@ -30,6 +30,9 @@ class Observer:
     def on_publish_latency(self, seconds: float) -> None:
         """From handing a trace's messages to the producer to the broker having them all."""
 
+    def on_trace_batch(self, size: int) -> None:
+        """``size`` traces were taken from the stream and scored together."""
+
     def on_score_published(self, score: ScoreEvent) -> None:
         """``score`` is on the scores topic (a shadow judge's, with its ``variant``, is counted
         apart from the rule's own scores)."""

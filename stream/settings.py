@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     # tests/metrics/test_project_labels.py holds the two equal)
     metric_project_limit: int = Field(default=10, ge=0)
     max_in_flight: int = 512  # traces per worker being scored at once
+    # traces taken from the stream and scored together (their messages sent as one producer
+    # batch); while traces arrive fast, a batch waits up to the wait to fill (design record 32)
+    trace_batch_max: int = Field(default=256, ge=1)
+    trace_batch_wait_ms: float = Field(default=5.0, ge=0, le=1000)
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
     web_host: str = "127.0.0.1"

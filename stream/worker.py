@@ -102,6 +102,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         topics,
         scorer,
         max_in_flight=settings.max_in_flight,
+        batch_max=settings.trace_batch_max,
+        batch_wait_s=settings.trace_batch_wait_ms / 1000,
         router=router,
         sources=sources,
         observer=metrics,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -13,20 +14,36 @@ from pydantic import ValidationError
 from ..app import Topics
 from ..delivery.acking import Pending
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.ordered import OrderedDelivery
+from ..delivery.ordered import Delivery, OrderedDelivery
 from ..delivery.publisher import Publisher, Send, sends_of
 from ..engine.outcomes import TraceResult
 from ..engine.records import trace_records
 from ..engine.scorer import Plan, Scorer
-from ..models import Trace, parse_trace
+from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
 from .agreement import agreement_sends
-from .forward import register_in_order
+from .forward import Taken, register_batched
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
+
+
+@dataclass
+class Scored:
+    """What one trace of a batch sends: its messages and scores now, or (``plan``) once
+    the judge has answered; and its turn's messages, sent ahead either way."""
+
+    sends: list[Send]
+    scores: list[ScoreEvent] = field(default_factory=list)
+    early: list[Send] = field(default_factory=list)
+    plan: Plan | None = None
+    trace: Trace | None = None
+
+
+def source_of(message: Message) -> str:
+    return source_name(message.topic, message.partition)
 
 
 def register_trace_agent(
@@ -35,6 +52,8 @@ def register_trace_agent(
     scorer: Scorer,
     *,
     max_in_flight: int,
+    batch_max: int = 256,
+    batch_wait_s: float = 0.0,
     router: ThreadRouter | None = None,
     sources: SourceLog | None = None,
     observer: Observer | None = None,
@@ -76,61 +95,75 @@ def register_trace_agent(
             return
         await delivery.deliver(tp, entry, sends, result.scores, early)
 
-    async def score(delivery: OrderedDelivery, tp: TP, entry: Pending, message: Message) -> None:
-        deliver = delivery.deliver
+    def score(entry: Pending, message: Message) -> Scored:
+        """One trace's synchronous part: parsed, planned, its turn routed. Returns what it
+        sends now (its scores and decisions, or a dead letter), or its plan when it waits
+        for the judge; and its turn's messages (sent ahead, before any judge call)."""
         topic = topics.input_topic(message.topic)  # assembled from spans: their topic
         observer.on_trace_consumed(topic)
-        started = time.perf_counter()
-        source = source_name(message.topic, message.partition)
+        started = entry.taken_at or time.perf_counter()  # its wait for the batch counts
         try:
             trace, document = parse_trace(message.value)
         except (ValueError, ValidationError) as exc:
-            await deliver(tp, entry, dead_letters.invalid(message, exc), [])
-            if sources:
-                sources.read(source, message.offset, message.timestamp, None)
-            return
+            return Scored(dead_letters.invalid(message, exc))
         try:
             plan = scorer.plan(trace, document, topic)
             routed = (
                 router.events_for_trace(
-                    trace, document, topic, message.timestamp, source, message.key
+                    trace, document, topic, message.timestamp, source_of(message), message.key
                 )
                 if router
                 else []
             )
-            early_sends = [topics.to_threads(event) for event in routed]
+            early = [topics.to_threads(event) for event in routed]
         except Exception as exc:
-            await deliver(tp, entry, dead_letters.engine_failure(message, exc), [])
-            if sources:
-                sources.read(source, message.offset, message.timestamp, None)
-            return
-        early: Early | None = None
+            return Scored(dead_letters.engine_failure(message, exc))
         entry.moment = trace.start_time or trace.end_time
-        if early_sends:
-            early = (early_sends, await publisher.send(early_sends))
-            delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
-        if sources:
-            sources.read(source, message.offset, message.timestamp, entry.moment)
         entry.engine_seconds = time.perf_counter() - started
         if plan.judge_jobs:
-            delivery.spawn(judged(delivery, tp, entry, plan, trace, early))
-            return
+            return Scored([], early=early, plan=plan, trace=trace)
         result = TraceResult(plan.outcomes)
         try:
             sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
         except Exception as exc:  # a bug: its turn (early) goes all the same
-            await deliver(tp, entry, dead_letters.engine_failure(message, exc), [], early)
-            return
+            return Scored(dead_letters.engine_failure(message, exc), early=early)
         observer.on_scoring_overhead(time.perf_counter() - started)
-        await deliver(tp, entry, sends, result.scores, early)
+        return Scored(sends, result.scores, early)
 
-    return register_in_order(
+    async def score_batch(delivery: OrderedDelivery, taken: Taken) -> None:
+        """A batch of traces: each scored as ``score`` says; the turns of the batch handed to
+        the producer first (and the sources read up to them), then the judged traces' tasks
+        started, then every other trace's messages sent as one producer batch."""
+        observer.on_trace_batch(len(taken))
+        scored = [score(entry, entry.event.message) for _, entry in taken]
+        early_sends = [send for item in scored for send in item.early]
+        early_futures = await publisher.send_batched(early_sends) if early_sends else []
+        delivered: list[Delivery] = []
+        at = 0
+        for (tp, entry), item in zip(taken, scored, strict=True):
+            early: Early | None = None
+            if item.early:
+                early = (item.early, early_futures[at : at + len(item.early)])
+                at += len(item.early)
+                delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
+            if sources:
+                message = entry.event.message  # its turn is handed over: read up to it
+                sources.read(source_of(message), message.offset, message.timestamp, entry.moment)
+            if item.plan is not None and item.trace is not None:
+                delivery.spawn(judged(delivery, tp, entry, item.plan, item.trace, early))
+            else:
+                delivered.append((tp, entry, item.sends, item.scores, early))
+        await delivery.deliver_batch(delivered)
+
+    return register_batched(
         app,
         topics.traces,
         "score-traces",
-        score,
+        score_batch,
         declare=topics.outputs(),
         max_in_flight=max_in_flight,
+        batch_max=batch_max,
+        batch_wait_s=batch_wait_s,
         sources=sources,
         observer=observer,
         watch_in_flight=True,

@@ -27,6 +27,7 @@ class Pending:
     offset: int
     done: bool = False
     engine_seconds: float = 0.0  # time spent in the engine before any judge call
+    taken_at: float = 0.0  # when a batched agent took it (perf_counter; 0: not batched)
     moment: datetime | None = None  # the event time of what it carries, if any
 
 

@@ -18,6 +18,11 @@ from .publisher import Publisher, Send
 
 log = logging.getLogger(__name__)
 
+# one consumed message's delivery: where it is, what it sends, its scores, its early sends
+Delivery = tuple[
+    TP, Pending, list[Send], list[ScoreEvent], tuple[list[Send], list[Awaitable[Any]]] | None
+]
+
 
 class OrderedDelivery:
     """Publish what each consumed message produced; ack its offset once the broker has all of
@@ -141,6 +146,49 @@ class OrderedDelivery:
         delivery.add_done_callback(
             partial(self._delivered, tp, entry, early_sends + sends, scores, time.perf_counter())
         )
+
+    async def deliver_batch(self, batch: list[Delivery]) -> None:
+        """``deliver`` for many consumed messages at once: their sends handed to the producer
+        as whole record batches (``Publisher.send_batched``), one wait for all of them.
+
+        Each offset is acked as ``deliver`` acks it: once the broker has all its messages
+        (and its ``early`` ones), in offset order. If any send of the batch fails, every
+        entry of the batch is sent again on its own (a message may then be on the broker
+        twice: at least once, never lost).
+        """
+        if not batch:
+            return
+        sends = [send for _, _, entry_sends, _, _ in batch for send in entry_sends]
+        try:
+            futures = await self.publisher.send_batched(sends)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            for tp, entry, entry_sends, scores, early in batch:
+                self._resend(tp, entry, (early or ([], []))[0] + entry_sends, scores)
+            return
+        unique = {id(future): future for future in futures}
+        for _, _, _, _, early in batch:
+            for future in (early or ([], []))[1]:
+                unique[id(future)] = future
+        delivery = asyncio.gather(*unique.values())
+        delivery.add_done_callback(partial(self._batch_delivered, batch, time.perf_counter()))
+
+    def _batch_delivered(
+        self, batch: list[Delivery], handed: float, delivery: asyncio.Future[Any]
+    ) -> None:
+        if _failed(delivery):
+            for tp, entry, sends, scores, early in batch:
+                self._resend(tp, entry, (early or ([], []))[0] + sends, scores)
+            return
+        latency = time.perf_counter() - handed
+        for tp, entry, _, scores, _ in batch:
+            self.observer.on_publish_latency(latency)  # one per message, as ``deliver``
+            self._published(tp, entry, scores)
+
+    def _resend(self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]) -> None:
+        self.failed(tp, entry)
+        self.spawn(self._redeliver(tp, entry, sends, scores))
 
 
 def _failed(delivery: asyncio.Future[Any]) -> bool:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.types import TopicT
 
 from ..engine import records
 from ..engine.records import Records
+from ..kafka.partitioning import key_hash
 from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,70 @@ class Publisher:
             await producer.send(topic.get_topic_name(), key, value, None, timestamp, headers)
             for topic, key, value, headers in sends
         ]
+
+    async def send_batched(
+        self, sends: list[Send], timestamp: float | None = None
+    ) -> list[Awaitable[Any]]:
+        """Hand messages to the producer as whole record batches, one per topic partition
+        (more when one fills); return a delivery future for each message, in order (the
+        messages of one batch share its future). Each message goes to the partition a
+        single send would give it (Kafka's default: murmur2 of the key).
+
+        A message per send costs aiokafka a future, a partitioner call and a lookup of
+        the open batch each: for the many messages of a batch of traces, building the
+        batches here costs a fraction of that (design record 32).
+        """
+        if not sends:
+            return []
+        producer = cast(Any, self.app.producer)._ensure_producer()  # aiokafka's, under Faust's
+        timestamp_ms = int(timestamp * 1000) if timestamp else None
+        partitions: dict[str, list[int]] = {}
+        placed: dict[tuple[str, int], list[int]] = {}
+        for index, (topic, key, _, _) in enumerate(sends):
+            name = topic.get_topic_name()
+            if (numbers := partitions.get(name)) is None:
+                numbers = partitions[name] = sorted(await producer.partitions_for(name))
+            number = (
+                numbers[key_hash(key) % len(numbers)] if key is not None else random.choice(numbers)
+            )
+            placed.setdefault((name, number), []).append(index)
+        futures: list[Awaitable[Any]] = []
+        where: list[int] = []  # the message each future is for (sends' order restored below)
+        for (name, number), indexes in placed.items():
+            builder, held = producer.create_batch(), 0
+            for index in indexes:
+                _, key, value, headers = sends[index]
+                extra = list(headers.items()) if headers else []
+                if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=extra):
+                    held += 1
+                    where.append(index)
+                    continue
+                if held:  # full: send it, and start the next batch with this message
+                    batch = await producer.send_batch(builder, name, partition=number)
+                    futures.extend([batch] * held)
+                    builder, held = producer.create_batch(), 0
+                    if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=extra):
+                        held += 1
+                        where.append(index)
+                        continue
+                # larger than a whole batch: the producer's own path (and its error)
+                where.append(index)
+                futures.append(
+                    await producer.send(
+                        name,
+                        value,
+                        key=key,
+                        partition=number,
+                        timestamp_ms=timestamp_ms,
+                        headers=extra or None,
+                    )
+                )
+            if held:
+                futures.extend([await producer.send_batch(builder, name, partition=number)] * held)
+        ordered: list[Awaitable[Any]] = [futures[0]] * len(sends)
+        for index, future in zip(where, futures, strict=True):
+            ordered[index] = future
+        return ordered
 
     async def to_partitions(self, topic: str, value: bytes, partitions: Iterable[int]) -> None:
         """Hand ``value`` to the producer once for each of ``partitions`` of ``topic`` (no key)."""

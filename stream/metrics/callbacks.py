@@ -81,6 +81,9 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_publish_latency(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
 
+    def on_trace_batch(self, size: int) -> None:
+        self.trace_batch.observe(size)
+
     def on_score_published(self, score: ScoreEvent) -> None:
         if score.variant is not None:  # a shadow judge's: out of the quality metrics
             shadow = (score.rule_id, score.pack, score.variant, score.status)

@@ -279,6 +279,11 @@ class MetricFamilies:
             "From handing a trace's scores to the producer to the broker acknowledging all of them",
             [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
         )
+        self.trace_batch = histogram(
+            "trace_batch_size",
+            "Traces taken from the stream and scored together (SCORER_TRACE_BATCH_MAX, _WAIT_MS)",
+            [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+        )
         self.in_flight = gauge(
             "traces_in_flight", "Traces received and not yet acknowledged (scoring or publishing)"
         )

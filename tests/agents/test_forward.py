@@ -11,7 +11,7 @@ import pytest
 from agent_tools import RecordingPublisher, Worker, counted, dead_letters, settled
 from faust.types import Message
 
-from stream.agents.forward import register_forwarder
+from stream.agents.forward import Pace, register_batched, register_forwarder
 from stream.delivery.dead_letter import DeadLetters
 from stream.delivery.publisher import Send
 from stream.threads.sources import SourceLog
@@ -109,3 +109,71 @@ async def test_a_message_whose_send_fails_holds_its_source_back_until_it_is_deli
 
 def _offsets(sources: SourceLog) -> set[int]:
     return {read.offset for read in sources.last.values()}
+
+
+async def test_a_batched_agent_takes_what_has_arrived_in_batches_and_acks_all_in_order(
+    worker: Worker, sent: list[Send]
+) -> None:
+    """``register_batched``: records put while the handler is busy are handed over together
+    (at most ``batch_max``), each once, in order; a record acked only once its batch's
+    messages are delivered."""
+    app, _, _, metrics = worker
+    source, out = app.topic("traces-in"), app.topic("out")
+    batches: list[list[int]] = []
+    busy = asyncio.Event()
+
+    async def handle(delivery: Any, taken: list[Any]) -> None:
+        batches.append([entry.offset for _, entry in taken])
+        await busy.wait()  # the first batch holds the handler while the rest arrive
+        await delivery.deliver_batch(
+            [
+                (tp, entry, [(out, b"k", entry.event.message.value, None)], [], None)
+                for tp, entry in taken
+            ]
+        )
+
+    agent = register_batched(
+        app,
+        source,
+        "batched-test",
+        handle,
+        declare=[out],
+        max_in_flight=64,
+        batch_max=3,
+        observer=metrics,
+    )
+    async with agent.test_context() as context:
+        events = [await context.put(f"v{n}".encode(), key=b"t") for n in range(7)]
+        await settled(lambda: len(batches) >= 1)
+        assert not any(event.message.acked for event in events)  # not delivered yet
+        busy.set()
+        await settled(lambda: all(event.message.acked for event in events))
+
+    offsets = [offset for batch in batches for offset in batch]
+    assert offsets == sorted(offsets) and len(offsets) == len(set(offsets)) == 7
+    assert max(len(batch) for batch in batches) == 3  # records waited, taken together
+    assert [value for _, _, value, _ in sent] == [f"v{n}".encode() for n in range(7)]
+
+
+def test_a_stream_is_busy_once_a_batch_would_fill_within_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("stream.agents.forward.time.perf_counter", lambda: now[0])
+    pace = Pace()
+
+    def arrive(count: int, every_s: float) -> None:
+        for _ in range(count):
+            now[0] += every_s
+            pace.arrived()
+
+    assert not pace.busy(0.005)  # a new stream starts quiet
+    arrive(1000, 0.0001)  # 10 000 records/s: 50 within 5 ms
+    assert pace.busy(0.005)
+    assert not pace.busy(0.0)  # no wait: never
+    arrive(100, 0.001)  # 1 000/s: 5 within 5 ms
+    assert not pace.busy(0.005) and pace.busy(0.01)
+    arrive(1000, 0.0001)
+    now[0] += 60  # then a minute of silence: the record after it finds a quiet stream
+    arrive(1, 0)
+    assert not pace.busy(0.005)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from types import SimpleNamespace
 from typing import Any
 
-from stream.delivery.ordered import OrderedDelivery
+from stream.delivery.ordered import Delivery, OrderedDelivery
 from stream.delivery.publisher import Send
 from stream.models import Scale, ScoreEvent
 from stream.observer import Observer
@@ -21,11 +21,16 @@ class FakePublisher:
         self.sent: list[Send] = []
         self.futures: dict[bytes, asyncio.Future[Any]] = {}
         self.redelivered: list[list[Send]] = []
+        self.batches: list[int] = []  # messages handed in each send_batched
 
     async def send(self, sends: list[Send]) -> list[Awaitable[Any]]:
         loop = asyncio.get_running_loop()
         self.sent.extend(sends)
         return [self.futures.setdefault(value, loop.create_future()) for _, _, value, _ in sends]
+
+    async def send_batched(self, sends: list[Send]) -> list[Awaitable[Any]]:
+        self.batches.append(len(sends))
+        return await self.send(sends)
 
     async def send_until_delivered(self, sends: list[Send]) -> None:
         self.redelivered.append(sends)
@@ -182,4 +187,48 @@ async def test_admission_waits_for_a_free_slot() -> None:
     publisher.broker_has(b"only")
     await settle()
     assert waiting.done() and acked == [("p0", 0)]
+    delivery.stop()
+
+
+async def test_a_batch_is_handed_over_at_once_and_acked_in_order_as_it_is_delivered() -> None:
+    """``deliver_batch``: the messages of many consumed messages in one hand-over; each
+    offset acked once the broker has all of the batch (and its early messages), in order."""
+    delivery, publisher, acked, observer = await delivery_under_test()
+    entries = [await delivery.admit(event(p, o)) for p, o in ((0, 3), (1, 8), (0, 4))]
+    early_sends: list[Send] = [("thread-events", b"k", b"turn", None)]
+    early = (early_sends, await publisher.send(early_sends))
+    batch: list[Delivery] = [
+        (tp, entry, [("scores", b"k", f"s{entry.offset}".encode(), None)], [score(f"s{n}")], None)
+        for n, (tp, entry) in enumerate(entries)
+    ]
+    tp, last = batch[2][0], batch[2][1]
+    batch[2] = (tp, last, batch[2][2], batch[2][3], early)
+    await delivery.deliver_batch(batch)
+    assert publisher.batches == [3]
+    publisher.broker_has(b"s3")
+    publisher.broker_has(b"s8")
+    publisher.broker_has(b"s4")
+    await settle()
+    assert acked == []  # the batch waits for the turn its last trace sent ahead
+    publisher.broker_has(b"turn")
+    await settle()
+    assert acked == [("p0", 3), ("p1", 8), ("p0", 4)]
+    assert observer.published == ["s0", "s1", "s2"]
+    delivery.stop()
+
+
+async def test_a_failure_in_a_batch_sends_each_of_its_messages_again_before_acking() -> None:
+    delivery, publisher, acked, observer = await delivery_under_test()
+    (tp, first), (_, second) = [await delivery.admit(event(0, o)) for o in (1, 2)]
+    batch: list[Delivery] = [
+        (tp, first, [("scores", b"a", b"a", None)], [score("a")], None),
+        (tp, second, [("scores", b"b", b"b", None), ("decisions", b"b", b"d", None)], [], None),
+    ]
+    await delivery.deliver_batch(batch)
+    publisher.broker_has(b"a")
+    publisher.broker_has(b"b", RuntimeError("broker down"))
+    publisher.broker_has(b"d")
+    await settle()
+    assert publisher.redelivered == [batch[0][2], batch[1][2]]  # each entry's, in full
+    assert acked == [("p0", 1), ("p0", 2)] and observer.published == ["a"]
     delivery.stop()
