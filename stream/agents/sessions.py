@@ -9,7 +9,7 @@ that every worker subscribes to are co-partitioned): the thread agent reads the 
 topic too and folds such an event itself (``SessionIntake``), one Kafka message instead of
 three; an event in another partition (keyed otherwise) is forwarded, on the broker before
 its record is acked. Otherwise the session agent forwards every event as before
-(design record 32). The choice is made once at start from the partition counts.
+(design record 33). The choice is made once at start from the partition counts.
 """
 
 from __future__ import annotations

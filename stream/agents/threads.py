@@ -4,8 +4,8 @@ One agent consumes the thread-events topic and is the only writer of the ``threa
 which is co-partitioned with it, so each worker folds and closes only the threads of the
 partitions it owns. When the sessions topic is co-partitioned with them too, the agent reads
 it as well and folds each session event in its thread's partition where it is read
-(``sessions.py``, design record 32). Faust's windowed tables are not used: they expire on wall-clock time and
-do not expire keys restored from the changelog. Closing is decided by ``ThreadProcessor``
+(``sessions.py``, design record 33). Faust's windowed tables are not used: they expire on
+wall-clock time and do not expire keys restored from the changelog. Closing is decided by ``ThreadProcessor``
 inside the agent (table writes need the stream's context); a timer on every worker sends a
 ``tick`` to each partition it owns, so idle threads close even when nothing else arrives.
 

@@ -86,7 +86,7 @@ def placement_key(kind: str, thread_id: str) -> bytes:
     """The record key that places a thread's events on the thread-events topic: a coaching
     session's is its session id, the key its producer is asked to give its events, so that a
     sessions topic with as many partitions holds each session in its thread's partition and
-    its events are folded there without the hop (design record 32); any other thread's is its
+    its events are folded there without the hop (design record 33); any other thread's is its
     table key."""
     return thread_id.encode() if kind == "session" else table_key(kind, thread_id)
 

@@ -151,7 +151,7 @@ class ThreadProcessor(ThreadClocks):
     def _adopt(self, state: ThreadState, key: bytes, partition: int) -> None:
         """A thread stored in another partition of this worker gets an event here: its
         events are placed here now (a coaching session is placed by its session id since
-        design record 32; the memory store holds every partition's threads in one map). It
+        design record 33; the memory store holds every partition's threads in one map). It
         moves: the other partition's index forgets it."""
         moved_from = self.partitions.get(state.partition)
         if moved_from is not None:

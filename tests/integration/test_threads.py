@@ -611,7 +611,7 @@ async def test_co_partitioned_session_events_fold_where_they_are_read(
     """A sessions topic with as many partitions as the thread events: events keyed by their
     session id are folded where they are read (no thread-events record of them but the
     published markers), one keyed otherwise is forwarded, and closes are scored as before; a
-    worker killed mid-session loses no turn and folds none twice (design record 32)."""
+    worker killed mid-session loses no turn and folds none twice (design record 33)."""
     judge.script(EFFECTIVENESS, '{"score": 0.5, "reason": "partial"}')
     await ensure_topics(broker.bootstrap, [names.sessions], 4)  # SCORER_TOPIC_PARTITIONS
     env = {"SCORER_THREAD_INACTIVITY_GAP_S": "60", **FAST}
