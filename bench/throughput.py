@@ -245,6 +245,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rpm", type=float, default=3000)
     parser.add_argument(
+        "--batch-wait-ms", help="(b): the worker's SCORER_TRACE_BATCH_WAIT_MS (unset: default)"
+    )
+    parser.add_argument(
         "--phases",
         default="a,a',b,c,d,d-silent",
         help="comma-separated subset of a,a',b,c,d,d-silent",
@@ -303,7 +306,8 @@ def main() -> None:
             rules = rules_subset(
                 tmp, ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
             )
-            proc, port = p.worker(rules)
+            wait = {"SCORER_TRACE_BATCH_WAIT_MS": args.batch_wait_ms} if args.batch_wait_ms else {}
+            proc, port = p.worker(rules, **wait)
             n, secs = asyncio.run(drain(bs, p.dst, args.traces, 300, proc.pid))
             overhead = fetch_metrics(port)
             stop(proc)
