@@ -4,8 +4,9 @@ visible marker)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -42,9 +43,15 @@ class Turn(BaseModel):
     def canonical(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
 
-    @property
+    @cached_property
     def size(self) -> int:
+        """The length of its canonical JSON (computed once: ``capped`` and the fold both ask)."""
         return len(self.canonical())
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Turn:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("size", None)  # the copy's own size, computed when asked
+        return copied
 
     def order(self) -> tuple[int, datetime, str]:
         return (self.seq if self.seq is not None else -1, self.event_time, self.key)
