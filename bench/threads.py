@@ -10,9 +10,10 @@
 (t2) Close latency: ``--close-sessions`` sessions go idle at once with a short inactivity
      gap; prints how long after their deadline (last arrival + gap) the closes were decided
      (the worker's own histogram) and when their scores reached the scores topic.
-(t3) Restart with ``--sessions`` open threads, per store (``--stores memory,rocksdb``): fold
-     them, stop the worker (SIGTERM), start it again on the same data directory, and time
-     from the start to the score of a probe session ended just after it; prints RSS too.
+(t3) Restart with ``--sessions`` open threads, per store (``--stores default,memory,rocksdb``;
+     ``default``: SCORER_STORE unset): fold them, stop the worker (SIGTERM), start it again on
+     the same data directory, and time from the start to the score of a probe session ended
+     just after it, against its target; prints RSS too.
 (t4) Soak: a steady ``--soak-rate`` session events per second for ``--soak-s`` seconds,
      short sessions of ``--turns`` turns with fresh ids, most ending with an end event and
      ``--soak-idle-share`` of them left to close by inactivity (gap ``--gap``); closed
@@ -22,7 +23,7 @@
 
     python bench/threads.py [--sessions 100000] [--turns 2] [--close-sessions 2000]
     python bench/threads.py --phases t1 --t1-partitions 4,3
-    python bench/threads.py --phases t3 --sessions 20000 --stores memory,rocksdb
+    python bench/threads.py --phases t3 --sessions 100000 --stores default,memory,rocksdb
     python bench/threads.py --phases t4 --turns 3 [--soak-s 600] [--soak-rate 50] [--retention 30]
 """
 
@@ -197,6 +198,10 @@ def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
     )
 
 
+# (t3) issue 30: a restart with 100 000 open threads scores again within these, by store
+RESTART_TARGET_S = {"default": 10.0, "memory": 20.0}
+
+
 def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> None:
     p = Phase(bs, tmp)
     topic = f"bench-sessions-{p.suffix}"
@@ -205,7 +210,7 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     env = {
         "SCORER_SESSIONS_TOPIC": topic,
         "SCORER_THREAD_INACTIVITY_GAP_S": "36000",
-        "SCORER_STORE": store,
+        **({"SCORER_STORE": store} if store != "default" else {}),
         "SCORER_DATA_DIR": str(tmp / f"data-{p.suffix}"),  # the same one after the restart
     }
     proc, port = p.worker(rules, **env)
@@ -225,9 +230,11 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     # source two days on in event time and rightly close every thread of that source
     probe = f"probe-{p.suffix}"
     at = T0 + timedelta(seconds=8 * turns)
-    probe_events = [(probe.encode(), value) for _, value in session_events(1, 1, probe, at)]
+    # keyed by its session id, as producers are asked to (keyed otherwise, the probe's close
+    # was not scored within 600 s at 4d5083c)
+    probe_events = session_events(1, 1, probe, at)
     end = {"session_id": f"{probe}-0", "type": "end", "seq": 9, "timestamp": at.isoformat()}
-    probe_events.append((probe.encode(), orjson.dumps(end)))
+    probe_events.append((f"{probe}-0".encode(), orjson.dumps(end)))
     started = time.monotonic()
     proc, port = p.worker(rules, **env)
     spy = None
@@ -268,9 +275,11 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     rss = rss_mib(proc.pid)
     stop(proc)
     took = f"{scored - started:.1f} s" if scored else "no score in 600 s"
+    target = RESTART_TARGET_S.get(store)
     print(
-        f"(t3) {store}: {sessions} open sessions; restart to the first new score {took}; "
-        f"RSS after {rss:.0f} MiB"
+        f"(t3) {store}: {sessions} open sessions; restart to the first new score {took}"
+        + (f" [target < {target:.0f} s]" if target else "")
+        + f"; RSS after {rss:.0f} MiB"
     )
 
 
@@ -408,7 +417,7 @@ def main() -> None:
         help="sessions topic partitions for t1, comma-separated runs: 4 (as many as the "
         "thread events: folded where read), 3 (forwarded, as before issue 30)",
     )
-    parser.add_argument("--stores", default="memory,rocksdb")
+    parser.add_argument("--stores", default="default,memory,rocksdb")
     parser.add_argument("--soak-s", type=float, default=600.0)
     parser.add_argument("--soak-rate", type=float, default=50.0)
     parser.add_argument("--soak-idle-share", type=float, default=0.25)

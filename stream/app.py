@@ -12,8 +12,10 @@ from faust.web import Request, Response, View
 from . import __version__
 from .delivery.publisher import Send
 from .errors import ScorerError
+from .kafka import rocksdb_store, snapshot_store
 from .kafka.consumer import producer_batch_cap, report_to
 from .kafka.partitioning import cached_murmur2_partitioner
+from .kafka.tables import PromptTableManager
 from .metrics import ScorerMetrics
 from .settings import Settings
 from .threads.events import ThreadEvent
@@ -86,12 +88,18 @@ def create_app(
             import rocksdict  # noqa: F401 - Faust's RocksDB store reads it
         except ImportError:
             raise ScorerError(
-                "SCORER_STORE=rocksdb needs rocksdict: pip install 'llm-trace-scorer[rocksdb]'"
+                "SCORER_STORE=rocksdb needs rocksdict (a dependency of llm-trace-scorer: "
+                "pip install rocksdict), or SCORER_STORE=memory"
             ) from None
     app = faust.App(
         settings.app_id,
         broker=broker_urls(bootstrap, settings.broker_kind),
-        store=f"{settings.store}://",
+        # Faust's stores: RocksDB reading raw tables as they are, memory with a snapshot at a
+        # clean stop (design record 34)
+        store=f"{rocksdb_store.SCHEME}://"
+        if settings.store == "rocksdb"
+        else f"{snapshot_store.SCHEME}://",
+        TableManager=PromptTableManager,  # every table is declared before the worker starts
         datadir=str(settings.data_dir),
         web_port=settings.web_port,
         web_host=settings.web_host,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -202,6 +204,7 @@ def run_demo(
     broker: EmbeddedBroker | None = None
     bootstrap = settings.kafka_bootstrap_servers
     worker: subprocess.Popen[bytes] | None = None
+    scratch: str | None = None
     check_judge_reachable(settings.openai_base_url)
     # kept running, the demo is for looking at: the documented ports; else any free ones
     web_port = settings.web_port if keep_running else free_port()
@@ -249,6 +252,9 @@ def run_demo(
             SCORER_PACKS=orjson.dumps(packs).decode(),
         )
         env.setdefault("SCORER_THREAD_INACTIVITY_GAP_S", str(DEMO_GAP_S))
+        if broker:  # the tables on disk live as long as the embedded broker's topics do
+            scratch = tempfile.mkdtemp(prefix="scorer-demo-data-")
+            env["SCORER_DATA_DIR"] = scratch
         worker = subprocess.Popen(
             [sys.executable, "-m", "stream.cli", "worker", "--loglevel", "warn"],
             env=env,
@@ -317,3 +323,5 @@ def run_demo(
                 worker.wait()
         if broker:
             broker.stop()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -16,6 +16,16 @@ from .ruleset.filters import PackFilter
 from .ruleset.location import default_rules_dir
 
 
+def default_store() -> Literal["memory", "rocksdb"]:
+    """RocksDB where its binding (rocksdict, a dependency with wheels for Linux, macOS and
+    Windows) imports, else the memory store."""
+    try:
+        import rocksdict  # noqa: F401
+    except ImportError:
+        return "memory"
+    return "rocksdb"
+
+
 class Settings(BaseSettings):
     """Everything a deployment sets; secrets come from the environment only."""
 
@@ -124,10 +134,10 @@ class Settings(BaseSettings):
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
     web_host: str = "127.0.0.1"
     data_dir: Path = Path(".scorer-data")
-    # where the thread table lives between restarts: "memory" (rebuilt from its changelog
-    # at every start) or "rocksdb" (local files under data_dir, read at a restart; needs the
-    # rocksdb extra: pip install 'llm-trace-scorer[rocksdb]')
-    store: Literal["memory", "rocksdb"] = "memory"
+    # where the tables live between restarts: "rocksdb" (local files under data_dir, read at a
+    # restart) or "memory" (a snapshot under data_dir written at a clean stop, else rebuilt
+    # from the changelogs). Default: rocksdb where rocksdict imports, else memory
+    store: Literal["memory", "rocksdb"] = Field(default_factory=default_store)
 
     # Threads (conversations and coaching sessions).
     thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes

@@ -6,8 +6,11 @@ import asyncio
 import errno
 import logging
 import os
+import shutil
 import signal
+import tempfile
 from functools import partial
+from pathlib import Path
 from typing import NoReturn
 
 import faust
@@ -32,9 +35,11 @@ from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge, VerdictCache
 from .judge.client import JudgeClient
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
+from .kafka.data_dir import lock_data_dir
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
+from .kafka.snapshot_store import write_snapshots
 from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
@@ -257,12 +262,36 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     else:  # a wrong password or an untrusted certificate fails here, not in a retry loop
         asyncio.run(check_cluster(bootstrap, settings.kafka))
         log.info("Kafka at %s: %s", bootstrap, settings.kafka.describe())
-    print(f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", flush=True)
+    scratch = None
     try:
+        if broker:  # its topics live as long as it does: so do the tables kept on disk
+            scratch = tempfile.mkdtemp(prefix="scorer-data-")
+            settings = settings.model_copy(update={"data_dir": Path(scratch)})
+        lock_data_dir(settings.data_dir, env_name(Settings, "data_dir", os.environ))
+        log.info("%s", store_line(settings))
+        print(f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", flush=True)
         build_worker(settings, bootstrap, loglevel).execute_from_commandline()
     finally:
         if broker:
             broker.stop()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def store_line(settings: Settings) -> str:
+    """The one start-up line that says where the tables are kept, and why there."""
+    if "store" in settings.model_fields_set:
+        why = "SCORER_STORE"
+    else:
+        why = "the default: rocksdict " + (
+            "imports" if settings.store == "rocksdb" else "does not import"
+        )
+    where = (
+        f"RocksDB under {settings.data_dir}"
+        if settings.store == "rocksdb"
+        else f"memory, with a snapshot under {settings.data_dir} at a clean stop"
+    )
+    return f"tables kept in {where} ({why})"
 
 
 def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWatch | None:
@@ -307,6 +336,12 @@ class ScorerWorker(faust.Worker):
             self.start_error = self._listen_error(exc)
             if self.start_error is None:
                 raise
+
+    async def on_shutdown(self) -> None:
+        """The app has stopped (its producer flushed and closed): the memory store's
+        snapshots, so that the next start replays only what follows them."""
+        await super().on_shutdown()
+        write_snapshots(self.app)
 
     def execute_from_commandline(self) -> NoReturn:
         try:

@@ -17,6 +17,7 @@ from faust.transport.consumer import Consumer
 from faust.types import TP
 
 from ..threads.sources import Position, SourceLog, source_name
+from .snapshot_store import SnapshotStore
 
 
 def _aiokafka(consumer: Any) -> Any:
@@ -90,10 +91,14 @@ def put_in_partition(table: Any, partition: int, key: bytes, value: bytes) -> No
     keeps one map for every partition, but the RocksDB store (``stores/rocksdb.py``
     ``Store._set``, faust-streaming 0.15) asserts there is an event and writes into that
     partition's database. Here the partition's database is written directly, and its key
-    index told where the key is, as ``_set`` does."""
+    index told where the key is, as ``_set`` does; our memory store is told the key's
+    partition, which its snapshot records."""
     store = table.data
+    if isinstance(store, SnapshotStore):  # the memory store, told the key's partition
+        store.put(partition, key, value)
+        return
     open_db = getattr(store, "_db_for_partition", None)
-    if open_db is None:  # the memory store
+    if open_db is None:  # Faust's own memory store
         store[key] = value
         return
     open_db(partition).put(key, value)
