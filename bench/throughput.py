@@ -248,6 +248,9 @@ def main() -> None:
         "--batch-wait-ms", help="(b): the worker's SCORER_TRACE_BATCH_WAIT_MS (unset: default)"
     )
     parser.add_argument(
+        "--batch-max", help="(b): the worker's SCORER_TRACE_BATCH_MAX (unset: default)"
+    )
+    parser.add_argument(
         "--phases",
         default="a,a',b,c,d,d-silent",
         help="comma-separated subset of a,a',b,c,d,d-silent",
@@ -306,8 +309,15 @@ def main() -> None:
             rules = rules_subset(
                 tmp, ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
             )
-            wait = {"SCORER_TRACE_BATCH_WAIT_MS": args.batch_wait_ms} if args.batch_wait_ms else {}
-            proc, port = p.worker(rules, **wait)
+            batching = {
+                name: value
+                for name, value in (
+                    ("SCORER_TRACE_BATCH_WAIT_MS", args.batch_wait_ms),
+                    ("SCORER_TRACE_BATCH_MAX", args.batch_max),
+                )
+                if value
+            }
+            proc, port = p.worker(rules, **batching)
             n, secs = asyncio.run(drain(bs, p.dst, args.traces, 300, proc.pid))
             overhead = fetch_metrics(port)
             stop(proc)

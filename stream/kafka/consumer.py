@@ -15,6 +15,8 @@ module that holds it; the tests that show the defect and the mend are in
 8. A fetch answer is as old as its request: ``consumer_thread.py``.
 9. A worker acts on its partitions' records only while it is sure it is still a member of
    its group (the membership lease): ``membership.py``, installed by the consumer thread.
+10. A fetched record is handed to the agents without a race of two tasks when nothing can
+    make the hand-over wait (a cost, not a defect): ``fetch_loop.py``.
 
 The test hooks these read from the environment are in ``testhooks.py``.
 """
@@ -35,15 +37,16 @@ from faust.transport.drivers.aiokafka import (
 from .commits import report_to
 from .consumer_thread import MendedConsumerThread
 from .delivery import DeliveringConsumer
+from .fetch_loop import DirectHandover
 from .testhooks import CHANGELOG_DELAY_ENV, delay_from_env, producer_batch_cap
 
 __all__ = ["MendedConsumer", "MendedProducer", "MendedTransport", "producer_batch_cap", "report_to"]
 
 
-class MendedConsumer(DeliveringConsumer):
+class MendedConsumer(DirectHandover, DeliveringConsumer):
     """Faust's aiokafka consumer with the mends of this package: its commits
-    (``commits.py``), what it delivers (``delivery.py``) and its thread
-    (``consumer_thread.py``)."""
+    (``commits.py``), what it delivers (``delivery.py``), its fetch loop (``fetch_loop.py``)
+    and its thread (``consumer_thread.py``)."""
 
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
         return MendedConsumerThread(self, loop=self.loop, beacon=self.beacon)
