@@ -21,6 +21,7 @@ from datetime import datetime
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 from faust.types import AgentT, Message
 from pydantic import ValidationError
 
@@ -101,7 +102,17 @@ def co_partitioned_sessions(settings: Settings, bootstrap: str) -> int | None:
     forwarded. Asked of the cluster once, at start (no event loop running yet); the choice
     is logged."""
     names = [settings.sessions_topic, settings.thread_events_topic_name]
-    counts = asyncio.run(partition_counts(bootstrap, settings, names))
+    try:
+        counts = asyncio.run(partition_counts(bootstrap, settings, names))
+    except (KafkaError, OSError) as exc:
+        log.warning(
+            "session events are forwarded to their thread's partition: the partition counts "
+            "of %s could not be read (%s: %s)",
+            ", ".join(names),
+            type(exc).__name__,
+            exc,
+        )
+        return None
     sessions = counts[settings.sessions_topic]
     threads = counts[settings.thread_events_topic_name] or settings.topic_partitions
     if sessions == threads:
