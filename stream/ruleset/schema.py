@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Self
 import orjson
 from jmespath.exceptions import JMESPathError
 from pydantic import (
+    BaseModel,
     Field,
     PrivateAttr,
     TypeAdapter,
@@ -48,6 +49,13 @@ from .specs import (
 )
 
 RULE_ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
+
+
+def private(model: BaseModel, name: str) -> Any:
+    """A private attribute of ``model``, read from pydantic's own store of them: read as
+    ``model._name`` it goes through ``BaseModel.__getattr__`` (a few µs; the engine reads
+    a rule's on every trace)."""
+    return (model.__pydantic_private__ or {}).get(name)
 
 
 @dataclass
@@ -128,7 +136,8 @@ class RuleBase(Strict):
     @property
     def variant(self) -> str | None:
         """The shadow variant this rule judges as (its scores carry it), or None."""
-        return self._variant
+        variant: str | None = private(self, "_variant")
+        return variant
 
 
 class PromptedRule(RuleBase):
@@ -437,8 +446,9 @@ class CheckRule(RuleBase):
     @property
     def check_spec(self) -> CheckSpec:
         """The pack's registered check (its existence is checked at load time)."""
-        assert self._check is not None
-        return self._check
+        check: CheckSpec | None = private(self, "_check")
+        assert check is not None
+        return check
 
     @cached_property
     def validated_params(self) -> CheckParams:
