@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     max_in_flight: int = 512  # traces per worker being scored at once
     # traces taken from the stream and scored together (their messages sent as one producer
     # batch); while traces arrive fast, a batch waits up to the wait to fill (design record 32)
-    trace_batch_max: int = Field(default=256, ge=1)
+    trace_batch_max: int = Field(default=64, ge=1)
     trace_batch_wait_ms: float = Field(default=5.0, ge=0, le=1000)
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured

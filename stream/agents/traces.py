@@ -52,7 +52,7 @@ def register_trace_agent(
     scorer: Scorer,
     *,
     max_in_flight: int,
-    batch_max: int = 256,
+    batch_max: int = 64,
     batch_wait_s: float = 0.0,
     router: ThreadRouter | None = None,
     sources: SourceLog | None = None,
