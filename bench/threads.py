@@ -272,14 +272,14 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
-    rss = rss_mib(proc.pid)
+    rss, cpu = rss_mib(proc.pid), cpu_s(proc.pid)
     stop(proc)
     took = f"{scored - started:.1f} s" if scored else "no score in 600 s"
     target = RESTART_TARGET_S.get(store)
     print(
         f"(t3) {store}: {sessions} open sessions; restart to the first new score {took}"
         + (f" [target < {target:.0f} s]" if target else "")
-        + f"; RSS after {rss:.0f} MiB"
+        + f" ({cpu:.1f} s of the worker's CPU until then); RSS after {rss:.0f} MiB"
     )
 
 
