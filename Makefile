@@ -51,3 +51,4 @@ bench: install
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/judge_trouble.py
 	$(BIN)/python bench/verdicts.py
+	$(BIN)/python bench/scale.py
