@@ -108,6 +108,7 @@ def create_app(
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_linger=settings.producer_linger_ms / 1000,
         # tests only: one record per batch, so that the embedded broker's end offsets (the last
         # batch's base offset + 1) are right for the transport a real cluster gets
         producer_max_batch_size=producer_batch_cap() or 16384,

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     thread_events_topic: str | None = None  # None: "<app_id>-thread-events"
     topic_partitions: int = 4
     session_timeout_s: float = 30.0
+    # how long the producer waits to fill a batch before sending it: Apache Kafka 4.0's own
+    # producer default (KIP-1030); 0 sends each record as soon as the sender is free
+    producer_linger_ms: float = Field(default=5.0, ge=0, le=1000)
 
     # Judge: any OpenAI-compatible endpoint.
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")

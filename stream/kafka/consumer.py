@@ -57,6 +57,8 @@ class MendedProducer(Producer):
     each changelog write waits that long before it reaches aiokafka, as when aiokafka's own
     buffer is full."""
 
+    _changelog_delay: float | None = None
+
     async def send(
         self,
         topic: str,
@@ -68,8 +70,10 @@ class MendedProducer(Producer):
         *,
         transactional_id: str | None = None,
     ) -> Any:
-        if topic.endswith("-changelog") and (delay := delay_from_env(CHANGELOG_DELAY_ENV)):
-            await asyncio.sleep(delay)
+        if self._changelog_delay is None:  # read once: os.environ costs on every table write
+            self._changelog_delay = delay_from_env(CHANGELOG_DELAY_ENV)
+        if self._changelog_delay and topic.endswith("-changelog"):
+            await asyncio.sleep(self._changelog_delay)
         return await super().send(
             topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
         )
