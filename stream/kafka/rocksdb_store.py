@@ -6,6 +6,12 @@ when both codecs are ``raw`` and decoding returns the bytes it was given. The wo
 are raw (``app.raw_table``), and a recovery reads every thread of the table to rebuild its
 index: 100 000 threads cost 0.4 s of the restart in decoding alone. This store yields what
 RocksDB holds when both codecs are raw, and decodes as Faust does otherwise.
+
+Faust's store also runs a full garbage collection at every rebalance of every table, to let
+go of the databases of revoked partitions (it drops them without closing them); with nothing
+revoked, at a worker's first assignment, there is nothing to let go of, and six tables'
+collections held a start's recovery back by up to a second or more. It runs only when a
+partition of the table was revoked.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from faust.stores import STORES
 from faust.stores.rocksdb import Store
+from faust.types import TP, CollectionT
 
 SCHEME = "rocksdb-raw"
 
@@ -33,6 +40,11 @@ class RawRocksStore(Store):
 
     def _values_decoded(self) -> Iterator[Any]:
         return self._itervalues() if self._raw() else super()._values_decoded()
+
+    def revoke_partitions(self, table: CollectionT, tps: set[TP]) -> None:
+        """Faust's, with its garbage collection only when a database was let go of."""
+        if any(tp.topic in table.changelog_topic.topics for tp in tps):
+            super().revoke_partitions(table, tps)
 
 
 STORES.aliases[SCHEME] = f"{__name__}:RawRocksStore"

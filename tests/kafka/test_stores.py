@@ -164,3 +164,17 @@ def test_rocksdb_reads_a_raw_table_without_decoding_each_item(
     expected = {f"k{n}".encode(): f"v{n}".encode() for n in range(4)}
     assert dict(table.items()) == expected
     assert set(table.keys()) == set(expected) and set(table.values()) == set(expected.values())
+
+
+def test_rocksdb_collects_garbage_only_when_a_database_is_let_go_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", store="rocksdb")
+    app, _ = create_app(settings, "127.0.0.1:1", ScorerMetrics(CollectorRegistry()))
+    table = app.Table("threads", partitions=4, key_type=bytes, value_type=bytes)
+    collections = []
+    monkeypatch.setattr("faust.stores.rocksdb.gc.collect", lambda: collections.append(1))
+    table.data.revoke_partitions(table, {TP("another-topic", 0)})  # a first assignment's
+    assert collections == []
+    table.data.revoke_partitions(table, {TP(table.changelog_topic_name, 0)})
+    assert collections == [1]
