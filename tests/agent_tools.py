@@ -29,6 +29,7 @@ class RecordingPublisher:
     """In place of ``Publisher``: every message handed to it is on the broker at once."""
 
     sent: ClassVar[list[Send]] = []
+    batches: ClassVar[list[int]] = []  # messages handed in each send_batched
 
     def __init__(self, app: faust.App) -> None:
         self.sent = RecordingPublisher.sent
@@ -42,8 +43,17 @@ class RecordingPublisher:
         done.set_result(None)
         return [done for _ in sends]
 
+    async def send_batched(
+        self, sends: list[Send], timestamp: float | None = None
+    ) -> list[Awaitable[Any]]:
+        self.batches.append(len(sends))
+        return await self.send(sends, timestamp)
+
     async def send_until_delivered(self, sends: list[Send], timestamp: float | None = None) -> None:
         self.sent.extend(sends)
+
+    def stop(self) -> None:
+        pass
 
     async def to_partitions(self, topic: str, value: bytes, partitions: Iterable[int]) -> None:
         pass
@@ -91,6 +101,7 @@ def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[Send]:
     """What the agents hand the producer (their ``Publisher`` replaced)."""
     monkeypatch.setattr(RecordingPublisher, "sent", [])
+    monkeypatch.setattr(RecordingPublisher, "batches", [])
     for module in (forward, otlp, threads):
         monkeypatch.setattr(module, "Publisher", RecordingPublisher)
     return RecordingPublisher.sent

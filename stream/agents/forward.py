@@ -134,6 +134,7 @@ def register_batched(
         loop = asyncio.get_running_loop()
         deadline: list[asyncio.TimerHandle] = []  # the taken batch's, while it waits
         pace = Pace()
+        waits = [False]  # whether the taken batch waits to fill (its stream was busy)
 
         async def handle_batches() -> None:
             while True:
@@ -151,28 +152,41 @@ def register_batched(
 
         delivery.start()
         handling = asyncio.create_task(handle_batches())
+        reader = asyncio.current_task()
+        # a batch that fails stops the agent (Faust's supervisor restarts it; its records,
+        # never acked, come again), as a record's failure did when records went one by one:
+        # the reader may be waiting for a record or a slot, so it is woken to raise it
+        handling.add_done_callback(
+            lambda done: reader.cancel() if reader and _failed_task(done) else None
+        )
         try:
             async for event in manual.events():
-                if handling.done():
-                    handling.result()  # its error stops the agent, as if raised here
-                    raise RuntimeError(f"{name}: the batch task ended")
                 if delivery.slots.locked():
                     ready.set()  # a slot frees only once what is taken is handled
                 tp, entry = await delivery.admit(event)
                 entry.taken_at = pace.arrived()
                 taken.append((tp, entry))
-                busy = pace.busy(batch_wait_s)
                 if len(taken) == 1:  # the longest this batch waits
-                    wait = batch_wait_s if busy else TAKE_AT_MOST_S
+                    waits[0] = pace.busy(batch_wait_s)
+                    wait = batch_wait_s if waits[0] else TAKE_AT_MOST_S
                     deadline.append(loop.call_later(wait, ready.set))
-                if len(taken) >= batch_max or (not busy and nothing_ready()):
+                if len(taken) >= batch_max or (not waits[0] and nothing_ready()):
                     ready.set()
+        except asyncio.CancelledError:
+            if _failed_task(handling):
+                raise handling.exception() from None  # type: ignore[misc]
+            raise
         finally:
             handling.cancel()
             delivery.stop()
+            publisher.stop()
 
     run.__name__ = run.__qualname__ = name.replace("-", "_")  # Faust's label for it
     return app.agent(topic, concurrency=1, name=name)(run)
+
+
+def _failed_task(task: asyncio.Task[None]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
 
 
 class Pace:

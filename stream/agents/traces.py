@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -25,6 +27,8 @@ from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
 from .agreement import agreement_sends
 from .forward import Taken, register_batched
+
+log = logging.getLogger(__name__)
 
 # messages already handed to the producer, with their delivery futures
 Early = tuple[list[Send], list[Awaitable[Any]]]
@@ -130,6 +134,21 @@ def register_trace_agent(
         observer.on_scoring_overhead(time.perf_counter() - started)
         return Scored(sends, result.scores, early)
 
+    async def send_turns(sends: list[Send]) -> list[Awaitable[Any]]:
+        """The batch's turns handed to the producer; if it refuses them (its buffer full
+        through a broker outage), they are sent until the broker has them before the batch
+        goes on (no turn may be lost, and the batch's sources are read only past them)."""
+        try:
+            return await publisher.send_batched(sends)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("handing %d turns to the producer failed (%s): retrying", len(sends), exc)
+            await publisher.send_until_delivered(sends)
+            delivered = asyncio.get_running_loop().create_future()
+            delivered.set_result(None)
+            return [delivered] * len(sends)
+
     async def score_batch(delivery: OrderedDelivery, taken: Taken) -> None:
         """A batch of traces: each scored as ``score`` says; the turns of the batch handed to
         the producer first (and the sources read up to them), then the judged traces' tasks
@@ -137,7 +156,7 @@ def register_trace_agent(
         observer.on_trace_batch(len(taken))
         scored = [score(entry, entry.event.message) for _, entry in taken]
         early_sends = [send for item in scored for send in item.early]
-        early_futures = await publisher.send_batched(early_sends) if early_sends else []
+        early_futures = await send_turns(early_sends) if early_sends else []
         delivered: list[Delivery] = []
         at = 0
         for (tp, entry), item in zip(taken, scored, strict=True):

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Iterable
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -52,6 +53,8 @@ class Publisher:
 
     def __init__(self, app: faust.App) -> None:
         self.app = app
+        self._handover: asyncio.Queue[tuple[Any, str, int, Any]] | None = None
+        self._handing: asyncio.Task[None] | None = None
 
     async def declare(self, topics: Iterable[TopicT]) -> None:
         """Create topics up front: we publish through the producer directly (and the
@@ -76,65 +79,84 @@ class Publisher:
         self, sends: list[Send], timestamp: float | None = None
     ) -> list[Awaitable[Any]]:
         """Hand messages to the producer as whole record batches, one per topic partition
-        (more when one fills); return a delivery future for each message, in order (the
-        messages of one batch share its future). Each message goes to the partition a
-        single send would give it (Kafka's default: murmur2 of the key).
+        (more when one fills; a message larger than a batch gets one of its own); return a
+        delivery future for each message, in order (the messages of one batch share its
+        future). Each message goes to the partition a single send would give it (Kafka's
+        default: murmur2 of the key; a keyless one, a random available partition).
 
         A message per send costs aiokafka a future, a partitioner call and a lookup of
         the open batch each: for the many messages of a batch of traces, building the
-        batches here costs a fraction of that (design record 32).
+        batches here costs a fraction of that (design record 32). The batches are handed
+        to the producer in order by one task of this publisher (``_hand_over``): aiokafka
+        takes a partition's batch only once the one before it is on its way to the broker
+        (a produce round trip), which the caller does not wait for.
         """
         if not sends:
             return []
         producer = cast(Any, self.app.producer)._ensure_producer()  # aiokafka's, under Faust's
         timestamp_ms = int(timestamp * 1000) if timestamp else None
-        partitions: dict[str, list[int]] = {}
+        partitions: dict[str, tuple[list[int], list[int]]] = {}
         placed: dict[tuple[str, int], list[int]] = {}
         for index, (topic, key, _, _) in enumerate(sends):
             name = topic.get_topic_name()
-            if (numbers := partitions.get(name)) is None:
-                numbers = partitions[name] = sorted(await producer.partitions_for(name))
-            number = (
-                numbers[key_hash(key) % len(numbers)] if key is not None else random.choice(numbers)
-            )
+            if (known := partitions.get(name)) is None:
+                every = sorted(await producer.partitions_for(name))
+                up = sorted(producer.client.cluster.available_partitions_for_topic(name) or ())
+                known = partitions[name] = (every, up or every)
+            every, up = known
+            number = every[key_hash(key) % len(every)] if key is not None else random.choice(up)
             placed.setdefault((name, number), []).append(index)
-        futures: list[Awaitable[Any]] = []
-        where: list[int] = []  # the message each future is for (sends' order restored below)
+        loop = asyncio.get_running_loop()
+        futures: list[Awaitable[Any]] = [loop.create_future()] * len(sends)
         for (name, number), indexes in placed.items():
-            builder, held = producer.create_batch(), 0
+            builder, held = producer.create_batch(), list[int]()
             for index in indexes:
                 _, key, value, headers = sends[index]
+                record = {"timestamp": timestamp_ms, "key": key, "value": value}
                 extra = list(headers.items()) if headers else []
-                if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=extra):
-                    held += 1
-                    where.append(index)
-                    continue
-                if held:  # full: send it, and start the next batch with this message
-                    batch = await producer.send_batch(builder, name, partition=number)
-                    futures.extend([batch] * held)
-                    builder, held = producer.create_batch(), 0
-                    if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=extra):
-                        held += 1
-                        where.append(index)
-                        continue
-                # larger than a whole batch: the producer's own path (and its error)
-                where.append(index)
-                futures.append(
-                    await producer.send(
-                        name,
-                        value,
-                        key=key,
-                        partition=number,
-                        timestamp_ms=timestamp_ms,
-                        headers=extra or None,
-                    )
-                )
-            if held:
-                futures.extend([await producer.send_batch(builder, name, partition=number)] * held)
-        ordered: list[Awaitable[Any]] = [futures[0]] * len(sends)
-        for index, future in zip(where, futures, strict=True):
-            ordered[index] = future
-        return ordered
+                if not builder.append(**record, headers=extra):  # full: the next batch
+                    self._hand(builder, name, number, held, futures)
+                    builder, held = producer.create_batch(), []
+                    # an empty batch takes its first message whatever its size (aiokafka)
+                    if not builder.append(**record, headers=extra):
+                        raise ValueError(f"a batch refused a message of {len(value)} bytes")
+                held.append(index)
+            self._hand(builder, name, number, held, futures)
+        return futures
+
+    def _hand(
+        self, builder: Any, topic: str, partition: int, held: list[int], futures: list[Any]
+    ) -> None:
+        """Queue ``builder`` for the producer; ``held`` messages' future is its delivery."""
+        if self._handover is None:
+            self._handover = asyncio.Queue()
+            self._handing = asyncio.create_task(self._hand_over(self._handover))
+        delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._handover.put_nowait((builder, topic, partition, delivered))
+        for index in held:
+            futures[index] = delivered
+
+    async def _hand_over(self, handover: asyncio.Queue[tuple[Any, str, int, Any]]) -> None:
+        """Hand each queued batch to the producer, in the order queued; its delivery future
+        is done when the producer's is (a batch the producer refuses fails its future)."""
+        producer = cast(Any, self.app.producer)._ensure_producer()
+        while True:
+            builder, topic, partition, delivered = await handover.get()
+            try:
+                sent = await producer.send_batch(builder, topic, partition=partition)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not delivered.done():
+                    delivered.set_exception(exc)
+                continue
+            sent.add_done_callback(partial(_settle, delivered))
+
+    def stop(self) -> None:
+        """Stop handing batches over (what is still queued is never delivered: its
+        records, never acked, are read again)."""
+        if self._handing is not None:
+            self._handing.cancel()
 
     async def to_partitions(self, topic: str, value: bytes, partitions: Iterable[int]) -> None:
         """Hand ``value`` to the producer once for each of ``partitions`` of ``topic`` (no key)."""
@@ -158,3 +180,15 @@ class Publisher:
                 log.warning("publish failed (%s), retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(PUBLISH_BACKOFF_MAX_S, delay * 2)
+
+
+def _settle(delivered: asyncio.Future[Any], sent: asyncio.Future[Any]) -> None:
+    """``delivered`` done as the producer's batch future ``sent`` is."""
+    if delivered.done():
+        return
+    if sent.cancelled():
+        delivered.cancel()
+    elif (exc := sent.exception()) is not None:
+        delivered.set_exception(exc)
+    else:
+        delivered.set_result(sent.result())

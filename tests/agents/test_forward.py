@@ -153,6 +153,36 @@ async def test_a_batched_agent_takes_what_has_arrived_in_batches_and_acks_all_in
     assert offsets == sorted(offsets) and len(offsets) == len(set(offsets)) == 7
     assert max(len(batch) for batch in batches) == 3  # records waited, taken together
     assert [value for _, _, value, _ in sent] == [f"v{n}".encode() for n in range(7)]
+    assert RecordingPublisher.batches == [len(batch) for batch in batches]  # one hand-over each
+
+
+async def test_a_batch_that_fails_stops_the_agent_with_its_error_and_acks_nothing(
+    worker: Worker, sent: list[Send], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failing batch stops the agent with the error (Faust's supervisor restarts it), even
+    while the reader waits for the next record; nothing of the batch is acked, so it is read
+    again."""
+    app, _, _, metrics = worker
+    source, out = app.topic("traces-in"), app.topic("out")
+
+    async def handle(delivery: Any, taken: list[Any]) -> None:
+        raise ConnectionError("the producer refused the batch")
+
+    agent = register_batched(
+        app,
+        source,
+        "failing-test",
+        handle,
+        declare=[out],
+        max_in_flight=2,
+        batch_max=2,
+        observer=metrics,
+    )
+    async with agent.test_context() as context:
+        first = await context.put(b"v0", key=b"t")
+        # the reader was waiting for the next record: the agent stops all the same
+        await settled(lambda: "Crashed reason=ConnectionError('the producer refused" in caplog.text)
+    assert not first.message.acked
 
 
 def test_a_stream_is_busy_once_a_batch_would_fill_within_the_wait(

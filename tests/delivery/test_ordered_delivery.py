@@ -232,3 +232,28 @@ async def test_a_failure_in_a_batch_sends_each_of_its_messages_again_before_acki
     assert publisher.redelivered == [batch[0][2], batch[1][2]]  # each entry's, in full
     assert acked == [("p0", 1), ("p0", 2)] and observer.published == ["a"]
     delivery.stop()
+
+
+async def test_a_batch_the_producer_refuses_is_sent_again_entry_by_entry() -> None:
+    class Refusing(FakePublisher):
+        async def send_batched(self, sends: list[Send]) -> list[Awaitable[Any]]:
+            raise ConnectionError("producer buffer full")
+
+    acked: list[Any] = []
+
+    async def ack(e: Any) -> None:
+        acked.append((e.message.tp, e.message.offset))
+
+    publisher = Refusing()
+    delivery = OrderedDelivery(publisher, ack, 8, Counting())  # type: ignore[arg-type]
+    delivery.start()
+    (tp, first), (_, second) = [await delivery.admit(event(0, o)) for o in (5, 6)]
+    batch: list[Delivery] = [
+        (tp, first, [("scores", b"a", b"a", None)], [], None),
+        (tp, second, [("scores", b"b", b"b", None)], [], None),
+    ]
+    await delivery.deliver_batch(batch)
+    await settle()
+    assert publisher.redelivered == [batch[0][2], batch[1][2]]
+    assert acked == [("p0", 5), ("p0", 6)]
+    delivery.stop()

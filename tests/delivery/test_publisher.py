@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
@@ -122,3 +123,52 @@ async def test_cancellation_is_not_retried() -> None:
     with pytest.raises(asyncio.CancelledError):
         await publisher(producer).send_until_delivered([message("s")])
     assert len(producer.calls) == 1
+
+
+class SlowAiokafka:
+    """aiokafka's producer as ``send_batched`` uses it, taking a partition's batch only once
+    the one before it is drained (``add_batch``): here when the test opens ``gate``."""
+
+    def __init__(self, per_batch: int) -> None:
+        self.per_batch = per_batch
+        self.gate = asyncio.Event()
+        self.handed: list[tuple[str, int, list[bytes]]] = []
+        self.client = SimpleNamespace(
+            cluster=SimpleNamespace(available_partitions_for_topic=lambda topic: {0, 1})
+        )
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1}
+
+    def create_batch(self) -> Any:
+        values: list[bytes] = []
+
+        def append(**record: Any) -> Any:
+            if len(values) >= self.per_batch:
+                return None
+            values.append(record["value"])
+            return object()
+
+        return SimpleNamespace(append=append, values=values)
+
+    async def send_batch(self, builder: Any, topic: str, *, partition: int) -> Any:
+        await self.gate.wait()  # a produce round trip before the partition takes another
+        self.handed.append((topic, partition, builder.values))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def test_batches_are_handed_over_in_order_without_the_caller_waiting() -> None:
+    aiokafka = SlowAiokafka(per_batch=2)
+    faust_producer = SimpleNamespace(_ensure_producer=lambda: aiokafka)
+    batched = Publisher(cast(Any, SimpleNamespace(producer=faust_producer)))
+    sends = [message("s") for _ in range(5)]
+    sends = [(topic, b"same-key", f"v{n}".encode(), None) for n, (topic, *_) in enumerate(sends)]
+    futures = await batched.send_batched(sends)  # returns with the producer still busy
+    assert not any(future.done() for future in futures)  # type: ignore[attr-defined]
+    aiokafka.gate.set()
+    await asyncio.gather(*futures)
+    assert [values for _, _, values in aiokafka.handed] == [[b"v0", b"v1"], [b"v2", b"v3"], [b"v4"]]
+    assert len({id(future) for future in futures}) == 3  # a future per batch
+    batched.stop()

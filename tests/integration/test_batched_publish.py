@@ -1,7 +1,7 @@
 """Publishing a batch of traces' messages as whole record batches (``Publisher.send_batched``,
 design record 32), against the embedded broker with aiokafka's own producer: every message
 lands in the partition a single send gives it, in order, with its key, value, headers and
-time; a batch that fills is split; a message larger than a batch goes alone."""
+time; a batch that fills is split; a message larger than a batch gets a batch of its own."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_a_batch_of_traces_lands_where_single_sends_would_in_order(
     assert [(r.key, r.value) for r in others] == [(b"trace-7", b"decision")]
 
 
-def test_a_message_larger_than_a_batch_goes_alone(broker: EmbeddedBroker, names: Names) -> None:
+def test_a_message_larger_than_a_batch_gets_a_batch_of_its_own(broker: EmbeddedBroker, names: Names) -> None:
     def sends_for(topic: Topic, other: Topic) -> list[Send]:
         return [
             (cast(Any, topic), b"k", b"small-1", None),
