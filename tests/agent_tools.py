@@ -44,7 +44,7 @@ class RecordingPublisher:
         return [done for _ in sends]
 
     async def send_batched(
-        self, sends: list[Send], timestamp: float | None = None
+        self, sends: list[Send], timestamp: float | None = None, *, at_once: bool = False
     ) -> list[Awaitable[Any]]:
         self.batches.append(len(sends))
         return await self.send(sends, timestamp)

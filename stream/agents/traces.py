@@ -139,7 +139,9 @@ def register_trace_agent(
         through a broker outage), they are sent until the broker has them before the batch
         goes on (no turn may be lost, and the batch's sources are read only past them)."""
         try:
-            return await publisher.send_batched(sends)
+            # in the producer before the sources are read past them (a progress report, sent
+            # by the producer directly, must not pass them)
+            return await publisher.send_batched(sends, at_once=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -76,7 +76,7 @@ class Publisher:
         ]
 
     async def send_batched(
-        self, sends: list[Send], timestamp: float | None = None
+        self, sends: list[Send], timestamp: float | None = None, *, at_once: bool = False
     ) -> list[Awaitable[Any]]:
         """Hand messages to the producer as whole record batches, one per topic partition
         (more when one fills; a message larger than a batch gets one of its own); return a
@@ -89,7 +89,10 @@ class Publisher:
         batches here costs a fraction of that (design record 32). The batches are handed
         to the producer in order by one task of this publisher (``_hand_over``): aiokafka
         takes a partition's batch only once the one before it is on its way to the broker
-        (a produce round trip), which the caller does not wait for.
+        (a produce round trip), which the caller does not wait for. ``at_once``: handed over
+        before this returns (the caller waits), for messages that must be in the producer
+        before what the caller sends next by other paths (a trace's turn before the progress
+        report that says its source is read past it).
         """
         if not sends:
             return []
@@ -106,8 +109,7 @@ class Publisher:
             every, up = known
             number = every[key_hash(key) % len(every)] if key is not None else random.choice(up)
             placed.setdefault((name, number), []).append(index)
-        loop = asyncio.get_running_loop()
-        futures: list[Awaitable[Any]] = [loop.create_future()] * len(sends)
+        batches: list[tuple[Any, str, int, list[int]]] = []
         for (name, number), indexes in placed.items():
             builder, held = producer.create_batch(), list[int]()
             for index in indexes:
@@ -115,26 +117,31 @@ class Publisher:
                 record = {"timestamp": timestamp_ms, "key": key, "value": value}
                 extra = list(headers.items()) if headers else []
                 if not builder.append(**record, headers=extra):  # full: the next batch
-                    self._hand(builder, name, number, held, futures)
+                    batches.append((builder, name, number, held))
                     builder, held = producer.create_batch(), []
                     # an empty batch takes its first message whatever its size (aiokafka)
                     if not builder.append(**record, headers=extra):
                         raise ValueError(f"a batch refused a message of {len(value)} bytes")
                 held.append(index)
-            self._hand(builder, name, number, held, futures)
+            batches.append((builder, name, number, held))
+        futures: list[Awaitable[Any]] = [asyncio.get_running_loop().create_future()] * len(sends)
+        for builder, name, number, held in batches:
+            if at_once:
+                delivery = await producer.send_batch(builder, name, partition=number)
+            else:
+                delivery = self._hand(builder, name, number)
+            for index in held:
+                futures[index] = delivery
         return futures
 
-    def _hand(
-        self, builder: Any, topic: str, partition: int, held: list[int], futures: list[Any]
-    ) -> None:
-        """Queue ``builder`` for the producer; ``held`` messages' future is its delivery."""
+    def _hand(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        """Queue ``builder`` for the producer; return its delivery future."""
         if self._handover is None:
             self._handover = asyncio.Queue()
             self._handing = asyncio.create_task(self._hand_over(self._handover))
         delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._handover.put_nowait((builder, topic, partition, delivered))
-        for index in held:
-            futures[index] = delivered
+        return delivered
 
     async def _hand_over(self, handover: asyncio.Queue[tuple[Any, str, int, Any]]) -> None:
         """Hand each queued batch to the producer, in the order queued; its delivery future

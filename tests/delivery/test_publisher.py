@@ -172,3 +172,20 @@ async def test_batches_are_handed_over_in_order_without_the_caller_waiting() -> 
     assert [values for _, _, values in aiokafka.handed] == [[b"v0", b"v1"], [b"v2", b"v3"], [b"v4"]]
     assert len({id(future) for future in futures}) == 3  # a future per batch
     batched.stop()
+
+
+async def test_turns_are_in_the_producer_before_send_batched_returns_at_once() -> None:
+    """A trace's turns must be in the producer before its source is read past them (the
+    progress report goes by the producer directly): ``at_once`` waits for the hand-over."""
+    aiokafka = SlowAiokafka(per_batch=10)
+    faust_producer = SimpleNamespace(_ensure_producer=lambda: aiokafka)
+    batched = Publisher(cast(Any, SimpleNamespace(producer=faust_producer)))
+    turn = [(cast(Any, Topic("thread-events")), b"conversation", b"turn", None)]
+    handing = asyncio.create_task(batched.send_batched(turn, at_once=True))
+    await asyncio.sleep(0.01)
+    assert not handing.done()  # the producer has not taken it yet: the caller waits
+    aiokafka.gate.set()
+    await asyncio.gather(*await handing)
+    assert [(topic, values) for topic, _, values in aiokafka.handed] == [
+        ("thread-events", [b"turn"])
+    ]
