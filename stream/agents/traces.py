@@ -21,6 +21,7 @@ from ..delivery.publisher import Publisher, Send, sends_of
 from ..engine.outcomes import TraceResult
 from ..engine.records import trace_records
 from ..engine.scorer import Plan, Scorer
+from ..kafka.faust_state import scoring
 from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
@@ -156,7 +157,10 @@ def register_trace_agent(
         the producer first (and the sources read up to them), then the judged traces' tasks
         started, then every other trace's messages sent as one producer batch."""
         observer.on_trace_batch(len(taken))
-        scored = [score(entry, entry.event.message) for _, entry in taken]
+        scored = []
+        for _, entry in taken:
+            with scoring(entry.event):  # its table writes (verdicts, batch jobs) in its partition
+                scored.append(score(entry, entry.event.message))
         early_sends = [send for item in scored for send in item.early]
         early_futures = await send_turns(early_sends) if early_sends else []
         delivered: list[Delivery] = []
@@ -171,7 +175,8 @@ def register_trace_agent(
                 message = entry.event.message  # its turn is handed over: read up to it
                 sources.read(source_of(message), message.offset, message.timestamp, entry.moment)
             if item.plan is not None and item.trace is not None:
-                delivery.spawn(judged(delivery, tp, entry, item.plan, item.trace, early))
+                with scoring(entry.event):  # the task's table writes: the record's partition
+                    delivery.spawn(judged(delivery, tp, entry, item.plan, item.trace, early))
             else:
                 delivered.append((tp, entry, item.sends, item.scores, early))
         await delivery.deliver_batch(delivered)

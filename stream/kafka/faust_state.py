@@ -5,16 +5,21 @@ when a partition's high watermark was fetched; aiokafka keeps the cluster's meta
 the consumer thread. Everything of theirs that the thread table and the span assembly read
 to say how far a worker has read its sources goes through here, so an upgrade of either
 library has one module to check (faust-streaming 0.15: ``Consumer._committed_offset``,
-``Consumer._paused_partitions``, ``ThreadDelegateConsumer._thread._consumer``; aiokafka
+``Consumer._paused_partitions``, ``ThreadDelegateConsumer._thread._consumer``, the stream's
+current event ``faust.streams._current_event``; aiokafka
 0.14: ``AIOKafkaConsumer.last_poll_timestamp``, ``_client.cluster``)."""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import faust
+from faust.streams import _current_event
 from faust.transport.consumer import Consumer
-from faust.types import TP
+from faust.types import TP, EventT
 
 from ..threads.sources import Position, SourceLog, source_name
 from .snapshot_store import SnapshotStore
@@ -103,3 +108,17 @@ def put_in_partition(table: Any, partition: int, key: bytes, value: bytes) -> No
         return
     open_db(partition).put(key, value)
     store._key_index[key] = partition
+
+
+@contextmanager
+def scoring(event: EventT[Any]) -> Iterator[None]:
+    """``event`` the current event while the block runs (and in the tasks it starts), as
+    Faust's stream makes each event it yields current (``faust.streams._current_event``,
+    faust-streaming 0.15). A table write picks its partition from the current event: an
+    agent that handles records away from the stream's own task (the batched trace agent's
+    batches) makes each current while it is scored, or the write finds no event."""
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
