@@ -119,7 +119,9 @@ def test_a_batch_of_traces_lands_where_single_sends_would_in_order(
     assert [(r.key, r.value) for r in others] == [(b"trace-7", b"decision")]
 
 
-def test_a_message_larger_than_a_batch_gets_a_batch_of_its_own(broker: EmbeddedBroker, names: Names) -> None:
+def test_a_message_larger_than_a_batch_gets_a_batch_of_its_own(
+    broker: EmbeddedBroker, names: Names
+) -> None:
     def sends_for(topic: Topic, other: Topic) -> list[Send]:
         return [
             (cast(Any, topic), b"k", b"small-1", None),
