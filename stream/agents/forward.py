@@ -59,13 +59,9 @@ def register_in_order(
     outputs = list(declare)
 
     async def run(stream: StreamT[bytes]) -> None:
-        await publisher.declare(outputs)
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(
-            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+        manual, delivery = await in_order(
+            stream, publisher, outputs, max_in_flight, observer, sources, watch_in_flight
         )
-        if watch_in_flight:
-            observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
         delivery.start()
         try:
             async for event in manual.events():
@@ -90,6 +86,27 @@ TAKE_AT_MOST_S = 0.02
 BUSY_BATCH = 8
 
 
+async def in_order(
+    stream: StreamT[bytes],
+    publisher: Publisher,
+    outputs: list[TopicT],
+    max_in_flight: int,
+    observer: Observer,
+    sources: SourceLog | None,
+    watch_in_flight: bool,
+) -> tuple[StreamT[bytes], OrderedDelivery]:
+    """An in-order agent's start: its outputs declared, its stream with manual acks, and the
+    delivery that acks it in order."""
+    await publisher.declare(outputs)
+    manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
+    delivery = OrderedDelivery(
+        publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+    )
+    if watch_in_flight:
+        observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
+    return manual, delivery
+
+
 def register_batched(
     app: faust.App,
     topic: TopicT,
@@ -111,22 +128,18 @@ def register_batched(
     over when it is full. Below that, while records arrive slower than ``BUSY_BATCH`` per
     ``batch_wait_s``, it is handed over as soon as nothing more is ready (no latency added
     to a quiet stream); while they arrive faster, once its first record has waited
-    ``batch_wait_s`` (Faust hands records over one at a time, so what is ready at any
-    moment is one or two: waiting is what makes a batch). A record waiting for a free slot
-    in flight hands over what is taken first.
+    ``batch_wait_s`` (what is ready at any moment is a fetch's records at most: waiting is
+    what makes a batch). A record waiting for a free slot in flight hands over what is taken
+    first.
     """
     observer = observer or Observer()
     publisher = Publisher(app)
     outputs = list(declare)
 
     async def run(stream: StreamT[bytes]) -> None:
-        await publisher.declare(outputs)
-        manual = cast(Stream[bytes], stream).noack()  # agents get a Stream: StreamT lacks noack
-        delivery = OrderedDelivery(
-            publisher, manual.ack, max_in_flight, observer, held_while_retried(sources)
+        manual, delivery = await in_order(
+            stream, publisher, outputs, max_in_flight, observer, sources, watch_in_flight
         )
-        if watch_in_flight:
-            observer.watch_in_flight(delivery.acker.in_flight)  # read at scrape time
         queue = getattr(manual.channel, "queue", None)  # what Faust has fetched, not yet read
         nothing_ready: Callable[[], bool] = queue.empty if queue is not None else lambda: True
         taken: Taken = []
