@@ -576,6 +576,10 @@ def pipeline() -> tuple[dict[str, Any], list[Panel]]:
             quantile(0.99, "scorer_scoring_overhead_seconds", ""),
             quantile(0.99, "scorer_publish_latency_seconds", ""),
             unit="s",
+            description="Engine time per trace beyond the judge call, its wait for its batch "
+            "included (up to SCORER_TRACE_BATCH_WAIT_MS while traces arrive fast, and behind the "
+            "batch before it); publish latency: from handing a trace's messages to the producer "
+            "until the broker has them all (SCORER_PRODUCER_LINGER_MS included).",
         ),
     ]
 
