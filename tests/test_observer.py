@@ -48,7 +48,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + batch judging's on_batch_job, on_batch and on_batch_pending (issue 28, item 2)
     # + on_pair_preference (issue 29, item 5: A/B win rates)
     # + on_agreement_joined, on_agreement_measured, on_agreement_thresholds (issue 29, item 2)
-    assert len(callbacks) == 40
+    # + on_trace_batch (issue 30, item 1: traces scored together)
+    assert len(callbacks) == 41
     assert callbacks <= set(vars(ScorerMetrics))
 
 
