@@ -67,6 +67,10 @@ def test_the_kept_demo_is_found_scraped_and_stopped(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
             text=True,
             cwd=tmp_path,
+            # started as from a terminal, where Ctrl-C reaches it: a test worker process of
+            # the whole suite can have SIGINT ignored by then, which a child inherits (the
+            # demo then never hears the Ctrl-C below)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             lines = wait_for_line(demo, r"Ctrl-C stops", 150)
