@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Iterable
 from functools import partial
 from typing import Any, cast
@@ -14,7 +13,7 @@ from faust.types import TopicT
 
 from ..engine import records
 from ..engine.records import Records
-from ..kafka.partitioning import key_hash
+from ..kafka.partitioning import cached_murmur2_partitioner
 from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
 log = logging.getLogger(__name__)
@@ -105,9 +104,8 @@ class Publisher:
             if (known := partitions.get(name)) is None:
                 every = sorted(await producer.partitions_for(name))
                 up = sorted(producer.client.cluster.available_partitions_for_topic(name) or ())
-                known = partitions[name] = (every, up or every)
-            every, up = known
-            number = every[key_hash(key) % len(every)] if key is not None else random.choice(up)
+                known = partitions[name] = (every, up)
+            number = cached_murmur2_partitioner(key, *known)  # the producer's own partitioner
             placed.setdefault((name, number), []).append(index)
         batches: list[tuple[Any, str, int, list[int]]] = []
         for (name, number), indexes in placed.items():
