@@ -147,7 +147,7 @@ def register_batched(
         loop = asyncio.get_running_loop()
         deadline: list[asyncio.TimerHandle] = []  # the taken batch's, while it waits
         pace = Pace()
-        waits = [False]  # whether the taken batch waits to fill (its stream was busy)
+        waits = False  # whether the taken batch waits to fill (its stream was busy)
 
         async def handle_batches() -> None:
             while True:
@@ -180,10 +180,10 @@ def register_batched(
                 entry.taken_at = pace.arrived()
                 taken.append((tp, entry))
                 if len(taken) == 1:  # the longest this batch waits
-                    waits[0] = pace.busy(batch_wait_s)
-                    wait = batch_wait_s if waits[0] else TAKE_AT_MOST_S
+                    waits = pace.busy(batch_wait_s)
+                    wait = batch_wait_s if waits else TAKE_AT_MOST_S
                     deadline.append(loop.call_later(wait, ready.set))
-                if len(taken) >= batch_max or (not waits[0] and nothing_ready()):
+                if len(taken) >= batch_max or (not waits and nothing_ready()):
                     ready.set()
         except asyncio.CancelledError:
             if _failed_task(handling):
