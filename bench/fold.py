@@ -1,0 +1,121 @@
+"""The pure per-event cost of folding coaching-session events, in process, without Kafka.
+Prints figures; asserts nothing.
+
+Builds ``--sessions`` sessions x ``--turns`` turns of session events as ``threads.py``'s t1
+phase produces them (keyed by session id, none ending), and takes each as the thread agent
+does with a co-partitioned sessions topic (``SessionIntake.take``): parsed
+(``parse_session``), converted (``ThreadRouter.from_session`` and the partition it is placed
+in), then applied (``ThreadProcessor.apply``) to a plain dict as the thread table, with the
+worker's settings for the FretCoach session rules and a gap long enough that nothing closes;
+every 5 000 events each partition gets a progress report, as from the worker's timer (untimed).
+Prints the microseconds per event of each stage and in all (the apply of the first turns,
+which open the threads, and of the later ones, folded into up to ``--sessions`` open
+threads); ``--profile N`` prints cProfile's top N functions (by own time) of the whole run.
+
+    python bench/fold.py [--sessions 100000] [--turns 2] [--partitions 4] [--profile 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+from threads import SESSION_RULES, session_events
+from throughput import rules_subset
+
+from stream.kafka.partitioning import key_hash
+from stream.ruleset.loader import load_rules
+from stream.settings import Settings
+from stream.threads.events import ThreadEvent, parse_session, progress
+from stream.threads.gaps import inactivity_gaps
+from stream.threads.processor import ThreadProcessor
+from stream.threads.router import ThreadRouter
+from stream.threads.sources import Positions, source_name
+from stream.threads.state import ThreadLimits
+
+TOPIC = "coaching-sessions"
+GAP_S = 36_000.0  # as threads.py's t1: nothing closes
+REPORT_EVERY = 5_000  # events between two progress reports (~1 s at the target rate)
+
+
+def fold(sessions: int, turns: int, partitions: int) -> None:
+    settings = Settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        ruleset = load_rules(rules_subset(Path(tmp), SESSION_RULES))
+    router = ThreadRouter(ruleset, settings.turn_max_bytes)
+    table: dict[bytes, bytes] = {}
+    processor = ThreadProcessor(
+        table,
+        gaps=inactivity_gaps(ruleset, GAP_S),
+        limits=ThreadLimits(
+            max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
+        ),
+        retention_s=settings.thread_retention_s,
+        sessions_topic=TOPIC,
+        unheard_wait_s=settings.unheard_source_wait_s,
+    )
+    events = session_events(sessions, turns, "fold")
+    arrival = time.time()  # Kafka time of the messages: later than their event time
+    # (key, value, partition), each in the partition its session id places it (as produced)
+    messages = [(key, value, key_hash(key) % partitions) for key, value in events]
+    processor.rebuild(range(partitions))
+    sources = {source_name(TOPIC, n): (0.0, 0.0) for n in range(partitions)}
+    spent = {"parse": 0.0, "convert": 0.0, "apply (open)": 0.0, "apply (fold)": 0.0}
+    counts = dict.fromkeys(spent, 0)
+    clock = time.perf_counter
+    for n, (key, value, partition) in enumerate(messages):
+        if n % REPORT_EVERY == 0:  # the worker's timer: how far its sources are read (untimed)
+            report = ThreadEvent.from_bytes(progress(arrival, Positions(sources)))
+            for number in range(partitions):
+                processor.apply(number, report)
+        begun = clock()
+        session = parse_session(value)
+        parsed = clock()
+        event = router.from_session(session, arrival, source_name(TOPIC, partition), key)
+        placed = key_hash(event.placement) % partitions  # SessionIntake.placed
+        converted = clock()
+        processor.apply(placed, event)
+        applied = clock()
+        stage = "apply (open)" if n < sessions else "apply (fold)"
+        spent["parse"] += parsed - begun
+        spent["convert"] += converted - parsed
+        spent[stage] += applied - converted
+        counts["parse"] += 1
+        counts["convert"] += 1
+        counts[stage] += 1
+    total = len(messages)
+    print(
+        f"{sessions} sessions x {turns} turns = {total} events, {partitions} partitions; "
+        f"{processor.open_threads()} threads open at the end"
+    )
+    for stage, seconds in spent.items():
+        if counts[stage]:
+            print(f"  {stage:<13} {seconds * 1e6 / counts[stage]:7.1f} us/event")
+    applied = spent["apply (open)"] + spent["apply (fold)"]
+    print(f"  {'apply':<13} {applied * 1e6 / total:7.1f} us/event")
+    print(f"  {'total':<13} {sum(spent.values()) * 1e6 / total:7.1f} us/event")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile's top N")
+    args = parser.parse_args()
+    gc.collect()
+    if not args.profile:
+        fold(args.sessions, args.turns, args.partitions)
+        return
+    profile = cProfile.Profile()
+    profile.runcall(fold, args.sessions, args.turns, args.partitions)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
