@@ -162,6 +162,8 @@ class SpreadThreads(ThreadTable):
     ) -> list[ThreadClose]:
         closes: list[ThreadClose] = []
         heap = due.get(topic)
+        if not heap:
+            return closes  # no spread thread waits on the topic: its watermark is not needed
         bound = index.topic_watermark(topic, ahead=ahead)
         while heap and heap[0][0] <= bound:
             moment, key = heapq.heappop(heap)
