@@ -10,9 +10,11 @@ worker's settings for the FretCoach session rules and a gap long enough that not
 every 5 000 events each partition gets a progress report, as from the worker's timer (untimed).
 Prints the microseconds per event of each stage and in all (the apply of the first turns,
 which open the threads, and of the later ones, folded into up to ``--sessions`` open
-threads); ``--profile N`` prints cProfile's top N functions (by own time) of the whole run.
+threads), the least of ``--repeat`` runs (the machine's noise only adds); ``--profile N``
+prints cProfile's top N functions (by own time) of each run.
 
-    python bench/fold.py [--sessions 100000] [--turns 2] [--partitions 4] [--profile 30]
+    python bench/fold.py [--sessions 100000] [--turns 2] [--partitions 4] [--repeat 3]
+    python bench/fold.py --sessions 20000 --profile 30
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ GAP_S = 36_000.0  # as threads.py's t1: nothing closes
 REPORT_EVERY = 5_000  # events between two progress reports (~1 s at the target rate)
 
 
-def fold(sessions: int, turns: int, partitions: int) -> None:
+def fold(sessions: int, turns: int, partitions: int) -> dict[str, float]:
+    """Each stage's microseconds per event, in one run."""
     settings = Settings()
     with tempfile.TemporaryDirectory() as tmp:
         ruleset = load_rules(rules_subset(Path(tmp), SESSION_RULES))
@@ -93,12 +96,10 @@ def fold(sessions: int, turns: int, partitions: int) -> None:
         f"{sessions} sessions x {turns} turns = {total} events, {partitions} partitions; "
         f"{processor.open_threads()} threads open at the end"
     )
-    for stage, seconds in spent.items():
-        if counts[stage]:
-            print(f"  {stage:<13} {seconds * 1e6 / counts[stage]:7.1f} us/event")
-    applied = spent["apply (open)"] + spent["apply (fold)"]
-    print(f"  {'apply':<13} {applied * 1e6 / total:7.1f} us/event")
-    print(f"  {'total':<13} {sum(spent.values()) * 1e6 / total:7.1f} us/event")
+    figures = {stage: seconds * 1e6 / counts[stage] for stage, seconds in spent.items()}
+    figures["apply"] = (spent["apply (open)"] + spent["apply (fold)"]) * 1e6 / total
+    figures["total"] = sum(spent.values()) * 1e6 / total
+    return figures
 
 
 def main() -> None:
@@ -106,15 +107,22 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=1, help="runs; each stage's least is shown")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile's top N")
     args = parser.parse_args()
-    gc.collect()
-    if not args.profile:
-        fold(args.sessions, args.turns, args.partitions)
-        return
-    profile = cProfile.Profile()
-    profile.runcall(fold, args.sessions, args.turns, args.partitions)
-    pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+    runs = []
+    for _ in range(args.repeat):
+        gc.collect()
+        if args.profile:
+            profile = cProfile.Profile()
+            runs.append(profile.runcall(fold, args.sessions, args.turns, args.partitions))
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+        else:
+            runs.append(fold(args.sessions, args.turns, args.partitions))
+    what = f"least of {len(runs)} runs" if len(runs) > 1 else "one run"
+    print(f"us per event ({what}):")
+    for stage in runs[0]:
+        print(f"  {stage:<13} {min(run[stage] for run in runs):7.1f}")
 
 
 if __name__ == "__main__":

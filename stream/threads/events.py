@@ -71,7 +71,8 @@ class ThreadEvent(BaseModel):
         return placement_key(self.kind, self.thread_id)
 
     def to_bytes(self) -> bytes:
-        return self.model_dump_json(exclude_defaults=True).encode()
+        # model_dump_json's bytes, without its decoding to text and our encoding back
+        return self.__pydantic_serializer__.to_json(self, exclude_defaults=True)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ThreadEvent:
@@ -116,14 +117,15 @@ MAX_CONTENT_DEPTH = 64
 def nested_deeper_than(value: Any, levels: int) -> bool:
     """Whether ``value`` holds objects or arrays more than ``levels`` deep (no recursion:
     any depth orjson reads can be asked)."""
-    stack = [(value, 0)]  # (a value, how many objects or arrays hold it)
+    if not isinstance(value, dict | list):
+        return False
+    stack = [(value, 0)]  # (an object or array, how many objects or arrays hold it)
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth >= levels:
-                return True
-            inner = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in inner)
+        if depth >= levels:
+            return True
+        inner = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in inner if isinstance(child, dict | list))
     return False
 
 
