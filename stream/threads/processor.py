@@ -124,9 +124,10 @@ class ThreadProcessor(ThreadClocks):
         key = event.key
         raw = self.table.get(key)
         if raw is None:
-            state = new_thread(event.thread_id, event.kind, event.project_name)
-            state.partition = partition
-            state.opened = round(event.arrival * 1000)
+            opened = round(event.arrival * 1000)
+            state = new_thread(
+                event.thread_id, event.kind, event.project_name, partition=partition, opened=opened
+            )
         else:
             state = ThreadState.from_bytes(raw)
             if state.partition != partition:

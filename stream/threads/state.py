@@ -248,15 +248,27 @@ class IndexEntry:
         return max((arrival for _, _, arrival in self.held), default=0.0)
 
 
-def new_thread(thread_id: str, kind: ThreadKind, project_name: str) -> ThreadState:
-    return ThreadState(thread_id=thread_id, kind=kind, project_name=project_name)
+def new_thread(
+    thread_id: str, kind: ThreadKind, project_name: str, *, partition: int = 0, opened: int = 0
+) -> ThreadState:
+    return ThreadState(
+        thread_id=thread_id,
+        kind=kind,
+        project_name=project_name,
+        partition=partition,
+        opened=opened,
+    )
 
 
+# a field of the state is set only when its value changes: each setting goes through
+# pydantic's __setattr__, the dearest part of a fold after the JSON
 def _touch(state: ThreadState, event_time: datetime, arrival: float, watermark: float) -> None:
     if state.last_event_time is None or event_time > state.last_event_time:
         state.last_event_time = event_time
-    state.last_arrival = max(state.last_arrival, arrival)
-    state.activity = max(state.activity, watermark)
+    if arrival > state.last_arrival:
+        state.last_arrival = arrival
+    if watermark > state.activity:
+        state.activity = watermark
 
 
 def fold_turn(
@@ -285,7 +297,8 @@ def fold_turn(
         position -= 1
     state.turns.insert(position, turn)
     state.size += turn.size
-    state.truncated_bytes += turn.cut_bytes
+    if turn.cut_bytes:
+        state.truncated_bytes += turn.cut_bytes
     while len(state.turns) > limits.max_turns or (
         state.size > limits.max_bytes and len(state.turns) > 1
     ):
@@ -293,7 +306,8 @@ def fold_turn(
         state.size -= dropped.size
         state.dropped_turns += 1
     _touch(state, turn.event_time, arrival, arrival if watermark is None else watermark)
-    state.is_open = True  # a turn after a close reopens the thread
+    if not state.is_open:
+        state.is_open = True  # a turn after a close reopens the thread
     return True
 
 
