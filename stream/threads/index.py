@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 EVERY_TRACE_SOURCE = "*"  # in a pair's sources: every source of traces (see sources_of)
 EVERY_PARTITION = ":*"  # a spread thread's sources: "<topic>:*", every partition of the topic
@@ -50,6 +51,7 @@ class PartitionIndex:
     # named since is taken as unread (its owner may not have it yet, in a rebalance, and its
     # backlog may hold a thread's next turn); after it, as read (no worker reads it)
     unheard_until: float = -math.inf
+    learnt: set[str] = field(default_factory=set)  # the sources ``learn`` was told of
 
     def advance(self, source: str, event_time: float) -> None:
         if event_time > self.progress.get(source, 0.0):
@@ -57,6 +59,9 @@ class PartitionIndex:
 
     def learn(self, source: str) -> None:
         """``source`` exists, and so do the partitions of its topic numbered below it."""
+        if source in self.learnt:
+            return  # the counts only grow: learning it again changes nothing
+        self.learnt.add(source)
         topic, _, number = source.rpartition(":")
         if number.isdigit():
             self.partitions[topic] = max(self.partitions.get(topic, 0), int(number) + 1)
@@ -119,7 +124,7 @@ class PartitionIndex:
 
     def watermark(self, sources: Iterable[str]) -> float | None:
         """Event time of a thread fed by ``sources``: the least progress among them."""
-        return min((self.progress.get(s, 0.0) for s in sources), default=None)
+        return min(map(self.progress.get, sources, repeat(0.0)), default=None)
 
     def slowest(self, sources: Iterable[str]) -> str:
         return min(sources, key=lambda s: self.progress.get(s, 0.0))
