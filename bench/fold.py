@@ -5,8 +5,9 @@ Builds ``--sessions`` sessions x ``--turns`` turns of session events as ``thread
 phase produces them (keyed by session id, none ending), and takes each as the thread agent
 does with a co-partitioned sessions topic (``SessionIntake.take``): parsed
 (``parse_session``), converted (``ThreadRouter.from_session`` and the partition it is placed
-in), then applied (``ThreadProcessor.apply``) to a plain dict as the thread table, with the
-worker's settings for the FretCoach session rules and a gap long enough that nothing closes;
+in), applied (``ThreadProcessor.apply``) to a plain dict as the thread table, and its source
+read up to it (``SourceLog.read``); with the worker's settings for the FretCoach session
+rules and a gap long enough that nothing closes;
 every 5 000 events each partition gets a progress report, as from the worker's timer (untimed).
 Prints the microseconds per event of each stage and in all (the apply of the first turns,
 which open the threads, and of the later ones, folded into up to ``--sessions`` open
@@ -37,7 +38,7 @@ from stream.threads.events import ThreadEvent, parse_session, progress
 from stream.threads.gaps import inactivity_gaps
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
-from stream.threads.sources import Positions, source_name
+from stream.threads.sources import Positions, SourceLog, source_name
 from stream.threads.state import ThreadLimits
 
 TOPIC = "coaching-sessions"
@@ -67,30 +68,36 @@ def fold(sessions: int, turns: int, partitions: int) -> dict[str, float]:
     # (key, value, partition), each in the partition its session id places it (as produced)
     messages = [(key, value, key_hash(key) % partitions) for key, value in events]
     processor.rebuild(range(partitions))
-    sources = {source_name(TOPIC, n): (0.0, 0.0) for n in range(partitions)}
-    spent = {"parse": 0.0, "convert": 0.0, "apply (open)": 0.0, "apply (fold)": 0.0}
+    positions = {source_name(TOPIC, n): (0.0, 0.0) for n in range(partitions)}
+    sources = SourceLog()
+    spent = dict.fromkeys(["parse", "convert", "apply (open)", "apply (fold)", "source log"], 0.0)
     counts = dict.fromkeys(spent, 0)
     clock = time.perf_counter
     for n, (key, value, partition) in enumerate(messages):
         if n % REPORT_EVERY == 0:  # the worker's timer: how far its sources are read (untimed)
-            report = ThreadEvent.from_bytes(progress(arrival, Positions(sources)))
+            report = ThreadEvent.from_bytes(progress(arrival, Positions(positions)))
             for number in range(partitions):
                 processor.apply(number, report)
         begun = clock()
         session = parse_session(value)
         parsed = clock()
-        event = router.from_session(session, arrival, source_name(TOPIC, partition), key)
+        source = source_name(TOPIC, partition)
+        event = router.from_session(session, arrival, source, key)
         placed = key_hash(event.placement) % partitions  # SessionIntake.placed
         converted = clock()
         processor.apply(placed, event)
         applied = clock()
+        sources.read(source, n, arrival, session.timestamp)
+        read = clock()
         stage = "apply (open)" if n < sessions else "apply (fold)"
         spent["parse"] += parsed - begun
         spent["convert"] += converted - parsed
         spent[stage] += applied - converted
+        spent["source log"] += read - applied
         counts["parse"] += 1
         counts["convert"] += 1
         counts[stage] += 1
+        counts["source log"] += 1
     total = len(messages)
     print(
         f"{sessions} sessions x {turns} turns = {total} events, {partitions} partitions; "

@@ -71,9 +71,14 @@ class SourceLog:
         it sends is handed to the producer."""
         event_time = _event_time(moment, arrival)
         before = self.last.get(source)
-        if before is not None:
-            event_time = max(event_time, before.event_time)
-        self.last[source] = SourceRead(offset, arrival, event_time)
+        if before is None:
+            self.last[source] = SourceRead(offset, arrival, event_time)
+            return
+        # updated in place (one per message read: no new object); no one else holds it
+        before.offset = offset
+        before.arrival = arrival
+        if event_time > before.event_time:
+            before.event_time = event_time
 
     def hold(self, source: str, offset: int, arrival: float, moment: datetime | None) -> None:
         """What the message at ``offset`` of ``source`` sends failed and is being sent again:
