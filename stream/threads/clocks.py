@@ -107,9 +107,10 @@ class ThreadClocks(SpreadThreads):
         that source's heap."""
         closes: list[ThreadClose] = []
         heap = index.due.get(source)
-        if not heap:
-            return closes
-        for deadline, key, own in self._due(index, heap, 1, index.progress.get(source, 0.0)):
+        progress = index.progress.get(source, 0.0)
+        if not heap or heap[0][0] > progress:
+            return closes  # no deadline of it is past (asked at every event of the source)
+        for deadline, key, own in self._due(index, heap, 1, progress):
             sources = self._resolve(index, own)
             watermark = index.watermark(sources)
             assert watermark is not None

@@ -145,7 +145,8 @@ class ThreadProcessor(ThreadClocks):
             closes = self._take(index, key, state, event, clamped)
         else:
             closes = self._fold_event(index, key, state, event, raw is not None, clamped)
-        closes.extend(self._settle(index, source_topic(event.source)))
+        if index.held_due or index.spread_due:  # a spread thread waits on some topic
+            closes.extend(self._settle(index, source_topic(event.source)))
         closes.extend(self._close_by_event_time(index, event.source))
         return closes
 

@@ -207,9 +207,9 @@ class IndexEntry:
             state.last_arrival,
             state.activity,
             state.sources,
-            tuple(p.close_seq for p in state.pending),
+            tuple(p.close_seq for p in state.pending) if state.pending else (),
             state.spread,
-            tuple((h.source, h.at, h.arrival) for h in state.held),
+            tuple((h.source, h.at, h.arrival) for h in state.held) if state.held else (),
             state.last_event_time is not None,
         )
 
