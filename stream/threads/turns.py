@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -41,12 +40,18 @@ class Turn(BaseModel):
     member: PairMember | None = None
 
     def canonical(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        # model_dump(mode="json")'s value, asked of the serialiser without model_dump's wrapper
+        value = self.__pydantic_serializer__.to_python(self, mode="json")
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
-    @cached_property
+    @property
     def size(self) -> int:
-        """The length of its canonical JSON (computed once: ``capped`` and the fold both ask)."""
-        return len(self.canonical())
+        """The length of its canonical JSON (computed once: ``capped`` and the fold both ask;
+        kept in its ``__dict__`` as ``functools.cached_property`` would, without its lock)."""
+        known: int | None = self.__dict__.get("size")
+        if known is None:
+            known = self.__dict__["size"] = len(self.canonical())
+        return known
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Turn:
         copied = super().model_copy(update=update, deep=deep)
