@@ -4,6 +4,8 @@ Each is a changelog-backed table written by one agent only, co-partitioned with 
 topic the agent reads (its events, keyed by what the table is keyed by), so each worker
 keeps only the keys of the partitions it owns:
 
+- the agent reads and writes the table through ``writes``: each write to the local store at
+  once, the changelog in record batches (``kafka/changelog.py``, design record 35);
 - the table's index is rebuilt from the table after every recovery (``on_recover``);
 - the agent applies each event while the worker is surely still a member of its group
   (``still_ours``); an event that cannot be read, or meets a bug when applied, is
@@ -30,6 +32,7 @@ from faust.types import Message, StreamT, TopicT
 from ..app import raw_table
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
+from ..kafka.changelog import BatchedWrites
 from ..kafka.faust_state import owned_partitions
 from ..kafka.membership import still_ours
 from ..observer import Observer
@@ -53,6 +56,8 @@ class KeyedTable(Generic[E]):
     ) -> None:
         self.app = app
         self.table = raw_table(app, table_name, partitions)
+        # what the agent reads and writes: the table, its changelog written in batches
+        self.writes = BatchedWrites(app, self.table, linger_s=app.conf.producer_linger)
         self.events = events
         self.events_name = events.get_topic_name()
         self.all_partitions = range(events.partitions or partitions)

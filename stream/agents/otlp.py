@@ -82,7 +82,7 @@ def register_otlp_agents(
         observer=observer,
     )
     assembler = TraceAssembler(
-        traces.table,
+        traces.writes,
         grace_s=settings.otlp_grace_s,
         max_wait_s=settings.otlp_max_wait_s,
         max_spans=settings.otlp_max_spans,

@@ -81,7 +81,7 @@ def register_thread_agent(
         observer=observer,
     )
     processor = ThreadProcessor(
-        threads.table,
+        threads.writes,
         gaps=inactivity_gaps(scorer.ruleset, settings.thread_inactivity_gap_s),
         limits=ThreadLimits(
             max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes

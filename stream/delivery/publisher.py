@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Iterable
-from functools import partial
 from typing import Any, cast
 
 import faust
@@ -13,6 +12,7 @@ from faust.types import TopicT
 
 from ..engine import records
 from ..engine.records import Records
+from ..kafka.handover import Handover
 from ..kafka.partitioning import cached_murmur2_partitioner
 from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
@@ -52,8 +52,7 @@ class Publisher:
 
     def __init__(self, app: faust.App) -> None:
         self.app = app
-        self._handover: asyncio.Queue[tuple[Any, str, int, Any]] | None = None
-        self._handing: asyncio.Task[None] | None = None
+        self._handover = Handover(app)  # batches in order, the caller not waiting
 
     async def declare(self, topics: Iterable[TopicT]) -> None:
         """Create topics up front: we publish through the producer directly (and the
@@ -86,7 +85,7 @@ class Publisher:
         A message per send costs aiokafka a future, a partitioner call and a lookup of
         the open batch each: for the many messages of a batch of traces, building the
         batches here costs a fraction of that (design record 32). The batches are handed
-        to the producer in order by one task of this publisher (``_hand_over``): aiokafka
+        to the producer in order by one task of this publisher (``Handover``): aiokafka
         takes a partition's batch only once the one before it is on its way to the broker
         (a produce round trip), which the caller does not wait for. ``at_once``: handed over
         before this returns (the caller waits), for messages that must be in the producer
@@ -134,34 +133,12 @@ class Publisher:
 
     def _hand(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
         """Queue ``builder`` for the producer; return its delivery future."""
-        if self._handover is None:
-            self._handover = asyncio.Queue()
-            self._handing = asyncio.create_task(self._hand_over(self._handover))
-        delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._handover.put_nowait((builder, topic, partition, delivered))
-        return delivered
-
-    async def _hand_over(self, handover: asyncio.Queue[tuple[Any, str, int, Any]]) -> None:
-        """Hand each queued batch to the producer, in the order queued; its delivery future
-        is done when the producer's is (a batch the producer refuses fails its future)."""
-        producer = cast(Any, self.app.producer)._ensure_producer()
-        while True:
-            builder, topic, partition, delivered = await handover.get()
-            try:
-                sent = await producer.send_batch(builder, topic, partition=partition)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not delivered.done():
-                    delivered.set_exception(exc)
-                continue
-            sent.add_done_callback(partial(_settle, delivered))
+        return self._handover.hand(builder, topic, partition)
 
     def stop(self) -> None:
         """Stop handing batches over (what is still queued is never delivered: its
         records, never acked, are read again)."""
-        if self._handing is not None:
-            self._handing.cancel()
+        self._handover.stop()
 
     async def to_partitions(self, topic: str, value: bytes, partitions: Iterable[int]) -> None:
         """Hand ``value`` to the producer once for each of ``partitions`` of ``topic`` (no key)."""
@@ -185,15 +162,3 @@ class Publisher:
                 log.warning("publish failed (%s), retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(PUBLISH_BACKOFF_MAX_S, delay * 2)
-
-
-def _settle(delivered: asyncio.Future[Any], sent: asyncio.Future[Any]) -> None:
-    """``delivered`` done as the producer's batch future ``sent`` is."""
-    if delivered.done():
-        return
-    if sent.cancelled():
-        delivered.cancel()
-    elif (exc := sent.exception()) is not None:
-        delivered.set_exception(exc)
-    else:
-        delivered.set_result(sent.result())

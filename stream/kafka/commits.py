@@ -35,6 +35,7 @@ from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
 from ..observer import Observer
+from .changelog import batched_writers
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +51,14 @@ def report_to(app: faust.App, observer: Observer) -> None:
 
 async def drain_producer(producer: Any, timeout: float) -> bool:
     """Wait until Faust's producer buffer is empty and the broker has acknowledged every
-    message handed to the producer so far; False if that takes longer than ``timeout``."""
+    message handed to the producer so far, the batched tables' changelog writes included
+    (``changelog.BatchedWrites``: their open batches are handed over first); False if that
+    takes longer than ``timeout``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    writers = batched_writers(producer.app)
+    for writer in writers:
+        writer.flush()
     buffer = producer.buffer
     while buffer.size:
         if loop.time() >= deadline:
@@ -62,7 +68,20 @@ async def drain_producer(producer: Any, timeout: float) -> bool:
         await asyncio.wait_for(producer.flush(), max(0.0, deadline - loop.time()))
     except TimeoutError:
         return False
+    for writer in writers:
+        if not await writer.drain(max(0.0, deadline - loop.time())):
+            return False
     return True
+
+
+def changelog_failure(app: Any, failures: ChangelogFailures) -> tuple[str, BaseException] | None:
+    """The first changelog write of ``app`` that failed (Faust's or a batched table's)."""
+    if failures.failed:
+        return failures.failed[0]
+    for writer in batched_writers(app):
+        if writer.failed:
+            return writer.topic, writer.failed[0]
+    return None
 
 
 class ChangelogFailures(Sensor):
@@ -163,8 +182,8 @@ class CommittingConsumer(Consumer):
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
-        if self._changelog_failures.failed:
-            topic, exc = self._changelog_failures.failed[0]
+        if (failed := changelog_failure(self.app, self._changelog_failures)) is not None:
+            topic, exc = failed
             log.error("a write to %s failed (%r): stopping before committing past it", topic, exc)
             self.observer.on_commit_held("changelog_write_failed")
             await self.crash(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
@@ -186,3 +205,5 @@ class CommittingConsumer(Consumer):
         await super().on_stop()  # waits for the agents' in-flight events, then commits
         if not await drain_producer(self.app.producer, DRAIN_TIMEOUT_S):
             log.warning("the producer did not drain before the worker left its group")
+        for writer in batched_writers(self.app):
+            writer.stop()

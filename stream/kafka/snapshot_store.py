@@ -93,6 +93,12 @@ class SnapshotStore(MemoryStore[bytes, bytes]):
         if offset > self._persisted.get(tp.partition, -1):
             self._persisted[tp.partition] = offset
 
+    def answered(self, tp: TP, offset: int, count: int) -> None:
+        """``count`` changelog writes of this table were answered as one batch, the last
+        at ``offset`` (``changelog.BatchedWrites``)."""
+        self._answered += count - 1
+        self.set_persisted_offset(tp, offset)
+
     def apply_changelog_batch(self, batch: Iterable[Any], to_key: Any, to_value: Any) -> None:
         events = list(batch)
         super().apply_changelog_batch(events, to_key, to_value)
