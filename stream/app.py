@@ -14,6 +14,7 @@ from .delivery.publisher import Send
 from .errors import ScorerError
 from .kafka import rocksdb_store, snapshot_store
 from .kafka.consumer import producer_batch_cap, report_to
+from .kafka.monitor import QuietMonitor
 from .kafka.partitioning import cached_murmur2_partitioner
 from .kafka.tables import PromptTableManager
 from .metrics import ScorerMetrics
@@ -100,6 +101,7 @@ def create_app(
         if settings.store == "rocksdb"
         else f"{snapshot_store.SCHEME}://",
         TableManager=PromptTableManager,  # every table is declared before the worker starts
+        Monitor=QuietMonitor,  # no statistics kept for each record (the worker exports its own)
         datadir=str(settings.data_dir),
         web_port=settings.web_port,
         web_host=settings.web_host,
