@@ -215,3 +215,28 @@ async def test_a_refused_batch_stops_the_next_commit(tmp_path: Path) -> None:
     assert topic == changelog(app) and str(exc) == "NotLeaderForPartition"
     assert table.data.persisted_offset(TP(topic, 0)) is None  # nothing written is claimed
     writes.stop()
+
+
+async def test_rocksdb_is_written_before_its_changelog_batch_goes(tmp_path: Path) -> None:
+    """The persisted offset never runs ahead of the database: a batch's writes are in it
+    before the batch is handed over; a partition revoked before that (its database closed)
+    gets neither, and its next owner replays the changelog, which has them."""
+    log = Log()
+    app, table = table_app(tmp_path, "rocksdb", log)
+    writes = BatchedWrites(app, table, linger_s=60)
+    data = table.data
+    with reading(0):
+        writes[b"a"] = b"1"
+        assert writes[b"a"] == b"1"  # read before it is in the database
+    with reading(1):
+        writes[b"b"] = b"2"
+    assert data._db_for_partition(0).get(b"a") is None  # not yet written
+    data._dbs.pop(1)  # partition 1 revoked: Faust let go of its database
+    assert await writes.drain(5)
+    topic = changelog(app)
+    assert data._db_for_partition(0).get(b"a") == b"1"
+    assert data.persisted_offset(TP(topic, 0)) == 0
+    assert log.logs[(topic, 1)] == [(0, b"b", b"2")]  # the changelog has it
+    assert data._db_for_partition(1).get(b"b") is None  # reopened: never written here
+    assert data.persisted_offset(TP(topic, 1)) is None  # so no offset claims it
+    writes.stop()
