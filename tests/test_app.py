@@ -203,7 +203,9 @@ def test_faust_keeps_no_statistics_for_each_record(tmp_path: Path) -> None:
     monitor.on_message_in(tp, 7, message)
     monitor.on_message_out(tp, 7, message)
     assert monitor.messages_received_total == 0 and monitor.tp_read_offsets == {}
-    assert monitor.on_stream_event_in(tp, 7, None, None) is None  # type: ignore[arg-type]
-    state = monitor.on_commit_initiated(app.consumer)
-    monitor.on_commit_completed(app.consumer, state)
+    monitor.on_stream_event_in(tp, 7, None, None)  # type: ignore[arg-type]
+    assert list(monitor.stream_inbound_time) == [tp]  # Faust's stalled-stream check reads it
+    assert monitor.events_total == 0
+    state = monitor.on_commit_initiated(None)  # type: ignore[arg-type]  # (unread)
+    monitor.on_commit_completed(None, state)  # type: ignore[arg-type]
     assert len(monitor.commit_latency) == 1  # what is not per record is still kept

@@ -121,6 +121,8 @@ class KeyedTable(Generic[E]):
             try:
                 async for event in stream.events():
                     message = event.message
+                    if self.writes.behind():  # the changelog's batches wait for the broker
+                        await self.writes.ebb()
                     if not await still_ours(self.app, message, self.observer):
                         continue  # a record of a partition this worker may have lost
                     if take is not None and message.topic in side:

@@ -53,6 +53,9 @@ from .testhooks import CHANGELOG_DELAY_ENV, delay_from_env
 log = logging.getLogger(__name__)
 
 _UNKNOWN = object()  # the table's store, before it is first asked for
+# batches handed over and not yet answered, past which the writer's agent waits (``ebb``):
+# a produce round trip longer than the linger must not let batches pile up without bound
+UNANSWERED_AT_MOST = 32
 _writers: weakref.WeakKeyDictionary[Any, list[BatchedWrites]] = weakref.WeakKeyDictionary()
 
 
@@ -66,12 +69,13 @@ class _Open:
     store's database, so the offset of its last record may be persisted once it is
     answered)."""
 
-    __slots__ = ("builder", "count", "stored")
+    __slots__ = ("builder", "count", "drops", "stored")
 
     def __init__(self, builder: Any) -> None:
         self.builder = builder
         self.count = 0
         self.stored = True
+        self.drops = 0  # the memory store's partition drops when it was handed over
 
 
 class BatchedWrites(MutableMapping[bytes, bytes]):
@@ -88,6 +92,8 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
         self._open: dict[int, _Open] = {}
         self._flush_at: asyncio.TimerHandle | None = None
         self._unanswered: set[asyncio.Future[Any]] = set()
+        self._in_flight: dict[int, int] = {}  # unanswered batches per changelog partition
+        self._stopped = False
         self._store: Any = _UNKNOWN
         # RocksDB: writes not yet in the database, by partition (None: deleted); written as
         # one WriteBatch a partition when its changelog batch is handed over
@@ -186,6 +192,8 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
             return True
         db = self.store._dbs.get(partition)
         if db is None:
+            if (open_batch := self._open.get(partition)) is not None:
+                open_batch.stored = False  # its writes were among those dropped
             return False
         from rocksdict import WriteBatch  # a RocksDB store: rocksdict imports
 
@@ -216,35 +224,63 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
                 size = len(value or b"")
                 raise ValueError(f"a record batch refused a {size}-byte value of {self.topic}")
         batch.count += 1
-        if self._flush_at is None:
-            loop = asyncio.get_running_loop()
-            self._flush_at = loop.call_later(self.linger_s, self.flush)
+        self._arm()
 
     def _new_builder(self) -> Any:
         return self.app.producer._ensure_producer().create_batch()  # type: ignore[attr-defined]
 
     def flush(self) -> None:
-        """Hand every open batch to the producer."""
+        """Hand every open batch to the producer (a drain)."""
+        self._linger_over(everything=True)
+
+    def _linger_over(self, *, everything: bool = False) -> None:
+        """Hand over the open batches (at the linger: those of partitions with no batch
+        still unanswered; the others keep filling and go when it is answered, when full,
+        or at a drain)."""
         if self._flush_at is not None:
             self._flush_at.cancel()
             self._flush_at = None
-        opened, self._open = self._open, {}
-        for partition, batch in opened.items():
-            self._hand(partition, batch)
+        for partition in list(self._open):
+            if everything or not self._in_flight.get(partition):
+                self._hand(partition, self._open.pop(partition))
+        if self._open:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._flush_at is None and not self._stopped:
+            loop = asyncio.get_running_loop()
+            self._flush_at = loop.call_later(self.linger_s, self._linger_over)
+
+    def behind(self) -> bool:
+        """More than ``UNANSWERED_AT_MOST`` batches unanswered: the agent should ``ebb``."""
+        return len(self._unanswered) > UNANSWERED_AT_MOST
+
+    async def ebb(self) -> None:
+        """Wait while more than ``UNANSWERED_AT_MOST`` batches are unanswered (the writer's
+        agent calls this before each record, as Faust's conductor waits for its producer
+        buffer to ebb)."""
+        while len(self._unanswered) > UNANSWERED_AT_MOST:
+            await asyncio.wait(list(self._unanswered), return_when=asyncio.FIRST_COMPLETED)
 
     def _hand(self, partition: int, batch: _Open) -> None:
         """Hand ``batch`` over, its partition's writes in the database first (so that the
         offset persisted once it is answered never runs ahead of the database)."""
         if self._unwritten:
             batch.stored = self._write(partition)
+        if isinstance(store := self.store, SnapshotStore):
+            batch.drops = store.drops
         delivered = self.handover.hand(batch.builder, self.topic, partition)
         self._unanswered.add(delivered)
+        self._in_flight[partition] = self._in_flight.get(partition, 0) + 1
         tp = TP(self.topic, partition)
         delivered.add_done_callback(lambda done: self._answered(done, tp, batch))
 
     def _answered(self, done: asyncio.Future[Any], tp: TP, batch: _Open) -> None:
         count = batch.count
         self._unanswered.discard(done)
+        self._in_flight[tp.partition] -= 1
+        if tp.partition in self._open:
+            self._arm()  # its open batch waited for this answer
         if done.cancelled():
             return  # never handed over: the worker is stopping, no commit passes its records
         if (exc := done.exception()) is not None:
@@ -254,22 +290,27 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
         last = done.result().offset + count - 1
         store = self.store
         if isinstance(store, SnapshotStore):
-            store.answered(tp, last, count)
+            if batch.drops == store.drops:  # else partitions were dropped since: not claimed
+                store.answered(tp, last, count)
         elif batch.stored and tp.partition in store._dbs:  # else revoked meanwhile
             store.set_persisted_offset(tp, last)
 
-    async def drain(self, timeout: float) -> bool:
+    async def drain(self, timeout: float | None) -> bool:
         """Hand over every open batch and wait until the broker has every batch handed over
-        so far; False after ``timeout`` seconds."""
+        so far; False after ``timeout`` seconds (None: no limit), when one was never handed
+        over, or when any has failed."""
         self.flush()
         waiting = list(self._unanswered)
-        if not waiting:
-            return True
-        _, pending = await asyncio.wait(waiting, timeout=timeout)
-        return not pending
+        if waiting:
+            done, pending = await asyncio.wait(waiting, timeout=timeout)
+            if pending or any(f.cancelled() for f in done):
+                return False
+        return not self.failed  # a failed batch: the worker stops at the commit (mend 5)
 
     def stop(self) -> None:
-        """Stop handing batches over (once the worker has drained before leaving)."""
+        """Stop handing batches over (once the worker has drained before leaving): queued
+        batches are never delivered (their futures cancelled)."""
+        self._stopped = True
         if self._flush_at is not None:
             self._flush_at.cancel()
             self._flush_at = None

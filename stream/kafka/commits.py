@@ -68,7 +68,7 @@ async def drain_producer(producer: Any, timeout: float) -> bool:
         await asyncio.wait_for(producer.flush(), max(0.0, deadline - loop.time()))
     except TimeoutError:
         return False
-    for writer in writers:
+    for writer in writers:  # (the mended producer's flush waited for them already)
         if not await writer.drain(max(0.0, deadline - loop.time())):
             return False
     return True
@@ -194,6 +194,13 @@ class CommittingConsumer(Consumer):
             )
             self.observer.on_commit_held("producer_not_drained")
             self._give_back(offsets)
+            return False
+        if (failed := changelog_failure(self.app, self._changelog_failures)) is not None:
+            # a write of the records this commit covers failed while it drained
+            log.error("a write to %s failed (%r): stopping before committing past it", *failed)
+            self.observer.on_commit_held("changelog_write_failed")
+            exc = failed[1]
+            await self.crash(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
             return False
         did_commit: bool = await super()._commit_offsets(offsets, start_new_transaction)
         return did_commit

@@ -34,6 +34,7 @@ from faust.transport.drivers.aiokafka import (
     Transport,
 )
 
+from .changelog import batched_writers
 from .commits import report_to
 from .consumer_thread import MendedConsumerThread
 from .delivery import DeliveringConsumer
@@ -77,6 +78,19 @@ class MendedProducer(Producer):
         return await super().send(
             topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
         )
+
+    async def flush(self) -> None:
+        """Faust's flush (every message handed to aiokafka on the broker), the keyed tables'
+        batched changelog writes included (``changelog.BatchedWrites``): Faust flushes its
+        producer at a revoke, once the agents are done, so that the next owner of a partition
+        recovers every write of this worker; the batches are handed over first and waited
+        for after."""
+        writers = batched_writers(self.app)
+        for writer in writers:
+            writer.flush()
+        await super().flush()
+        for writer in writers:
+            await writer.drain(None)
 
 
 class MendedTransport(Transport):

@@ -58,9 +58,16 @@ class Handover:
             sent.add_done_callback(partial(_settle, delivered))
 
     def stop(self) -> None:
-        """Stop handing batches over (what is still queued is never delivered)."""
+        """Stop handing batches over: what is still queued is never delivered (its futures
+        cancelled, so nothing waits for them for ever); a batch handed after this starts a
+        task afresh (an agent restarted by Faust's supervisor hands its batches again)."""
         if self._task is not None:
             self._task.cancel()
+        if self._queue is not None:
+            while not self._queue.empty():
+                *_, delivered = self._queue.get_nowait()
+                delivered.cancel()
+        self._queue = self._task = None
 
 
 def _settle(delivered: asyncio.Future[Any], sent: asyncio.Future[Any]) -> None:

@@ -60,6 +60,8 @@ class SnapshotStore(MemoryStore[bytes, bytes]):
         self._answered = 0  # changelog writes the broker answered
         self._unplaced = 0  # keys written whose partition is not known
         self._from_snapshot: dict[int, int] = {}  # offsets read from a snapshot, until recovered
+        self.drops = 0  # recoveries that dropped partitions (a batch answered across one is
+        # not claimed: ``changelog.BatchedWrites``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # the app and the table's name are known from here
@@ -113,8 +115,11 @@ class SnapshotStore(MemoryStore[bytes, bytes]):
         return self._from_snapshot.get(tp.partition)
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
-        await super().on_recovery_completed(active_tps, standby_tps)
         owned = {tp.partition for tp in active_tps}
+        held = {*self._persisted, *self._key_partition.values()}
+        await super().on_recovery_completed(active_tps, standby_tps)
+        if held - owned:  # their keys are dropped now
+            self.drops += 1
         self._from_snapshot.clear()
         for partition in list(self._persisted):
             if partition not in owned:  # its keys were dropped: nothing of it is held

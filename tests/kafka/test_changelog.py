@@ -20,7 +20,7 @@ from faust.types import TP
 from prometheus_client import CollectorRegistry
 
 from stream.app import create_app
-from stream.kafka.changelog import BatchedWrites, batched_writers
+from stream.kafka.changelog import UNANSWERED_AT_MOST, BatchedWrites, batched_writers
 from stream.kafka.commits import ChangelogFailures, changelog_failure, drain_producer
 from stream.kafka.faust_state import scoring
 from stream.kafka.snapshot_store import SnapshotStore
@@ -239,4 +239,139 @@ async def test_rocksdb_is_written_before_its_changelog_batch_goes(tmp_path: Path
     assert log.logs[(topic, 1)] == [(0, b"b", b"2")]  # the changelog has it
     assert data._db_for_partition(1).get(b"b") is None  # reopened: never written here
     assert data.persisted_offset(TP(topic, 1)) is None  # so no offset claims it
+    writes.stop()
+
+
+async def test_fausts_flush_at_a_revoke_waits_for_the_batches(tmp_path: Path) -> None:
+    """At a revoke Faust waits for the agents, then flushes its producer
+    (``App._on_partitions_revoked`` -> ``_producer_flush``, faust-streaming 0.15), so that
+    the partition's next owner recovers every write: the open batches go with that flush,
+    and it returns once the broker has them."""
+    log = Log()
+    app, table = table_app(tmp_path, "rocksdb", log)
+    writes = BatchedWrites(app, table, linger_s=60)
+    with reading(1):
+        writes[b"b"] = b"2"
+    await app._producer_flush(app.log)
+    topic = changelog(app)
+    assert log.logs[(topic, 1)] == [(0, b"b", b"2")] and not writes._open
+    assert table.data.persisted_offset(TP(topic, 1)) == 0
+    writes.stop()
+
+
+async def test_a_batch_refused_while_a_commit_drains_holds_that_commit(tmp_path: Path) -> None:
+    log = Log()
+    app, table = table_app(tmp_path, "memory", log)
+    writes = BatchedWrites(app, table, linger_s=60)
+    failures = ChangelogFailures(set())
+    log.holding = True
+    with reading(0):
+        writes[b"k"] = b"v"
+    assert changelog_failure(app, failures) is None  # the commit's first check passes
+
+    async def refuse() -> None:
+        await asyncio.sleep(0.05)
+        log.refusing = RuntimeError("NotLeaderForPartition")
+        log.release()
+
+    refusing = asyncio.create_task(refuse())
+    assert not await drain_producer(app.producer, 2)  # the drain says the write failed
+    await refusing
+    assert changelog_failure(app, failures) is not None  # and the commit then stops
+    writes.stop()
+
+
+async def test_an_answer_after_the_partition_was_dropped_is_not_claimed(tmp_path: Path) -> None:
+    """A batch answered after a recovery dropped its partition's keys from the memory store
+    must not put the partition in the snapshot (its keys are gone: a start reading it would
+    replay only what follows and lose them): the snapshot is not written."""
+    log = Log()
+    app, table = table_app(tmp_path, "memory", log)
+    writes = BatchedWrites(app, table, linger_s=60)
+    store = table.data
+    with reading(0):
+        writes[b"a"] = b"1"
+    assert await writes.drain(1)
+    log.holding = True
+    with reading(1):
+        writes[b"b"] = b"2"
+    writes.flush()
+    await asyncio.sleep(0.01)
+    await store.on_recovery_completed({TP(changelog(app), 0)}, set())  # 1 revoked, dropped
+    log.release()
+    await asyncio.sleep(0.01)
+    assert 1 not in store._persisted
+    assert store.write_snapshot() is None
+    writes.stop()
+
+
+class RoundTrip(Log):
+    """aiokafka's accumulator as ``send_batch`` meets it (``MessageAccumulator.add_batch``):
+    a partition's batch is taken once the one before it has left in a request; the broker
+    answers ``rtt`` seconds later."""
+
+    def __init__(self, rtt: float) -> None:
+        super().__init__()
+        self.rtt = rtt
+        self.left: dict[int, asyncio.Future[None]] = {}
+
+    async def send_batch(self, builder: BatchBuilder, topic: str, *, partition: int) -> Any:
+        if (previous := self.left.get(partition)) is not None:
+            await previous
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[Any] = loop.create_future()
+        left = self.left[partition] = loop.create_future()
+
+        async def fly() -> None:
+            await asyncio.sleep(self.rtt)
+            left.set_result(None)
+            self._answer(answered, builder, topic, partition)
+
+        self.flying = asyncio.ensure_future(fly())
+        return answered
+
+
+async def test_a_round_trip_longer_than_the_linger_does_not_pile_batches_up(
+    tmp_path: Path,
+) -> None:
+    """A partition's open batch is not handed over at the linger while its last one is
+    unanswered (it keeps filling); past ``UNANSWERED_AT_MOST`` the writer's agent waits."""
+    log = RoundTrip(rtt=0.02)
+    app, table = table_app(tmp_path, "rocksdb", log)
+    writes = BatchedWrites(app, table, linger_s=0.005)
+    most = 0
+    for _ in range(200):  # 0.2 s at 4 k writes/s
+        for partition in range(4):
+            with reading(partition):
+                writes[f"k{partition}".encode()] = b"v"
+        most = max(most, len(writes._unanswered))
+        await asyncio.sleep(0.001)
+    assert most <= 8  # one batch a partition at a time (plus full ones)
+    assert await writes.drain(5)
+    assert sum(len(log.logs[(changelog(app), p)]) for p in range(4)) == 800
+    for partition in range(4):  # many records a batch, not one batch a linger
+        assert (
+            len(log.logs[(changelog(app), partition)])
+            / sum(1 for t, p, _ in log.batches if p == partition)
+            > 2
+        )
+    writes.stop()
+
+
+async def test_the_agent_waits_while_too_many_batches_are_unanswered(tmp_path: Path) -> None:
+    log = Log(batch_size=100)  # a batch a record
+    app, table = table_app(tmp_path, "rocksdb", log)
+    writes = BatchedWrites(app, table, linger_s=60)
+    log.holding = True
+    with reading(0):
+        for n in range(UNANSWERED_AT_MOST + 3):
+            writes[f"k{n}".encode()] = bytes(80)
+    await asyncio.sleep(0.01)
+    assert writes.behind()
+    waiting = asyncio.create_task(writes.ebb())
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    log.release()
+    await asyncio.wait_for(waiting, 1)
+    assert not writes.behind()
     writes.stop()
