@@ -17,16 +17,23 @@ threads that was about 90 of the 320 µs a session event cost the thread agent.
   as one ``WriteBatch`` (one write-ahead log append, and one release of the GIL, where each
   ``put`` took one: about 13 µs a write in the worker);
 - a batch is handed to the producer (in order per partition, by one task: ``Handover``) when
-  it is full, ``linger_s`` after the first record since the last hand-over, and whenever the
-  producer is drained (``drain_producer``: before every commit, before a worker leaves its
-  group, before a close that deferred batch jobs is marked published), which then waits
-  until the broker has every batch: mends 5 and 6 hold for these writes as for Faust's;
+  it is full; ``linger_s`` after its first record unless its partition's last batch is
+  unanswered (aiokafka takes a partition's batch only once the one before has left: a round
+  trip longer than the linger would pile batches up), then once that is answered; and
+  whenever the producer is drained (``drain_producer``: before every commit, before a worker
+  leaves its group, before a close that deferred batch jobs is marked published) or flushed
+  (the mended producer's ``flush``, which Faust awaits at a revoke), which then wait until
+  the broker has every batch: mends 5 and 6 hold for these writes as for Faust's, and a
+  partition's next owner recovers them; past ``UNANSWERED_AT_MOST`` unanswered batches the
+  agent waits (``ebb``);
 - once the broker has a batch, the store is told the offset of its last record (RocksDB's
   persisted offset; the memory store's snapshot offsets and its count of answered writes),
   as Faust's callback did for each record; a batch of a partition revoked meanwhile tells
-  nothing (its database is closed; the next owner replays from the offset before);
-- a batch the broker refuses is a failed changelog write (``changelog_failed``): the next
-  commit stops the worker before it passes the records that made it (mend 5).
+  nothing (its database is closed, or the memory store dropped its keys; the next owner
+  replays from the offset before);
+- a batch the broker refuses is a failed changelog write (``failed``, read by
+  ``commits.changelog_failure``): the drain says so, and the commit stops the worker before
+  it passes the records that made it (mend 5).
 
 Only stores whose partitions this module can reach are batched (``RawRocksStore``, our
 memory store ``SnapshotStore``); any other store is written through the Faust table, as

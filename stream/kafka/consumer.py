@@ -9,7 +9,9 @@ module that holds it; the tests that show the defect and the mend are in
 2. Records queued while a rebalance completes (faust-streaming #596): ``delivery.py``.
 3. Every record in order, gaps fetched again (``continuity.py``): ``delivery.py``.
 4. The commit never passes a missing offset: ``commits.py``.
-5. A commit only past durable work: ``commits.py``.
+5. A commit only past durable work: ``commits.py`` (the keyed tables' batched changelog
+   writes included: ``changelog.py``; Faust's producer flush at a revoke waits for them too:
+   ``MendedProducer.flush`` here).
 6. A stopping worker drains its producer before it leaves the group: ``commits.py``.
 7. The livelock check never crashes a worker: ``consumer_thread.py``.
 8. A fetch answer is as old as its request: ``consumer_thread.py``.
