@@ -94,8 +94,8 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
         self.table = table
         self.linger_s = linger_s
         self.topic = table.changelog_topic.get_topic_name()
-        delay = delay_from_env(CHANGELOG_DELAY_ENV)  # a test hook, as for Faust's writes
-        self.handover = Handover(app, (lambda _: delay) if delay else None)
+        # a test hook: each batch as slow to reach aiokafka as Faust's writes are made
+        self.handover = Handover(app, delay_s=delay_from_env(CHANGELOG_DELAY_ENV))
         self._open: dict[int, _Open] = {}
         self._flush_at: asyncio.TimerHandle | None = None
         self._unanswered: set[asyncio.Future[Any]] = set()
@@ -266,7 +266,7 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
         """Wait while more than ``UNANSWERED_AT_MOST`` batches are unanswered (the writer's
         agent calls this before each record, as Faust's conductor waits for its producer
         buffer to ebb)."""
-        while len(self._unanswered) > UNANSWERED_AT_MOST:
+        while self.behind():
             await asyncio.wait(list(self._unanswered), return_when=asyncio.FIRST_COMPLETED)
 
     def _hand(self, partition: int, batch: _Open) -> None:

@@ -52,13 +52,11 @@ def report_to(app: faust.App, observer: Observer) -> None:
 async def drain_producer(producer: Any, timeout: float) -> bool:
     """Wait until Faust's producer buffer is empty and the broker has acknowledged every
     message handed to the producer so far, the batched tables' changelog writes included
-    (``changelog.BatchedWrites``: their open batches are handed over first); False if that
-    takes longer than ``timeout``."""
+    (``changelog.BatchedWrites``: the mended producer's ``flush`` hands their open batches
+    over and waits for them); False if that takes longer than ``timeout``, or if one of
+    those batches failed or was never handed over."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    writers = batched_writers(producer.app)
-    for writer in writers:
-        writer.flush()
     buffer = producer.buffer
     while buffer.size:
         if loop.time() >= deadline:
@@ -68,7 +66,7 @@ async def drain_producer(producer: Any, timeout: float) -> bool:
         await asyncio.wait_for(producer.flush(), max(0.0, deadline - loop.time()))
     except TimeoutError:
         return False
-    for writer in writers:  # (the mended producer's flush waited for them already)
+    for writer in batched_writers(producer.app):  # answered by now: each one's outcome
         if not await writer.drain(max(0.0, deadline - loop.time())):
             return False
     return True
@@ -182,11 +180,7 @@ class CommittingConsumer(Consumer):
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
-        if (failed := changelog_failure(self.app, self._changelog_failures)) is not None:
-            topic, exc = failed
-            log.error("a write to %s failed (%r): stopping before committing past it", topic, exc)
-            self.observer.on_commit_held("changelog_write_failed")
-            await self.crash(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        if await self._stopped_by_a_failed_write():
             return False
         if not await drain_producer(self.app.producer, self._drain_timeout()):
             log.warning(
@@ -195,15 +189,21 @@ class CommittingConsumer(Consumer):
             self.observer.on_commit_held("producer_not_drained")
             self._give_back(offsets)
             return False
-        if (failed := changelog_failure(self.app, self._changelog_failures)) is not None:
-            # a write of the records this commit covers failed while it drained
-            log.error("a write to %s failed (%r): stopping before committing past it", *failed)
-            self.observer.on_commit_held("changelog_write_failed")
-            exc = failed[1]
-            await self.crash(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        if await self._stopped_by_a_failed_write():  # one failed while the producer drained
             return False
         did_commit: bool = await super()._commit_offsets(offsets, start_new_transaction)
         return did_commit
+
+    async def _stopped_by_a_failed_write(self) -> bool:
+        """A changelog write failed: the worker stops (crashes) before committing past it."""
+        failed = changelog_failure(self.app, self._changelog_failures)
+        if failed is None:
+            return False
+        topic, exc = failed
+        log.error("a write to %s failed (%r): stopping before committing past it", topic, exc)
+        self.observer.on_commit_held("changelog_write_failed")
+        await self.crash(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        return True
 
     def _drain_timeout(self) -> float:
         return min(DRAIN_TIMEOUT_S, float(self.app.conf.broker_session_timeout) / 3)

@@ -19,10 +19,10 @@ import faust
 class Handover:
     """One queue and one task handing batches to ``app``'s producer in order.
 
-    ``delay_s(topic)``: how long a batch of ``topic`` waits before it reaches the producer
-    (a test hook: a changelog write as slow as when aiokafka's buffer is full)."""
+    ``delay_s``: how long each batch waits before it reaches the producer (a test hook: a
+    changelog write as slow as when aiokafka's buffer is full)."""
 
-    def __init__(self, app: faust.App, delay_s: Any = None) -> None:
+    def __init__(self, app: faust.App, delay_s: float = 0.0) -> None:
         self.app = app
         self.delay_s = delay_s
         self._queue: asyncio.Queue[tuple[Any, str, int, asyncio.Future[Any]]] | None = None
@@ -46,8 +46,8 @@ class Handover:
         while True:
             builder, topic, partition, delivered = await queue.get()
             try:
-                if self.delay_s is not None and (delay := self.delay_s(topic)):
-                    await asyncio.sleep(delay)
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
                 sent = await producer.send_batch(builder, topic, partition=partition)
             except asyncio.CancelledError:
                 raise
