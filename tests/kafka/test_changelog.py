@@ -96,13 +96,17 @@ def reading(partition: int) -> Iterator[None]:
         yield
 
 
-def table_app(tmp_path: Path, store: str, log: Log) -> tuple[faust.App, Any]:
+def table_app(
+    tmp_path: Path, store: str, log: Log, linger_s: float = 60
+) -> tuple[faust.App, Any, BatchedWrites]:
+    """An app with a ``threads`` table on ``store``, its producer in front of ``log``, and
+    the table's batched writes (``linger_s`` 60: handed over only when drained here)."""
     settings = Settings(data_dir=tmp_path / "data", store=store)
     app, _ = create_app(settings, "127.0.0.1:1", ScorerMetrics(CollectorRegistry()))
     Path(app.conf.tabledir).mkdir(parents=True, exist_ok=True)
     app.producer._ensure_producer = lambda: log  # type: ignore[attr-defined]
     table = app.Table("threads", partitions=4, key_type=bytes, value_type=bytes)
-    return app, table
+    return app, table, BatchedWrites(app, table, linger_s=linger_s)
 
 
 def changelog(app: faust.App) -> str:
@@ -114,8 +118,7 @@ async def test_writes_are_read_at_once_and_logged_in_batches_in_order(
     tmp_path: Path, store: str
 ) -> None:
     log = Log()
-    app, table = table_app(tmp_path, store, log)
-    writes = BatchedWrites(app, table, linger_s=60)  # handed over only when drained here
+    app, table, writes = table_app(tmp_path, store, log)  # handed over only when drained
     with reading(1):
         writes[b"a"] = b"1"
         writes[b"b"] = b"2"
@@ -150,8 +153,7 @@ async def test_writes_are_read_at_once_and_logged_in_batches_in_order(
 
 async def test_a_full_batch_is_handed_over_and_the_next_follows_it(tmp_path: Path) -> None:
     log = Log(batch_size=200)
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "rocksdb", log)
     with reading(0):
         for n in range(10):
             writes[f"k{n}".encode()] = bytes([n]) * 60
@@ -165,8 +167,7 @@ async def test_a_full_batch_is_handed_over_and_the_next_follows_it(tmp_path: Pat
 
 async def test_batches_are_handed_over_after_the_linger(tmp_path: Path) -> None:
     log = Log()
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=0.01)
+    app, _table, writes = table_app(tmp_path, "rocksdb", log, linger_s=0.01)
     with reading(3):
         writes[b"k"] = b"v"
     await asyncio.sleep(0.1)
@@ -175,16 +176,14 @@ async def test_batches_are_handed_over_after_the_linger(tmp_path: Path) -> None:
 
 
 async def test_a_write_with_no_record_in_scope_is_refused(tmp_path: Path) -> None:
-    app, table = table_app(tmp_path, "rocksdb", Log())
-    writes = BatchedWrites(app, table, linger_s=60)
+    _app, _table, writes = table_app(tmp_path, "rocksdb", Log())
     with pytest.raises(RuntimeError, match="no event in scope"):
         writes[b"k"] = b"v"
 
 
 async def test_the_producer_drains_only_once_the_broker_has_every_batch(tmp_path: Path) -> None:
     log = Log()
-    app, table = table_app(tmp_path, "memory", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "memory", log)
     assert writes in batched_writers(app)
     log.holding = True
     with reading(0):
@@ -201,8 +200,7 @@ async def test_the_producer_drains_only_once_the_broker_has_every_batch(tmp_path
 
 async def test_a_refused_batch_stops_the_next_commit(tmp_path: Path) -> None:
     log = Log()
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "rocksdb", log)
     failures = ChangelogFailures(set())
     assert changelog_failure(app, failures) is None
     log.refusing = RuntimeError("NotLeaderForPartition")
@@ -222,8 +220,7 @@ async def test_rocksdb_is_written_before_its_changelog_batch_goes(tmp_path: Path
     before the batch is handed over; a partition revoked before that (its database closed)
     gets neither, and its next owner replays the changelog, which has them."""
     log = Log()
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "rocksdb", log)
     data = table.data
     with reading(0):
         writes[b"a"] = b"1"
@@ -248,8 +245,7 @@ async def test_fausts_flush_at_a_revoke_waits_for_the_batches(tmp_path: Path) ->
     the partition's next owner recovers every write: the open batches go with that flush,
     and it returns once the broker has them."""
     log = Log()
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "rocksdb", log)
     with reading(1):
         writes[b"b"] = b"2"
     await app._producer_flush(app.log)
@@ -261,8 +257,7 @@ async def test_fausts_flush_at_a_revoke_waits_for_the_batches(tmp_path: Path) ->
 
 async def test_a_batch_refused_while_a_commit_drains_holds_that_commit(tmp_path: Path) -> None:
     log = Log()
-    app, table = table_app(tmp_path, "memory", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, _table, writes = table_app(tmp_path, "memory", log)
     failures = ChangelogFailures(set())
     log.holding = True
     with reading(0):
@@ -286,8 +281,7 @@ async def test_an_answer_after_the_partition_was_dropped_is_not_claimed(tmp_path
     must not put the partition in the snapshot (its keys are gone: a start reading it would
     replay only what follows and lose them): the snapshot is not written."""
     log = Log()
-    app, table = table_app(tmp_path, "memory", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    app, table, writes = table_app(tmp_path, "memory", log)
     store = table.data
     with reading(0):
         writes[b"a"] = b"1"
@@ -337,8 +331,7 @@ async def test_a_round_trip_longer_than_the_linger_does_not_pile_batches_up(
     """A partition's open batch is not handed over at the linger while its last one is
     unanswered (it keeps filling); past ``UNANSWERED_AT_MOST`` the writer's agent waits."""
     log = RoundTrip(rtt=0.02)
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=0.005)
+    app, _table, writes = table_app(tmp_path, "rocksdb", log, linger_s=0.005)
     most = 0
     for _ in range(200):  # 0.2 s at 4 k writes/s
         for partition in range(4):
@@ -360,8 +353,7 @@ async def test_a_round_trip_longer_than_the_linger_does_not_pile_batches_up(
 
 async def test_the_agent_waits_while_too_many_batches_are_unanswered(tmp_path: Path) -> None:
     log = Log(batch_size=100)  # a batch a record
-    app, table = table_app(tmp_path, "rocksdb", log)
-    writes = BatchedWrites(app, table, linger_s=60)
+    _app, _table, writes = table_app(tmp_path, "rocksdb", log)
     log.holding = True
     with reading(0):
         for n in range(UNANSWERED_AT_MOST + 3):
