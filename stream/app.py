@@ -153,7 +153,13 @@ def create_app(
         agreement = {
             "labels": raw_topic(settings.labels_topic),
             "agreement": raw_topic(settings.agreement_topic),
-            "agreement_events": raw_topic(settings.agreement_events_topic, **internal_joins),
+            # the join reads a label's earlier scores back from it (design record 36): kept a
+            # day longer than a label waits for them
+            "agreement_events": raw_topic(
+                settings.agreement_events_topic,
+                retention=settings.label_retention_s + 86_400.0,
+                **internal_joins,
+            ),
             "agreement_measure": raw_topic(
                 settings.agreement_measure_topic, partitions=1, internal=True
             ),

@@ -142,6 +142,13 @@ class Observer:
         """A pair was joined for ``rule``: a human label (``human``) or the primary judge's
         score (``primary``) with a judge's score."""
 
+    def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
+        """A label came after scores: ``records`` of ``runs`` read back, ``found`` its own."""
+
+    def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
+        """What a worker's ``structure`` (a table, index or cache) holds now: entries and,
+        where known, bytes."""
+
     def on_agreement_thresholds(
         self, thresholds: list[tuple[str, str, str, str, float, int]]
     ) -> None:

@@ -140,7 +140,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)
     if topics.labels is not None:
-        register_agreement_agents(app, topics, scorer, settings, metrics)
+        register_agreement_agents(app, topics, scorer, settings, metrics, bootstrap)
     if settings.otel_events_topic:  # "" (the default): no evaluation events
         register_otel_events_agent(app, topics, settings, metrics)
     register_rule_reloads(app, live, settings.rules_reload_s)

@@ -8,12 +8,11 @@ Three agents:
   and forwarded, keyed by target id, to the internal agreement-events topic, where the
   agents that publish scores also send each ``ok`` score a judge gave (primary or shadow),
   without its bulky fields (``agreement_sends``).
-- ``join-agreement`` is the only writer of the ``agreement`` table (co-partitioned with the
-  internal topic): ``AgreementJoin`` pairs each label with the judged scores of its target,
-  rule and criterion, and the primary score with each shadow's, whichever arrives first, and
-  publishes each pair to the agreement topic. A clock drops what is older than
-  ``SCORER_LABEL_RETENTION_S`` from the partitions each worker owns (``JoinIndex``: only the
-  keys of the ticked partition not written for the retention are read).
+- ``join-agreement`` (``agreement_join.JoinAgent``) is the only writer of the ``agreement``
+  table (co-partitioned with the internal topic): it pairs each label with the judged scores
+  of its target, rule and criterion, and the primary score with each shadow's, whichever
+  arrives first, and publishes each pair to the agreement topic. It holds the labels and
+  the scores still waiting for a partner, not the scores (design record 36).
 - ``measure-agreement`` reads the pairs again from an internal topic of one partition (one
   worker measures every rule, whatever the user's agreement topic's partitions) into the
   ``agreement-window`` table (a week of pairs) and exports ``scorer_judge_agreement`` per
@@ -24,26 +23,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Awaitable, Iterable
 from datetime import datetime
+from typing import Any
 
 import faust
-import orjson
 from faust.types import Message
 
-from ..agreement.join import AgreementJoin, Joined, newest
-from ..agreement.labels import LabelError, parse_label, score_kinds
+from ..agreement.join import Joined
+from ..agreement.labels import LabelError, parse_label
 from ..agreement.windows import AgreementWindows
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
 from ..engine.scorer import Scorer
 from ..kafka.faust_state import owned_partitions
-from ..kafka.partitioning import key_hash
+from ..kafka.lookback import RunReader
 from ..models import ScoreEvent
 from ..observer import Observer
 from ..settings import Settings
+from .agreement_join import LABEL, SCORE, TICK, JoinAgent
 from .forward import register_forwarder
 from .keyed_table import KeyedTable
 
@@ -51,9 +50,8 @@ log = logging.getLogger(__name__)
 
 JOIN_TABLE = "agreement"
 WINDOW_TABLE = "agreement-window"
-LABEL, SCORE, TICK = b"L", b"S", b"T"  # the internal events: a label, a score, a clock tick
 MEASURE_EVERY_S = 15.0  # how often the agreement gauges are worked out again
-SWEEP_EVERY_S = 60.0  # how often the join table's expired keys are dropped
+SWEEP_EVERY_S = 60.0  # how often the join table's expired keys and buckets are dropped
 
 
 def judged(score: ScoreEvent) -> bool:
@@ -78,106 +76,13 @@ def agreement_sends(topics: Topics, scores: Iterable[ScoreEvent]) -> list[Send]:
     return [(events, s.target_id.encode(), SCORE + slim(s), None) for s in scores if judged(s)]
 
 
-class _Keys(MutableMapping[bytes, bytes]):
-    """A table seen through some of its keys (what ``AgreementJoin`` reads and writes):
-    writes and deletes go to the table and are told to ``JoinIndex``."""
-
-    def __init__(
-        self,
-        table: MutableMapping[bytes, bytes],
-        keys: Iterable[bytes] | None,
-        wrote: Callable[[bytes], object],
-        dropped: Callable[[bytes], object],
-    ) -> None:
-        self.table = table
-        self.keys_ = None if keys is None else list(keys)
-        self.wrote = wrote
-        self.dropped = dropped
-
-    def __getitem__(self, key: bytes) -> bytes:
-        if self.keys_ is not None and key not in self.keys_:
-            raise KeyError(key)
-        return self.table[key]
-
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.table[key] = value
-        self.wrote(key)
-
-    def __delitem__(self, key: bytes) -> None:
-        del self.table[key]
-        self.dropped(key)
-
-    def __iter__(self) -> Iterator[bytes]:
-        keys = self.table.keys() if self.keys_ is None else self.keys_
-        return (key for key in list(keys) if key in self.table)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class JoinIndex:
-    """When each key of the join table was last written, per partition, so the clock's
-    expiry reads only the keys of the partition it ticks that have not been written for the
-    retention (not every key of the table each minute). A key's partition is where Kafka's
-    partitioner put its target id (``join.state_key``: [target, rule, criterion]), the key of
-    the internal topic; rebuilt from the table after each recovery."""
-
-    def __init__(self, partitions: int) -> None:
-        self.partitions = partitions
-        self.written: defaultdict[int, dict[bytes, float]] = defaultdict(dict)
-
-    def partition_of(self, key: bytes) -> int | None:
-        try:
-            target = str(orjson.loads(key)[0])
-        except (orjson.JSONDecodeError, IndexError, TypeError, KeyError):
-            return None  # not the join's: left alone
-        return key_hash(target.encode()) % self.partitions
-
-    def rebuild(self, items: Iterable[tuple[bytes, bytes]], owned: set[int]) -> int:
-        """The index of the ``owned`` partitions from the table's ``items``; how many keys."""
-        self.written.clear()
-        count = 0
-        for key, value in items:
-            partition = self.partition_of(key)
-            if partition not in owned:
-                continue
-            try:
-                self.written[partition][key] = newest(orjson.loads(value))
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                continue
-            count += 1
-        return count
-
-    def writing(
-        self, table: MutableMapping[bytes, bytes], partition: int, now: float
-    ) -> MutableMapping[bytes, bytes]:
-        """``table`` as a join writes it while an event of ``partition`` is applied."""
-        keys = self.written[partition]
-
-        def wrote(key: bytes) -> None:
-            keys[key] = now
-
-        return _Keys(table, None, wrote, lambda key: keys.pop(key, None))
-
-    def stale(
-        self, table: MutableMapping[bytes, bytes], partition: int, now: float, retention_s: float
-    ) -> MutableMapping[bytes, bytes]:
-        """The keys of ``partition`` not written for ``retention_s``: what expiry reads."""
-        keys = self.written[partition]
-        old = [key for key, at in keys.items() if now - at > retention_s]
-        return _Keys(table, old, lambda key: None, lambda key: keys.pop(key, None))
-
-
-def log_rebuilt(count: int) -> None:
-    log.info("agreement join index rebuilt: %d keys", count)
-
-
 def register_agreement_agents(
     app: faust.App,
     topics: Topics,
     scorer: Scorer,
     settings: Settings,
     observer: Observer,
+    bootstrap: str,
 ) -> AgreementWindows:
     """The three agents and their tables; returns the windows the measuring agent keeps."""
     publisher = Publisher(app)
@@ -217,40 +122,32 @@ def register_agreement_agents(
         observer=observer,
     )
 
-    kinds = score_kinds(lambda: scorer.ruleset)  # how a score compares, by its rule now
-
     def decode(value: bytes) -> bytes:
         if value[:1] not in (LABEL, SCORE, TICK):
             raise ValueError(f"not an agreement event: {value[:40]!r}")
         return value
 
-    index = JoinIndex(settings.topic_partitions)
-    joins.on_recover(lambda owned: log_rebuilt(index.rebuild(joins.table.data.items(), owned)))
+    def pair_sends(pair: Joined) -> list[Send]:
+        record = pair.model_dump_json().encode()
+        return [
+            (agreement, pair.target_id.encode(), record, None),
+            (to_measure, pair.rule_id.encode(), record, None),
+        ]
+
+    # the scores before a label are read back from the internal topic they came in on
+    reader = RunReader(bootstrap, events.get_topic_name(), settings.kafka)
+
+    def close_reader(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> Awaitable[None]:
+        return reader.close()
+
+    app.on_before_shutdown.connect(close_reader)
+    join = JoinAgent(joins, scorer, settings, observer, reader, pair_sends)
 
     async def apply(message: Message, value: bytes) -> None:
-        now = time.time()
-        kind, body = value[:1], value[1:]
-        retention = settings.label_retention_s
-        if kind == TICK:
-            stale = index.stale(joins.table, message.partition, now, retention)
-            AgreementJoin(stale, retention).expire(now)
-            return
-        store = index.writing(joins.table, message.partition, now)
-        join = AgreementJoin(store, retention, kind_of=kinds)
-        if kind == LABEL:
-            label, reference = parse_label(body, scorer.ruleset)
-            joined = join.add_label(label, reference, now)
-        else:
-            joined = join.add_score(ScoreEvent.model_validate_json(body), now)
-        if joined:
-            sends: list[Send] = []
-            for pair in joined:
-                record = pair.model_dump_json().encode()
-                sends.append((agreement, pair.target_id.encode(), record, None))
-                sends.append((to_measure, pair.rule_id.encode(), record, None))
+        sends = await join.apply(message, value)
+        if sends:  # on the broker before the state that forgets their sides is written
             await publisher.send_until_delivered(sends)
-            for pair in joined:
-                observer.on_agreement_joined(pair.rule_id, pair.reference)
+        join.commit()
 
     joins.agent(
         "join-agreement",

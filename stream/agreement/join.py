@@ -1,13 +1,25 @@
 """Human labels and judges' scores joined, in whichever order they arrive: pure state over a
 key-value store (the worker's changelog-backed table; a dict in tests), no Kafka here.
 
-State is kept per (target, rule, criterion): the key's ok scores (the rule's own judge's,
-``variant`` None, and each shadow's) and its labels, each with when it arrived. Each new
-pair is emitted once as a ``Joined`` record (the ``score-agreement`` topic's): a label with
+What the store holds grows with what can still arrive, not with the scores (design record 36):
+
+- the labels, per (target, rule, criterion), each for ``retention_s`` after it arrived: a
+  score that comes later pairs with them (``add_score``);
+- a score waiting for its partner: a primary score whose shadows (``expects``) have not all
+  come, a shadow whose primary has not, each for at most ``PARTNER_WAIT_S``; paired, it goes.
+
+Every other score passes through: it pairs with the labels held and is not kept. A label that
+comes after its scores is given them by the caller (``add_label``'s ``earlier``: the worker
+reads them back from the internal topic they came in on, ``score_index``), so a label and a
+score meet when the second arrives within ``retention_s`` of the first, in either order.
+
+Each new pair is emitted as a ``Joined`` record (the ``score-agreement`` topic's): a label with
 each score of its key (``reference="human"``), and the primary score with each shadow score
-(``reference="primary"``). A pair's ``agreement_id`` is a digest of its two sides, so a
-re-join (a redelivered score, a restarted worker) is the same record downstream, and a label
-sent again with a new value is re-emitted under the same id (the newest wins).
+(``reference="primary"``). A pair's ``agreement_id`` is a digest of its two sides, so a re-join
+(a redelivered score or label, a restarted worker) is the same record downstream, and a label
+sent again with a new value is re-emitted under the same id (the newest wins). The worker
+publishes a pair before it writes the state that forgets its sides, so a redelivery after a
+crash finds them again.
 
 How a pair is compared comes from its reference side: a label's ``Reference`` (checked
 against the rule when it was parsed); for primary against shadow, the kind ``kind_of`` gives
@@ -19,7 +31,7 @@ a label) is not emitted.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -78,9 +90,14 @@ def default_kind(score: ScoreEvent) -> Kind | None:
     return "choice" if score.label is not None else "numeric"
 
 
+PARTNER_WAIT_S = 86_400.0  # a primary and its shadows are published together (a batch's
+# results within its 24-hour window): a partner not come by then will not come
+
+
 class AgreementJoin:
-    """Labels and scores joined per (target, rule, criterion) within ``retention_s`` of the
-    key's newest item; ``clock`` stamps ``joined_at``."""
+    """Labels held per (target, rule, criterion) for ``retention_s``; scores paired as they
+    pass (``expects``: the shadow variants a primary score will have, by its rule); ``clock``
+    stamps ``joined_at``."""
 
     def __init__(
         self,
@@ -88,59 +105,99 @@ class AgreementJoin:
         retention_s: float,
         clock: Callable[[], datetime] = utcnow,
         kind_of: Callable[[ScoreEvent], Kind | None] = default_kind,
+        expects: Callable[[ScoreEvent], Iterable[str]] = lambda score: (),
     ) -> None:
         self.store = store
         self.retention_s = retention_s
         self.clock = clock
         self.kind_of = kind_of
+        self.expects = expects
 
-    def _state(self, key: bytes, now: float) -> dict[str, Any]:
-        """The key's state; a key older than the retention is gone (whether or not
-        ``expire`` ran since), so a late item joins nothing from before."""
+    def _state(self, key: bytes, now: float) -> tuple[dict[str, Any], bool]:
+        """The key's state without what has expired by ``now`` (whether or not ``expire``
+        ran since), so a late item joins nothing from before; and whether it was stored."""
         raw = self.store.get(key)
-        state: dict[str, Any] = (
-            orjson.loads(raw) if raw is not None else {"scores": {}, "labels": {}}
-        )
-        if raw is not None and now - newest(state) > self.retention_s:
-            return {"scores": {}, "labels": {}}
-        return state
+        if raw is None:
+            return {"scores": {}, "labels": {}}, False
+        return live(orjson.loads(raw), now, self.retention_s), True
+
+    def _keep(self, key: bytes, state: dict[str, Any], stored: bool) -> None:
+        if state["scores"] or state["labels"]:
+            self.store[key] = orjson.dumps(state)
+        elif stored:
+            del self.store[key]
 
     def add_score(self, score: ScoreEvent, now: float) -> list[Joined]:
-        """Keep an ok score with a raw value; the pairs it makes with the key's labels and,
-        primary with shadow, its other scores. A score already held (a redelivery: the
-        worker may have died after the table's write and before the pairs were published)
-        emits its pairs again, with the same ids."""
+        """The pairs an ok score with a raw value makes with the labels held for its key and,
+        primary with shadow, with the partner held for it; it is held only while a partner
+        is still to come. A score redelivered (the worker may have died before its pairs
+        were published) emits its pairs again, with the same ids."""
         if score.status != "ok" or score.raw_value is None:
             return []
         kind = self.kind_of(score)
         if kind is None:
             return []
         key = state_key(score.target_id, score.rule_id, score.criterion)
-        state = self._state(key, now)
-        held = state["scores"].get(score.score_id) or _held_score(score, kind, now)
-        held["arrived"] = now  # it arrived (again): the key lives on
-        state["scores"][score.score_id] = held
+        state, stored = self._state(key, now)
+        held = _held_score(score, kind, now)
         joined_at = self.clock()
         pairs = [
             joined
             for label in state["labels"].values()
             if (joined := _human(label, held, joined_at)) is not None
         ]
-        for other in state["scores"].values():
-            if other is held or (other["variant"] is None) == (held["variant"] is None):
-                continue
-            primary, shadow = (held, other) if held["variant"] is None else (other, held)
-            if (joined := _primary(primary, shadow, joined_at)) is not None:
-                pairs.append(joined)
-        self.store[key] = orjson.dumps(state)
+        scores: dict[str, dict[str, Any]] = state["scores"]
+        if held["variant"] is None:
+            awaiting = set(self.expects(score))
+            if (before := scores.get(held["score_id"])) is not None and "awaiting" in before:
+                awaiting = set(before["awaiting"])  # redelivered: what it still waits for
+            for other in list(scores.values()):
+                if other["variant"] is None or other["close"] != held["close"]:
+                    continue
+                if (joined := _primary(held, other, joined_at)) is not None:
+                    pairs.append(joined)
+                awaiting.discard(other["variant"])
+                if "awaiting" in other:  # a shadow held for its primary: paired, it goes
+                    del scores[other["score_id"]]
+            if awaiting:
+                scores[held["score_id"]] = held | {"awaiting": sorted(awaiting)}
+            elif "awaiting" in scores.get(held["score_id"], {}):
+                del scores[held["score_id"]]
+        else:
+            primaries = [
+                other
+                for other in scores.values()
+                if other["variant"] is None and other["close"] == held["close"]
+            ]
+            for primary in primaries:
+                if (joined := _primary(primary, held, joined_at)) is not None:
+                    pairs.append(joined)
+                if "awaiting" in primary:
+                    rest = [v for v in primary["awaiting"] if v != held["variant"]]
+                    if rest:
+                        primary["awaiting"] = rest
+                    else:
+                        del scores[primary["score_id"]]
+            if not primaries:  # its primary is still to come
+                scores[held["score_id"]] = held | {"awaiting": [PRIMARY]}
+        self._keep(key, state, stored)
         return pairs
 
-    def add_label(self, label: HumanLabel, reference: Reference, now: float) -> list[Joined]:
-        """Keep a label (replacing one of the same id); its pairs with the key's scores. The
-        same label again (a redelivery, or re-sent) emits its pairs again with the same ids,
-        as a new value for its id does (downstream keeps the newest of each id)."""
+    def add_label(
+        self,
+        label: HumanLabel,
+        reference: Reference,
+        now: float,
+        earlier: Iterable[tuple[float, ScoreEvent]] = (),
+    ) -> list[Joined]:
+        """Hold a label (replacing one of the same id) for the scores still to come; its pairs
+        with the scores of its key that came before it: those held, and ``earlier`` (each
+        with when it arrived: the caller's read-back of the scores it was sent; any score,
+        filtered here by key, status and the retention). The same label again (a
+        redelivery, or re-sent) emits its pairs again with the same ids, as a new value for
+        its id does (downstream keeps the newest of each id)."""
         key = state_key(label.target_id, label.rule_id, label.criterion)
-        state = self._state(key, now)
+        state, stored = self._state(key, now)
         held = {
             "label_id": label.id,
             "kind": reference.kind,
@@ -150,32 +207,72 @@ class AgreementJoin:
             "arrived": now,
         }
         state["labels"][label.id] = held
+        scores = dict(state["scores"])
+        for arrived, score in earlier:
+            if (
+                (score.target_id, score.rule_id, score.criterion)
+                != (label.target_id, label.rule_id, label.criterion)
+                or score.status != "ok"
+                or score.raw_value is None
+                or now - arrived > self.retention_s
+                or arrived > now
+                or (kind := self.kind_of(score)) is None
+            ):
+                continue
+            scores[score.score_id] = _held_score(score, kind, arrived)
         joined_at = self.clock()
         pairs = [
             joined
-            for score in state["scores"].values()
+            for score in scores.values()
             if (joined := _human(held, score, joined_at)) is not None
         ]
-        self.store[key] = orjson.dumps(state)
+        self._keep(key, state, stored)
         return pairs
 
     def expire(self, now: float) -> int:
-        """Drop the keys whose newest item arrived more than ``retention_s`` before ``now``;
-        how many were dropped."""
-        stale = [
-            key
-            for key, raw in list(self.store.items())
-            if now - newest(orjson.loads(raw)) > self.retention_s
-        ]
-        for key in stale:
-            del self.store[key]
-        return len(stale)
+        """Drop what has expired by ``now`` from the keys given (labels past the retention,
+        partners past their wait); how many keys were dropped whole."""
+        dropped = 0
+        for key, raw in list(self.store.items()):
+            state = orjson.loads(raw)
+            kept = live(state, now, self.retention_s)
+            if kept == state:
+                continue
+            if kept["scores"] or kept["labels"]:
+                self.store[key] = orjson.dumps(kept)
+            else:
+                del self.store[key]
+                dropped += 1
+        return dropped
 
 
-def newest(state: dict[str, Any]) -> float:
-    """When the key's newest item arrived."""
-    items = [*state["scores"].values(), *state["labels"].values()]
-    return max((item["arrived"] for item in items), default=float("-inf"))
+PRIMARY = "primary"  # what a shadow held waits for (a name no shadow may take)
+
+
+def _wait(item: dict[str, Any], retention_s: float) -> float:
+    """How long an item is kept after it arrived: a label, and a score held the way the
+    join held every score before record 36, the retention; a partner, its wait."""
+    return min(PARTNER_WAIT_S, retention_s) if "awaiting" in item else retention_s
+
+
+def live(state: dict[str, Any], now: float, retention_s: float) -> dict[str, Any]:
+    """``state`` without the items expired by ``now``."""
+    return {
+        part: {
+            name: item
+            for name, item in state.get(part, {}).items()
+            if now - item["arrived"] <= _wait(item, retention_s)
+        }
+        for part in ("scores", "labels")
+    }
+
+
+def deadline(state: dict[str, Any], retention_s: float) -> float:
+    """When the first of the key's items expires (``expire`` should look at it then)."""
+    items = [*state.get("scores", {}).values(), *state.get("labels", {}).values()]
+    return min(
+        (item["arrived"] + _wait(item, retention_s) for item in items), default=float("-inf")
+    )
 
 
 def _held_score(score: ScoreEvent, kind: Kind, now: float) -> dict[str, Any]:

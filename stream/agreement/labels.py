@@ -24,6 +24,7 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..models import ScoreEvent
+from ..ruleset.filters import sampled
 from ..ruleset.schema import AnyRule, ComparisonRule, CriteriaRule, LLMJudgeRule, RuleSet
 
 Kind = Literal["choice", "numeric"]
@@ -295,6 +296,22 @@ def score_kinds(ruleset: Callable[[], RuleSet]) -> Callable[[ScoreEvent], Kind |
         return score_spec(rule, criterion).kind
 
     return kind_of
+
+
+def shadows_expected(ruleset: Callable[[], RuleSet]) -> Callable[[ScoreEvent], list[str]]:
+    """The shadow variants a primary score's target is judged by (``AgreementJoin(expects=
+    ...)``): each shadow of its rule whose hashed sample takes the target, as the engine
+    plans them (``<rule>@<shadow>``); none for a rule no longer loaded."""
+
+    def expects(score: ScoreEvent) -> list[str]:
+        rule = _rule(ruleset(), score.rule_id)
+        return [
+            spec.name
+            for spec in getattr(rule, "shadow", None) or []
+            if sampled(f"{score.rule_id}@{spec.name}", spec.sampling_rate, score.target_id)
+        ]
+
+    return expects
 
 
 def label_digest(*parts: str) -> str:

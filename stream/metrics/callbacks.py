@@ -261,6 +261,14 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_agreement_joined(self, rule: str, reference: str) -> None:
         self._child(self.agreement_pairs, rule, reference).inc()
 
+    def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
+        self.agreement_lookback_records.inc(records)
+
+    def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
+        self.held_entries.labels(structure=structure).set(entries)
+        if size_bytes is not None:
+            self.held_bytes.labels(structure=structure).set(size_bytes)
+
     def on_agreement_thresholds(
         self, thresholds: list[tuple[str, str, str, str, float, int]]
     ) -> None:

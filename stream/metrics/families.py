@@ -238,6 +238,16 @@ class MetricFamilies:
             "primary judge's score (reference primary) with a judge's score",
             ("rule", "reference"),
         )
+        self.agreement_lookback_records = counter(
+            "agreement_lookback_records",
+            "Internal agreement events read back for labels that came after their scores",
+        )
+        self.held_entries = gauge(
+            "held_entries", "Entries a worker's table, index or cache holds", ("structure",)
+        )
+        self.held_bytes = gauge(
+            "held_bytes", "Bytes a worker's table, index or cache holds", ("structure",)
+        )
         self.judge_agreement = gauge(
             "judge_agreement",
             "How far a rule's judge agrees with its reference over a window, on the rule's "

@@ -1,6 +1,8 @@
 """Labels and scores joined per (target, rule, criterion) in whichever order they arrive:
 each pair under one id, duplicates re-emitting theirs, a changed label re-emitted under its id, late items
-after the retention joining nothing, and the state kept in the store (a dict here)."""
+after the retention joining nothing, and the state kept in the store (a dict here): the labels
+and the scores waiting for a partner, never the other scores, which a label reads back from
+the log they came in on (a list here; the internal topic in the worker)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from fixtures import score_event
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream.agreement.join import AgreementJoin, Joined, agreement_id, state_key
+from stream.agreement.join import PARTNER_WAIT_S, AgreementJoin, Joined, agreement_id, state_key
 from stream.agreement.labels import HumanLabel, Reference
 from stream.models import Scale, ScoreEvent, ThreadInfo
 
@@ -24,8 +26,38 @@ def clock() -> datetime:
     return WHEN
 
 
-def join(store: dict[bytes, bytes] | None = None, retention_s: float = DAY) -> AgreementJoin:
-    return AgreementJoin({} if store is None else store, retention_s, clock)
+SHADOWS = ["mini", "big", "a", "b", "v"]  # the shadows the rules name, each taking every target
+
+
+class Logged:
+    """The join as the worker runs it: every score it is given is also on the log (the
+    partition of the internal topic), and a label is given the log to read back."""
+
+    def __init__(
+        self,
+        store: dict[bytes, bytes] | None = None,
+        retention_s: float = DAY,
+        log: list[tuple[float, ScoreEvent]] | None = None,
+        **options: Any,
+    ) -> None:
+        options.setdefault("expects", lambda score: SHADOWS)
+        self.join = AgreementJoin({} if store is None else store, retention_s, clock, **options)
+        self.store = self.join.store
+        self.log = [] if log is None else log
+
+    def add_score(self, score: ScoreEvent, now: float) -> list[Joined]:
+        self.log.append((now, score))
+        return self.join.add_score(score, now)
+
+    def add_label(self, label: HumanLabel, reference: Reference, now: float) -> list[Joined]:
+        return self.join.add_label(label, reference, now, list(self.log))
+
+    def expire(self, now: float) -> int:
+        return self.join.expire(now)
+
+
+def join(store: dict[bytes, bytes] | None = None, retention_s: float = DAY) -> Logged:
+    return Logged(store, retention_s)
 
 
 def score(**fields: Any) -> ScoreEvent:
@@ -221,11 +253,11 @@ def test_a_choice_primary_compares_labels_with_its_shadow() -> None:
 
 
 def test_kind_of_decides_how_a_score_is_compared() -> None:
-    j = AgreementJoin({}, DAY, clock, kind_of=lambda s: "numeric")
+    j = Logged(kind_of=lambda s: "numeric")
     j.add_score(choice_score("yes"), 0.0)
     [pair] = j.add_score(choice_score("no", variant="v"), 1.0)
     assert (pair.kind, pair.reference_value, pair.judged_value) == ("numeric", 1.0, 0.0)
-    skipping = AgreementJoin({}, DAY, clock, kind_of=lambda s: None)
+    skipping = Logged(kind_of=lambda s: None)
     assert skipping.add_score(score(), 0.0) == []
     assert skipping.store == {}
 
@@ -250,27 +282,55 @@ def test_late_items_after_the_retention_join_nothing() -> None:
     assert len(fresh.add_label(*human(5), 100.0)) == 1  # at the retention: still joins
 
 
-def test_expire_drops_keys_whose_newest_item_is_older_than_the_retention() -> None:
+def test_only_labels_and_waiting_partners_are_held() -> None:
+    """What the store holds grows with what can still pair: a score that no shadow follows
+    is not kept; a label is; a primary is kept until each shadow its rule samples came."""
     store: dict[bytes, bytes] = {}
-    j = join(store, retention_s=100.0)
-    j.add_score(score(target_id="old"), 0.0)
-    j.add_score(score(target_id="kept"), 0.0)
-    j.add_label(*human(5, trace_id="kept"), 60.0)  # the key's newest item
+    alone = Logged(store, expects=lambda score: [])
+    for n in range(50):
+        alone.add_score(score(target_id=f"t-{n}"), float(n))
+    assert store == {}
+    [pair] = alone.add_label(*human(5, trace_id="t-7"), 60.0)  # read back from the log
+    assert pair.score_id == score(target_id="t-7").score_id
+    assert list(store) == [state_key("t-7", "answer_quality", None)]
+    waiting = Logged(expects=lambda score: ["a", "b"])
+    waiting.add_score(score(), 0.0)
+    held = orjson.loads(waiting.store[state_key("t-1", "answer_quality", None)])
+    assert [s["awaiting"] for s in held["scores"].values()] == [["a", "b"]]
+    assert len(waiting.add_score(score(variant="a"), 1.0)) == 1
+    assert len(waiting.add_score(score(variant="b"), 2.0)) == 1
+    assert waiting.store == {}  # every partner came: nothing waits
+
+
+def test_expire_drops_labels_after_the_retention_and_partners_after_their_wait() -> None:
+    store: dict[bytes, bytes] = {}
+    j = Logged(store, retention_s=100.0, expects=lambda score: [])
+    j.add_label(*human(5, trace_id="old"), 0.0)
+    j.add_label(*human(5, trace_id="kept"), 60.0)
     assert j.expire(150.0) == 1
     assert [orjson.loads(k)[0] for k in store] == ["kept"]
-    assert j.add_label(*human(4, trace_id="old"), 151.0) == []  # its score is gone
+    assert j.add_score(score(target_id="old"), 151.0) == []  # its label is gone
     assert j.expire(161.0) == 1
-    assert j.expire(1000.0) == 1  # the late label's own key
     assert store == {}
+    # a partner waits at most a day (its shadow is published with it, or in its batch)
+    long = Logged(retention_s=7 * DAY, expects=lambda score: ["late"])
+    long.add_score(score(), 0.0)  # its shadow never comes
+    long.add_label(*human(5), 0.0)
+    assert long.expire(PARTNER_WAIT_S) == 0
+    assert long.expire(PARTNER_WAIT_S + 1.0) == 0  # the label stays for the retention
+    held = orjson.loads(long.store[state_key("t-1", "answer_quality", None)])
+    assert held["scores"] == {} and len(held["labels"]) == 1
+    assert long.expire(7 * DAY + 1.0) == 1 and long.store == {}
 
 
 def test_the_state_survives_in_the_store() -> None:
     store: dict[bytes, bytes] = {}
-    join(store).add_score(score(), 0.0)
-    restarted = join(store)  # a new worker over the changelog's table
+    first = join(store)
+    first.add_score(score(), 0.0)
+    restarted = Logged(store, log=first.log)  # a new worker: the table and the topic remain
     [pair] = restarted.add_label(*human(5), 1.0)
     assert pair.judged_value == 4.0
-    # still known after the restart: redelivered, it emits the same pair again
+    # the label is held: redelivered, the score emits the same pair again
     assert [p.agreement_id for p in restarted.add_score(score(), 2.0)] == [pair.agreement_id]
 
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from fixtures import score_event
 
-from stream.agents.agreement import JoinIndex
+from stream.agents.agreement_join import JoinIndex
 from stream.agreement.join import AgreementJoin, Joined, state_key
+from stream.agreement.labels import HumanLabel, Reference
 from stream.agreement.measures import measure, win_rate
 from stream.agreement.preferences import PairPreference
 from stream.agreement.report import build
@@ -129,23 +129,23 @@ def test_an_empty_report_says_so() -> None:
 
 def test_the_join_index_expires_only_the_ticked_partitions_stale_keys() -> None:
     """The join's expiry at one partition's tick reads only that partition's keys (where the
-    internal topic's key, the target id, was put) that were not written for the retention,
-    so its tombstones go to that partition's changelog and a tick costs what is stale."""
+    internal topic's key, the target id, was put) that hold something expired by then, so
+    its tombstones go to that partition's changelog and a tick costs what is stale."""
     table: dict[bytes, bytes] = {}
-    index = JoinIndex(4)
     retention = 100.0
+    index = JoinIndex(4, retention)
     targets = [f"t-{i}" for i in range(40)]
     for n, target in enumerate(targets):
         partition = key_hash(target.encode()) % 4
-        join = AgreementJoin(index.writing(table, partition, float(n)), retention)
-        join.add_score(score_for(target), float(n))  # written at time n
-    assert set(index.written) == {0, 1, 2, 3}
-    assert sum(len(keys) for keys in index.written.values()) == len(targets)
-    for partition, keys in index.written.items():
+        join = AgreementJoin(index.writing(table, partition), retention)
+        join.add_label(*label_for(target), float(n))  # held from time n
+    assert set(index.due) == {0, 1, 2, 3}
+    assert sum(len(keys) for keys in index.due.values()) == len(targets)
+    for partition, keys in index.due.items():
         for key in keys:
             assert index.partition_of(key) == partition
-    # at 130, the keys written before 30 are stale; expire one partition only
-    stale = index.stale(table, 0, 130.0, retention)
+    # at 130, the labels held since before 30 are past the retention; expire one partition
+    stale = index.stale(table, 0, 130.0)
     expected = {
         state_key(t, "resolved", None)
         for n, t in enumerate(targets)
@@ -154,17 +154,26 @@ def test_the_join_index_expires_only_the_ticked_partitions_stale_keys() -> None:
     assert set(stale) == expected
     assert AgreementJoin(stale, retention).expire(130.0) == len(expected)
     assert not expected & set(table) and len(table) == len(targets) - len(expected)
-    assert not expected & set(index.written[0])
-    # rebuilt from the table after a recovery: the owned partitions' keys, with their times
-    rebuilt = JoinIndex(4)
-    assert rebuilt.rebuild(table.items(), {1, 2}) == sum(len(index.written[p]) for p in (1, 2))
-    assert rebuilt.written[1] == index.written[1] and not rebuilt.written[0]
+    assert not expected & set(index.due[0])
+    # rebuilt from the table after a recovery: the owned partitions' keys, with when due
+    rebuilt = JoinIndex(4, retention)
+    assert rebuilt.rebuild(table.items(), {1, 2}) == sum(len(index.due[p]) for p in (1, 2))
+    assert rebuilt.due[1] == index.due[1] and not rebuilt.due[0]
     table[b"not a join key"] = b"{}"
     assert rebuilt.partition_of(b"not a join key") is None
 
 
-def score_for(target: str) -> Any:
-    return score_event(target_id=target, rule_id="resolved")
+def label_for(target: str) -> tuple[HumanLabel, Reference]:
+    label = HumanLabel.model_validate(
+        {
+            "trace_id": target,
+            "rule_id": "resolved",
+            "value": 1,
+            "annotator": "ana",
+            "labelled_at": "2026-11-01T11:00:00Z",
+        }
+    )
+    return label, Reference("numeric", raw_value=1.0)
 
 
 def test_a_rubrics_criteria_and_its_numeric_score_are_measured_apart() -> None:
