@@ -92,6 +92,7 @@ def create_app(
                 "SCORER_STORE=rocksdb needs rocksdict (a dependency of llm-trace-scorer: "
                 "pip install rocksdict), or SCORER_STORE=memory"
             ) from None
+        rocksdb_store.configure(settings.memory_mb)  # one block cache for every database
     app = faust.App(
         settings.app_id,
         broker=broker_urls(bootstrap, settings.broker_kind),

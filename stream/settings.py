@@ -141,6 +141,14 @@ class Settings(BaseSettings):
     # restart) or "memory" (a snapshot under data_dir written at a clean stop, else rebuilt
     # from the changelogs). Default: rocksdb where rocksdict imports, else memory
     store: Literal["memory", "rocksdb"] = Field(default_factory=default_store)
+    # the worker's memory budget in MiB: a quarter of it goes to RocksDB (one block cache for
+    # every table partition's database, their write buffers charged to it), the rest is the
+    # Python process's (design record 37); the memory store's tables are not bounded by it
+    memory_mb: int = Field(default=512, ge=256)
+    # a data directory holding tables from another broker (a reset or other cluster): "fail"
+    # stops the start in one line naming it; "rebuild" discards its tables and rebuilds them
+    # from the changelogs (design record 38)
+    stale_state: Literal["fail", "rebuild"] = "fail"
 
     # Threads (conversations and coaching sessions).
     thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes

@@ -1,11 +1,47 @@
-"""Faust's RocksDB store, reading a table of raw bytes as it is.
+"""Faust's RocksDB store, sized for a worker's memory budget and reading a raw table as it is.
 
-Faust's stores decode every key and value they yield through the app's serializers
-(``SerializedStore._items_decoded``, faust-streaming 0.15), about 4 µs an item here even
-when both codecs are ``raw`` and decoding returns the bytes it was given. The worker's tables
-are raw (``app.raw_table``), and a recovery reads every thread of the table to rebuild its
-index: 100 000 threads cost 0.4 s of the restart in decoding alone. This store yields what
-RocksDB holds when both codecs are raw, and decodes as Faust does otherwise.
+**Memory** (design record 37). Faust's store opens one RocksDB database per table partition,
+each with its own 2 GiB block cache and three 64 MiB write buffers (faust-streaming 0.15.3,
+``faust/stores/rocksdb.py``: ``RocksDBOptions`` and its ``DEFAULT_*`` sizes): a worker's
+six tables of four partitions could hold gigabytes, and nothing bounds them. This store gives
+every database options sized from the worker's budget (``SCORER_MEMORY_MB``), as Kafka
+Streams' bounded-memory ``RocksDBConfigSetter`` does: a quarter of the budget goes to RocksDB
+(the rest is the Python process's), as ONE block cache (an LRU cache) shared by all the
+worker's databases, every table and partition, with the write buffers (memtables) charged to
+that same cache through one write buffer manager capped at half of it; index and filter
+blocks are kept in the cache too (those of level 0 pinned there), not beside it. Each
+database gets two write buffers (the one written, one being flushed) of RocksDB's share
+divided by the number of databases the worker's tables can have (at least 32), so that even
+every database holding a full one, no longer written, fits in the share: the write buffer
+manager makes only the database being written flush, never an idle one. The cache and the
+write buffer manager are made once per process (``shared_memory``) from the budget
+``configure`` is given (or, if it never was, ``SCORER_MEMORY_MB`` read from the environment);
+a later budget resizes the same two objects.
+
+Faust-internal things this module overrides or relies on (faust-streaming 0.15.3, rocksdict
+0.3.29 with RocksDB 9.8):
+
+- ``faust.stores.rocksdb.RocksDBOptions.as_options`` (subclassed: ``BudgetOptions``) builds
+  the ``rocksdict.Options`` each database is opened with; its ``open`` (kept) calls it. Faust's
+  sizes (``write_buffer_size``, ``max_write_buffer_number``, ``block_cache_size``, also when
+  a table passes them as options) are not used: the budget decides; its
+  ``max_open_files``, ``target_file_size_base`` and ``bloom_filter_size`` are kept.
+- ``Store.rocksdb_options``, the options object Faust's ``Store.__init__`` makes from the
+  table's options: replaced with a ``BudgetOptions`` made from the same (``Store.options``,
+  which ``__init__`` leaves without ``read_only`` and ``driver``, and ``Store.use_rocksdict``).
+  With the python-rocksdb driver (not a dependency) Faust's options are used as they are.
+- Faust's ``RocksDBOptions.open`` calls ``as_options`` twice and opens the database with the
+  second (the first, given ``set_db_paths``, is dropped): both are built here, cheaply (the
+  cache and the write buffer manager are shared, not made per call).
+- The databases a worker can have are counted from ``app.tables`` (Faust's table manager)
+  and each table's ``partitions`` (else ``app.conf.topic_partitions``).
+
+**Raw tables.** Faust's stores decode every key and value they yield through the app's
+serializers (``SerializedStore._items_decoded``, faust-streaming 0.15), about 4 µs an item
+here even when both codecs are ``raw`` and decoding returns the bytes it was given. The
+worker's tables are raw (``app.raw_table``), and a recovery reads every thread of the table to
+rebuild its index: 100 000 threads cost 0.4 s of the restart in decoding alone. This store
+yields what RocksDB holds when both codecs are raw, and decodes as Faust does otherwise.
 
 Faust's store also runs a full garbage collection at every rebalance of every table, to let
 go of the databases of revoked partitions (it drops them without closing them); with nothing
@@ -17,17 +53,177 @@ partition of the table was revoked.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from faust.stores import STORES
-from faust.stores.rocksdb import Store
-from faust.types import TP, CollectionT
+from faust.stores.rocksdb import RocksDBOptions, Store
+from faust.types import TP, AppT, CollectionT
+
+if TYPE_CHECKING:  # imported where used: the store module imports without rocksdict
+    import rocksdict
 
 SCHEME = "rocksdb-raw"
 
+MIB = 1 << 20
+# RocksDB's part of the budget: a quarter (the block cache, write buffers charged to it)
+ROCKSDB_SHARE = 4
+# the write buffers of all the databases together: at most half of RocksDB's part
+MEMTABLE_SHARE = 2
+# each database's write buffer: RocksDB's part over the databases the worker's tables can
+# have, at least this many (so that all of them, each holding a full buffer and no longer
+# written, still fit in it), within 1 MiB and Faust's default
+DATABASES_AT_LEAST = 32
+WRITE_BUFFER_MIN = 1 * MIB
+WRITE_BUFFER_MAX = 64 * MIB  # Faust's default
+# write buffers per database: the one written, and one being flushed
+WRITE_BUFFERS = 2
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a worker's memory budget (``SCORER_MEMORY_MB``) gives RocksDB, in bytes."""
+
+    memory_mb: int
+
+    @property
+    def rocksdb_bytes(self) -> int:
+        """The shared block cache's capacity: the write buffers are charged to it."""
+        return self.memory_mb * MIB // ROCKSDB_SHARE
+
+    @property
+    def memtable_bytes(self) -> int:
+        """The write buffer manager's cap on all the databases' write buffers together."""
+        return self.rocksdb_bytes // MEMTABLE_SHARE
+
+    def write_buffer_bytes(self, databases: int = 0) -> int:
+        """One database's write buffer (it has ``WRITE_BUFFERS``), ``databases`` the number
+        of databases the worker's tables can have."""
+        each = self.rocksdb_bytes // max(databases, DATABASES_AT_LEAST)
+        return min(max(each, WRITE_BUFFER_MIN), WRITE_BUFFER_MAX)
+
+
+def table_databases(app: AppT) -> int:
+    """How many databases ``app``'s tables can have on one worker: one per partition (every
+    table is declared before the worker starts, so before a database opens)."""
+    default = app.conf.topic_partitions
+    return sum(getattr(table, "partitions", None) or default for table in app.tables.values())
+
+
+@dataclass
+class SharedMemory:
+    """The process's one block cache and write buffer manager, and the budget they are of."""
+
+    budget: MemoryBudget
+    cache: rocksdict.Cache
+    write_buffers: rocksdict.WriteBufferManager  # charged to ``cache``
+
+
+_configured_mb: int | None = None
+_shared: SharedMemory | None = None
+
+
+def configure(memory_mb: int) -> None:
+    """Size the store from the worker's budget (``Settings.memory_mb``); databases opened
+    from now on use it, and the shared cache and write buffer cap are resized to it."""
+    global _configured_mb
+    _configured_mb = memory_mb
+    if _shared is not None:
+        shared_memory()
+
+
+def _budget_mb() -> int:
+    global _configured_mb
+    if _configured_mb is None:  # never configured: SCORER_MEMORY_MB (or its default), once
+        from ..settings import Settings
+
+        _configured_mb = Settings().memory_mb
+    return _configured_mb
+
+
+def shared_memory() -> SharedMemory:
+    """The process's block cache and write buffer manager (made at the first call), sized
+    for the current budget."""
+    global _shared
+    import rocksdict
+
+    budget = MemoryBudget(_budget_mb())
+    if _shared is None:
+        cache = rocksdict.Cache(budget.rocksdb_bytes)
+        # no stall: a write over the cap makes its own database flush; a stall would hold the
+        # event loop until other databases' flushes free room
+        manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+            budget.memtable_bytes, False, cache
+        )
+        _shared = SharedMemory(budget, cache, manager)
+    elif _shared.budget != budget:
+        _shared.cache.set_capacity(budget.rocksdb_bytes)
+        _shared.write_buffers.set_buffer_size(budget.memtable_bytes)
+        _shared.budget = budget
+    return _shared
+
+
+def memory_usage() -> dict[str, int]:
+    """RocksDB's memory by the shared cache's account, in bytes: ``capacity``, ``usage``
+    (blocks and write buffers charged), ``pinned``, ``write_buffers`` (all the databases'
+    write buffers); zeros before a database is opened."""
+    if _shared is None:
+        return {"capacity": 0, "usage": 0, "pinned": 0, "write_buffers": 0}
+    return {
+        "capacity": _shared.budget.rocksdb_bytes,
+        "usage": _shared.cache.get_usage(),
+        "pinned": _shared.cache.get_pinned_usage(),
+        "write_buffers": _shared.write_buffers.get_usage(),
+    }
+
+
+class BudgetOptions(RocksDBOptions):
+    """Faust's options for a database of ``app``'s, its memory from the worker's budget
+    (rocksdict)."""
+
+    def __init__(self, app: AppT | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.app = app
+
+    def as_options(self) -> rocksdict.Options:
+        if not self.use_rocksdict:  # python-rocksdb: Faust's (not a dependency of ours)
+            faust_options: rocksdict.Options = super().as_options()
+            return faust_options
+        import rocksdict
+
+        shared = shared_memory()
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        if self.max_open_files is not None:  # Faust's: 90 % of the process's file limit
+            options.set_max_open_files(self.max_open_files)
+        options.set_target_file_size_base(self.target_file_size_base)
+        databases = table_databases(self.app) if self.app is not None else 0
+        options.set_write_buffer_size(shared.budget.write_buffer_bytes(databases))
+        options.set_max_write_buffer_number(WRITE_BUFFERS)
+        options.set_write_buffer_manager(shared.write_buffers)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(self.bloom_filter_size, True)  # Faust's filter
+        table.set_index_type(rocksdict.BlockBasedIndexType.binary_search())
+        table.set_block_cache(shared.cache)
+        # index and filter blocks in the shared cache (charged, evictable), not beside it
+        # per open file; level 0's pinned there, and the top level of partitioned ones
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        table.set_pin_top_level_index_and_filter(True)
+        options.set_block_based_table_factory(table)
+        return options
+
 
 class RawRocksStore(Store):
-    """Faust's RocksDB store, its raw tables read without a decode per item."""
+    """Faust's RocksDB store, its memory from the worker's budget, its raw tables read
+    without a decode per item."""
+
+    def __init__(self, url: Any, app: AppT, table: CollectionT, **kwargs: Any) -> None:
+        super().__init__(url, app, table, **kwargs)
+        # Faust's made from the table's options (``read_only`` and ``driver`` taken out)
+        self.rocksdb_options = BudgetOptions(
+            app, **(self.options or {}), use_rocksdict=self.use_rocksdict
+        )
 
     def _raw(self) -> bool:
         return self.key_serializer == "raw" and self.value_serializer == "raw"
