@@ -40,6 +40,7 @@ from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
 from .kafka.security import KafkaSecurity
 from .kafka.snapshot_store import write_snapshots
+from .kafka.stale_state import settle_stale_state
 from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
@@ -267,10 +268,17 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
         if broker:  # its topics live as long as it does: so do the tables kept on disk
             scratch = tempfile.mkdtemp(prefix="scorer-data-")
             settings = settings.model_copy(update={"data_dir": Path(scratch)})
-        lock_data_dir(settings.data_dir, env_name(Settings, "data_dir", os.environ))
+        data_dir_setting = env_name(Settings, "data_dir", os.environ)
+        lock_data_dir(settings.data_dir, data_dir_setting)
         log.info("%s", store_line(settings))
         print(f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", flush=True)
-        build_worker(settings, bootstrap, loglevel).execute_from_commandline()
+        worker = build_worker(settings, bootstrap, loglevel)
+        if not scratch:  # tables from another broker: one line, or rebuilt (record 38)
+            stale = env_name(Settings, "stale_state", os.environ)
+            settle_stale_state(
+                worker.app, bootstrap, settings.kafka, settings.stale_state, data_dir_setting, stale
+            )
+        worker.execute_from_commandline()
     finally:
         if broker:
             broker.stop()

@@ -106,3 +106,11 @@ def test_the_shipped_rules_still_load(tmp_path: Path, trace_file: Path) -> None:
     # the control: with nothing wrong, the same command runs
     result = run_scorer(["explain", str(trace_file)], tmp_path, SCORER_RULES_DIR=str(RULES_DIR))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_bad_stale_state_choice_is_one_line(tmp_path: Path) -> None:
+    # read before the worker starts a broker or opens its data directory
+    result = run_scorer(["worker"], tmp_path, SCORER_STALE_STATE="keep")
+    assert one_error_line(result) == (
+        "SCORER_STALE_STATE: input should be 'fail' or 'rebuild' (got 'keep')"
+    )

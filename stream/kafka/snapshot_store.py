@@ -212,18 +212,12 @@ def parse_snapshot(raw: bytes, table: str) -> tuple[dict[int, int], list[tuple[i
     at = len(MAGIC)
     (size,) = _HEAD.unpack_from(raw, at)
     at += _HEAD.size
-    name, count, offsets_text = raw[at : at + size].decode().split("\n")
+    count, offsets = _header(raw[at : at + size], table)
     at += size
-    if name != table:
-        raise ValueError(f"a snapshot of table {name!r}")
-    offsets = {}
-    for pair in filter(None, offsets_text.split(",")):
-        partition, offset = pair.split(":")
-        offsets[int(partition)] = int(offset)
     records = []
     unpack = _RECORD.unpack_from
     end = len(raw) - len(_END)
-    for _ in range(int(count)):
+    for _ in range(count):
         if at + _RECORD.size > end:
             raise ValueError("truncated")
         partition, key_size, value_size = unpack(raw, at)
@@ -235,6 +229,37 @@ def parse_snapshot(raw: bytes, table: str) -> tuple[dict[int, int], list[tuple[i
     if at != end:
         raise ValueError("records do not fill the file")
     return offsets, records
+
+
+def _header(raw: bytes, table: str) -> tuple[int, dict[int, int]]:
+    """A snapshot header's record count and offsets; ValueError if not ``table``'s."""
+    name, count, offsets_text = raw.decode().split("\n")
+    if name != table:
+        raise ValueError(f"a snapshot of table {name!r}")
+    offsets = {}
+    for pair in filter(None, offsets_text.split(",")):
+        partition, offset = pair.split(":")
+        offsets[int(partition)] = int(offset)
+    return int(count), offsets
+
+
+def snapshot_offsets(path: Path, table: str) -> dict[int, int] | None:
+    """The offsets a snapshot of ``table`` holds each changelog partition up to, from its
+    header and end alone (the store reads the whole file at its start); None when there is
+    none, or the file is not one the store would read (another table's, or not whole)."""
+    try:
+        with open(path, "rb") as snapshot:
+            head = snapshot.read(len(MAGIC) + _HEAD.size)
+            if len(head) < len(MAGIC) + _HEAD.size or not head.startswith(MAGIC):
+                return None
+            (size,) = _HEAD.unpack_from(head, len(MAGIC))
+            header = snapshot.read(size)
+            snapshot.seek(-len(_END), os.SEEK_END)
+            if snapshot.read() != _END:
+                return None
+        return _header(header, table)[1]
+    except (OSError, ValueError):  # OSError: none, or too short to end; ValueError: garbled
+        return None
 
 
 def write_snapshots(app: AppT) -> None:
