@@ -73,7 +73,9 @@ def agreement_sends(topics: Topics, scores: Iterable[ScoreEvent]) -> list[Send]:
     if topics.agreement_events is None:
         return []
     events = topics.agreement_events
-    return [(events, s.target_id.encode(), SCORE + slim(s), None) for s in scores if judged(s)]
+    # a shadow's score after its primary's: the join pairs it with the primary just read
+    ordered = sorted((s for s in scores if judged(s)), key=lambda s: s.variant is not None)
+    return [(events, s.target_id.encode(), SCORE + slim(s), None) for s in ordered]
 
 
 def register_agreement_agents(

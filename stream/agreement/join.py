@@ -5,13 +5,14 @@ What the store holds grows with what can still arrive, not with the scores (desi
 
 - the labels, per (target, rule, criterion), each for ``retention_s`` after it arrived: a
   score that comes later pairs with them (``add_score``);
-- a score waiting for its partner: a primary score whose shadows (``expects``) have not all
-  come, a shadow whose primary has not, each for at most ``PARTNER_WAIT_S``; paired, it goes.
+- a shadow's score whose primary has not come (a primary that failed, or one in a batch of
+  its own model's still running), for at most ``PARTNER_WAIT_S``; paired, it goes.
 
-Every other score passes through: it pairs with the labels held and is not kept. A label that
-comes after its scores is given them by the caller (``add_label``'s ``earlier``: the worker
-reads them back from the internal topic they came in on, ``score_index``), so a label and a
-score meet when the second arrives within ``retention_s`` of the first, in either order.
+Every other score passes through: it pairs with the labels held and is not kept. What came
+before is given by the caller (``earlier``): to a label, the scores of its key the worker
+reads back from the internal topic they came in on (``score_index``); to a shadow, its
+primary (from the worker's recent primaries, or read back). So a label and a score meet when
+the second arrives within ``retention_s`` of the first, in either order.
 
 Each new pair is emitted as a ``Joined`` record (the ``score-agreement`` topic's): a label with
 each score of its key (``reference="human"``), and the primary score with each shadow score
@@ -90,14 +91,14 @@ def default_kind(score: ScoreEvent) -> Kind | None:
     return "choice" if score.label is not None else "numeric"
 
 
-PARTNER_WAIT_S = 86_400.0  # a primary and its shadows are published together (a batch's
-# results within its 24-hour window): a partner not come by then will not come
+PARTNER_WAIT_S = 2 * 86_400.0  # a shadow and its primary are published together, or each
+# in a batch of its model's within the provider's 24-hour window: one not come by then won't
+Arrived = tuple[float, ScoreEvent]  # a score and when it arrived
 
 
 class AgreementJoin:
     """Labels held per (target, rule, criterion) for ``retention_s``; scores paired as they
-    pass (``expects``: the shadow variants a primary score will have, by its rule); ``clock``
-    stamps ``joined_at``."""
+    pass; ``clock`` stamps ``joined_at``."""
 
     def __init__(
         self,
@@ -105,13 +106,11 @@ class AgreementJoin:
         retention_s: float,
         clock: Callable[[], datetime] = utcnow,
         kind_of: Callable[[ScoreEvent], Kind | None] = default_kind,
-        expects: Callable[[ScoreEvent], Iterable[str]] = lambda score: (),
     ) -> None:
         self.store = store
         self.retention_s = retention_s
         self.clock = clock
         self.kind_of = kind_of
-        self.expects = expects
 
     def _state(self, key: bytes, now: float) -> tuple[dict[str, Any], bool]:
         """The key's state without what has expired by ``now`` (whether or not ``expire``
@@ -127,11 +126,34 @@ class AgreementJoin:
         elif stored:
             del self.store[key]
 
-    def add_score(self, score: ScoreEvent, now: float) -> list[Joined]:
+    def _earlier(
+        self, key: tuple[str, str, str | None], now: float, earlier: Iterable[Arrived]
+    ) -> dict[str, dict[str, Any]]:
+        """The ok scores of ``key`` among ``earlier`` that arrived within the retention, as
+        held (by score id: a redelivered score is there twice)."""
+        found: dict[str, dict[str, Any]] = {}
+        for arrived, score in earlier:
+            if (
+                (score.target_id, score.rule_id, score.criterion) != key
+                or score.status != "ok"
+                or score.raw_value is None
+                or now - arrived > self.retention_s
+                or (kind := self.kind_of(score)) is None
+            ):
+                continue
+            found[score.score_id] = _held_score(score, kind, arrived)
+        return found
+
+    def add_score(
+        self, score: ScoreEvent, now: float, earlier: Iterable[Arrived] = ()
+    ) -> list[Joined]:
         """The pairs an ok score with a raw value makes with the labels held for its key and,
-        primary with shadow, with the partner held for it; it is held only while a partner
-        is still to come. A score redelivered (the worker may have died before its pairs
-        were published) emits its pairs again, with the same ids."""
+        primary with shadow, with its partner: a primary with the shadows held for it; a
+        shadow with its primary, held (from before record 36) or among ``earlier`` (each
+        with when it arrived: the caller's recent primaries, or its read-back). A score is
+        not kept, but a shadow whose primary has not come waits for it (``PARTNER_WAIT_S``).
+        A score redelivered (the worker may have died before its pairs were published)
+        emits its pairs again, with the same ids."""
         if score.status != "ok" or score.raw_value is None:
             return []
         kind = self.kind_of(score)
@@ -148,38 +170,26 @@ class AgreementJoin:
         ]
         scores: dict[str, dict[str, Any]] = state["scores"]
         if held["variant"] is None:
-            awaiting = set(self.expects(score))
-            if (before := scores.get(held["score_id"])) is not None and "awaiting" in before:
-                awaiting = set(before["awaiting"])  # redelivered: what it still waits for
             for other in list(scores.values()):
                 if other["variant"] is None or other["close"] != held["close"]:
                     continue
                 if (joined := _primary(held, other, joined_at)) is not None:
                     pairs.append(joined)
-                awaiting.discard(other["variant"])
                 if "awaiting" in other:  # a shadow held for its primary: paired, it goes
                     del scores[other["score_id"]]
-            if awaiting:
-                scores[held["score_id"]] = held | {"awaiting": sorted(awaiting)}
-            elif "awaiting" in scores.get(held["score_id"], {}):
-                del scores[held["score_id"]]
         else:
+            known = self._earlier((score.target_id, score.rule_id, score.criterion), now, earlier)
+            known |= scores
             primaries = [
                 other
-                for other in scores.values()
+                for other in known.values()
                 if other["variant"] is None and other["close"] == held["close"]
             ]
             for primary in primaries:
                 if (joined := _primary(primary, held, joined_at)) is not None:
                     pairs.append(joined)
-                if "awaiting" in primary:
-                    rest = [v for v in primary["awaiting"] if v != held["variant"]]
-                    if rest:
-                        primary["awaiting"] = rest
-                    else:
-                        del scores[primary["score_id"]]
             if not primaries:  # its primary is still to come
-                scores[held["score_id"]] = held | {"awaiting": [PRIMARY]}
+                scores[held["score_id"]] = held | {"awaiting": PRIMARY}
         self._keep(key, state, stored)
         return pairs
 
@@ -188,7 +198,7 @@ class AgreementJoin:
         label: HumanLabel,
         reference: Reference,
         now: float,
-        earlier: Iterable[tuple[float, ScoreEvent]] = (),
+        earlier: Iterable[Arrived] = (),
     ) -> list[Joined]:
         """Hold a label (replacing one of the same id) for the scores still to come; its pairs
         with the scores of its key that came before it: those held, and ``earlier`` (each
@@ -207,19 +217,8 @@ class AgreementJoin:
             "arrived": now,
         }
         state["labels"][label.id] = held
-        scores = dict(state["scores"])
-        for arrived, score in earlier:
-            if (
-                (score.target_id, score.rule_id, score.criterion)
-                != (label.target_id, label.rule_id, label.criterion)
-                or score.status != "ok"
-                or score.raw_value is None
-                or now - arrived > self.retention_s
-                or arrived > now
-                or (kind := self.kind_of(score)) is None
-            ):
-                continue
-            scores[score.score_id] = _held_score(score, kind, arrived)
+        key_of = (label.target_id, label.rule_id, label.criterion)
+        scores = self._earlier(key_of, now, earlier) | state["scores"]
         joined_at = self.clock()
         pairs = [
             joined
@@ -246,12 +245,12 @@ class AgreementJoin:
         return dropped
 
 
-PRIMARY = "primary"  # what a shadow held waits for (a name no shadow may take)
+PRIMARY = "primary"  # what a shadow held waits for
 
 
 def _wait(item: dict[str, Any], retention_s: float) -> float:
     """How long an item is kept after it arrived: a label, and a score held the way the
-    join held every score before record 36, the retention; a partner, its wait."""
+    join held every score before record 36, the retention; a waiting shadow, its wait."""
     return min(PARTNER_WAIT_S, retention_s) if "awaiting" in item else retention_s
 
 

@@ -24,7 +24,6 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..models import ScoreEvent
-from ..ruleset.filters import sampled
 from ..ruleset.schema import AnyRule, ComparisonRule, CriteriaRule, LLMJudgeRule, RuleSet
 
 Kind = Literal["choice", "numeric"]
@@ -298,20 +297,15 @@ def score_kinds(ruleset: Callable[[], RuleSet]) -> Callable[[ScoreEvent], Kind |
     return kind_of
 
 
-def shadows_expected(ruleset: Callable[[], RuleSet]) -> Callable[[ScoreEvent], list[str]]:
-    """The shadow variants a primary score's target is judged by (``AgreementJoin(expects=
-    ...)``): each shadow of its rule whose hashed sample takes the target, as the engine
-    plans them (``<rule>@<shadow>``); none for a rule no longer loaded."""
+def shadowed(ruleset: Callable[[], RuleSet]) -> Callable[[ScoreEvent], bool]:
+    """Whether a primary score's rule has shadow judges now (``ruleset()``: a reload is
+    seen): the worker keeps such a score a while for its shadows to meet."""
 
-    def expects(score: ScoreEvent) -> list[str]:
+    def has_shadows(score: ScoreEvent) -> bool:
         rule = _rule(ruleset(), score.rule_id)
-        return [
-            spec.name
-            for spec in getattr(rule, "shadow", None) or []
-            if sampled(f"{score.rule_id}@{spec.name}", spec.sampling_rate, score.target_id)
-        ]
+        return score.variant is None and bool(getattr(rule, "shadow", None))
 
-    return expects
+    return has_shadows
 
 
 def label_digest(*parts: str) -> str:

@@ -4,13 +4,13 @@ record 36): pure, over the join's key-value store, no Kafka here.
 
 The partition is cut into buckets, runs of its offsets in arrival order. A bucket is open
 while the worker that owns the partition reads it, and closes at ``BUCKET_TARGETS`` targets,
-``BUCKET_RECORDS`` scores or, at a clock tick, ``BUCKET_SPAN_S`` after its first score; a
+``BUCKET_RECORDS`` scores or, at a clock tick, ``BUCKET_SPAN_S`` after it opened; a
 closed bucket is stored in the join's table as its offsets, its first and last score's
 arrival and the sorted 32-bit fingerprints of the targets whose scores it holds, 4 bytes a
 target (a data-skipping index, as ClickHouse keeps one per granule; a 32-bit fingerprint
 rather than a Bloom filter, so that a look-up among a week of buckets reads a false one about
-once in a thousand labels). A mark per partition says through which offset the stored
-buckets cover it.
+once in a thousand labels). A bucket with no score closes too, moving only the mark. A mark
+per partition says through which offset the stored buckets cover it.
 
 After a rebalance or a restart, the run between the mark and the first record this worker
 reads (what the previous owner read after its last close) is ``unseen``: a look-back reads
@@ -25,9 +25,9 @@ import struct
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 
-BUCKET_TARGETS = 4096  # a bucket closes at this many targets (16 KiB of fingerprints)
-BUCKET_RECORDS = 20_000  # or this many scores (what a look-back reads at most per bucket)
-BUCKET_SPAN_S = 300.0  # or, at a tick, when its first score is this old
+BUCKET_TARGETS = 1024  # a bucket closes at this many targets (4 KiB of fingerprints)
+BUCKET_RECORDS = 4000  # or this many scores (what a look-back reads at most per bucket)
+BUCKET_SPAN_S = 300.0  # or, at a tick, this long after it was opened
 
 BUCKET_PREFIX = b"\x00agreement-bucket"
 MARK_PREFIX = b"\x00agreement-mark"
@@ -103,6 +103,7 @@ class OpenBucket:
 
     first: int
     last: int
+    opened: float  # when this worker opened it (wall clock)
     since: float | None = None
     until: float | None = None
     prints: set[int] = field(default_factory=set)
@@ -166,7 +167,7 @@ class ScoreIndex:
         return self.partitions.setdefault(partition, Partition())
 
     def reading(
-        self, store: MutableMapping[bytes, bytes], partition: int, offset: int
+        self, store: MutableMapping[bytes, bytes], partition: int, offset: int, now: float
     ) -> OpenBucket | None:
         """The open bucket a record at ``offset`` belongs to (None: one the stored buckets
         already cover, a redelivery). The first record read in a partition that has no
@@ -180,7 +181,7 @@ class ScoreIndex:
         if part.open is None:
             start = part.through + 1
             unseen = (start, offset - 1) if offset > start else None
-            part.open = OpenBucket(first=start, last=offset, unseen=unseen)
+            part.open = OpenBucket(first=start, last=offset, opened=now, unseen=unseen)
         return part.open
 
     def add(
@@ -190,10 +191,11 @@ class ScoreIndex:
         offset: int,
         target_id: bytes,
         arrived: float,
+        now: float,
     ) -> bool:
-        """A score of ``target_id`` read at ``offset``; whether its bucket is full (closed
-        now if nothing of it is unseen: else after ``fill``)."""
-        bucket = self.reading(store, partition, offset)
+        """A score of ``target_id`` read at ``offset`` (``arrived`` on the topic); whether its
+        bucket is full (closed now if nothing of it is unseen: else after ``fill``)."""
+        bucket = self.reading(store, partition, offset, now)
         if bucket is None:
             return False
         bucket.add(offset, fingerprint(target_id), arrived)
@@ -201,9 +203,11 @@ class ScoreIndex:
             self.close(store, partition)
         return bucket.full()
 
-    def seen(self, store: MutableMapping[bytes, bytes], partition: int, offset: int) -> None:
+    def seen(
+        self, store: MutableMapping[bytes, bytes], partition: int, offset: int, now: float
+    ) -> None:
         """A record that is not a score (a label, a tick) read at ``offset``."""
-        if (bucket := self.reading(store, partition, offset)) is not None:
+        if (bucket := self.reading(store, partition, offset, now)) is not None:
             bucket.last = max(bucket.last, offset)
 
     def unseen(self, partition: int) -> Range | None:
@@ -234,18 +238,20 @@ class ScoreIndex:
             return None
         closed = bucket.closed(partition)
         store[closed.key] = closed.to_bytes()
-        part.closed.append(closed)
+        # one stored by a predecessor that died before moving the mark has the same key
+        part.closed = [b for b in part.closed if b.first != closed.first] + [closed]
         part.through = closed.last
         store[mark_key(partition)] = _OFFSET.pack(part.through)
         return closed
 
     def due(self, partition: int, now: float) -> bool:
-        """Whether the open bucket should close at this tick (full, or old enough)."""
+        """Whether the open bucket should close at this tick (full, or old enough; one with
+        no score moves the mark, so a new owner has nothing of it to read back)."""
         part = self.partitions.get(partition)
         bucket = part.open if part is not None else None
         if bucket is None:
             return False
-        return bucket.full() or (bucket.since is not None and now - bucket.since >= BUCKET_SPAN_S)
+        return bucket.full() or now - bucket.opened >= BUCKET_SPAN_S
 
     def expire(self, store: MutableMapping[bytes, bytes], partition: int, now: float) -> int:
         """Drop the partition's buckets whose newest score is older than the retention."""

@@ -1,24 +1,35 @@
 """Runs of a topic's partition read back by offset: what the agreement join reads when a
-label comes after its scores (design record 36).
+label (or a shadow's score) comes after the scores it pairs with (design record 36).
 
 A group-less aiokafka consumer, started at the first read and stopped when it has been idle
-for ``idle_s`` (``close_if_idle``, from a clock) or the worker stops; a run is read from its
+for ``idle_s`` (``close_if_idle``, from a clock) or the worker stops. A run is read from its
 first offset (or the partition's earliest, where the broker's retention has deleted that
-far) until its last or the partition's end.
+far) through its last; one that cannot be read to its last within ``run_timeout_s`` (the
+broker away, the partition shorter than the run) raises ``IncompleteReadError``, never a part of
+it taken for the whole. The runs read last are kept (``cache_records`` records at most), so
+labels for targets of one bucket read it once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
 from .io import options
 from .security import KafkaSecurity
 
-RUN_TIMEOUT_S = 60.0  # a run not read by then is read no further (the broker is away)
+RUN_TIMEOUT_S = 30.0  # a run not read to its last by then is an ``IncompleteReadError``
+STOP_TIMEOUT_S = 5.0  # a consumer that cannot say goodbye to the broker by then is dropped
+
+
+class IncompleteReadError(Exception):
+    """A run of offsets could not be read through its last (read it again later)."""
 
 
 class RunReader:
@@ -30,14 +41,19 @@ class RunReader:
         topic: str,
         security: KafkaSecurity | None = None,
         idle_s: float = 120.0,
+        cache_records: int = 8000,
+        run_timeout_s: float = RUN_TIMEOUT_S,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.security = security
         self.idle_s = idle_s
+        self.cache_records = cache_records
+        self.run_timeout_s = run_timeout_s
         self.consumer: AIOKafkaConsumer | None = None
         self.used = 0.0
         self.records_read = 0
+        self.cached: OrderedDict[tuple[int, int, int], list[ConsumerRecord]] = OrderedDict()
 
     async def _consumer(self) -> AIOKafkaConsumer:
         if self.consumer is None:
@@ -55,34 +71,57 @@ class RunReader:
 
     async def read(self, partition: int, runs: Iterable[tuple[int, int]]) -> list[ConsumerRecord]:
         """The records of ``partition`` in ``runs`` (first and last offset, both included),
-        in offset order."""
-        runs = sorted(runs)
-        if not runs:
-            return []
-        consumer = await self._consumer()
+        in offset order; ``IncompleteReadError`` if a run could not be read through."""
+        found: list[ConsumerRecord] = []
+        for first, last in sorted(runs):
+            found += self._from_cache(partition, first, last) or await self._read_run(
+                partition, first, last
+            )
+        self.used = time.monotonic()
+        return found
+
+    def _from_cache(self, partition: int, first: int, last: int) -> list[ConsumerRecord] | None:
+        for key, records in self.cached.items():
+            if key[0] == partition and key[1] <= first and last <= key[2]:
+                self.cached.move_to_end(key)
+                return [r for r in records if first <= r.offset <= last]
+        return None
+
+    async def _read_run(self, partition: int, first: int, last: int) -> list[ConsumerRecord]:
+        try:
+            consumer = await self._consumer()
+        except (KafkaError, OSError) as exc:
+            await self.close()
+            raise IncompleteReadError(f"cannot reach the broker: {exc}") from exc
         tp = TopicPartition(self.topic, partition)
         consumer.assign([tp])
-        found: list[ConsumerRecord] = []
-        try:
-            for first, last in runs:
-                consumer.seek(tp, first)
-                deadline = time.monotonic() + RUN_TIMEOUT_S
-                while time.monotonic() < deadline:
-                    batch = await consumer.getmany(tp, timeout_ms=500)
-                    records = batch.get(tp, [])
-                    found += [r for r in records if first <= r.offset <= last]
-                    if records and records[-1].offset >= last:
-                        break
-                    position = await consumer.position(tp)
-                    if position > last:
-                        break
-                    end = consumer.highwater(tp)
-                    if not records and end is not None and position >= end:
-                        break  # the partition ends before the run does
-        finally:
-            self.used = time.monotonic()
-        self.records_read += len(found)
-        return found
+        consumer.seek(tp, first)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + self.run_timeout_s
+        while True:
+            if time.monotonic() > deadline:
+                raise IncompleteReadError(
+                    f"{self.topic} partition {partition}: offsets {first}-{last} not read "
+                    f"through in {self.run_timeout_s:g} s ({len(records)} records)"
+                )
+            try:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+            except KafkaError as exc:
+                raise IncompleteReadError(f"{self.topic} partition {partition}: {exc}") from exc
+            got = batch.get(tp, [])
+            records += [r for r in got if first <= r.offset <= last]
+            if got and got[-1].offset >= last:
+                break  # through the run (or past it: the broker deleted all of it)
+        self.records_read += len(records)
+        self._keep(partition, first, last, records)
+        return records
+
+    def _keep(self, partition: int, first: int, last: int, records: list[ConsumerRecord]) -> None:
+        if len(records) > self.cache_records:
+            return
+        self.cached[(partition, first, last)] = records
+        while sum(len(r) for r in self.cached.values()) > self.cache_records:
+            self.cached.popitem(last=False)
 
     async def close_if_idle(self) -> None:
         if self.consumer is not None and time.monotonic() - self.used > self.idle_s:
@@ -90,5 +129,7 @@ class RunReader:
 
     async def close(self) -> None:
         consumer, self.consumer = self.consumer, None
+        self.cached.clear()
         if consumer is not None:
-            await asyncio.shield(consumer.stop())
+            with contextlib.suppress(TimeoutError, KafkaError, OSError):
+                await asyncio.wait_for(asyncio.shield(consumer.stop()), STOP_TIMEOUT_S)

@@ -26,12 +26,10 @@ def clock() -> datetime:
     return WHEN
 
 
-SHADOWS = ["mini", "big", "a", "b", "v"]  # the shadows the rules name, each taking every target
-
-
 class Logged:
     """The join as the worker runs it: every score it is given is also on the log (the
-    partition of the internal topic), and a label is given the log to read back."""
+    partition of the internal topic), and a label, or a shadow's score, is given what came
+    before it on the log (the worker reads it back: ``tests/agents/test_agreement_join.py``)."""
 
     def __init__(
         self,
@@ -40,14 +38,14 @@ class Logged:
         log: list[tuple[float, ScoreEvent]] | None = None,
         **options: Any,
     ) -> None:
-        options.setdefault("expects", lambda score: SHADOWS)
         self.join = AgreementJoin({} if store is None else store, retention_s, clock, **options)
         self.store = self.join.store
         self.log = [] if log is None else log
 
     def add_score(self, score: ScoreEvent, now: float) -> list[Joined]:
+        earlier = list(self.log) if score.variant is not None else []
         self.log.append((now, score))
-        return self.join.add_score(score, now)
+        return self.join.add_score(score, now, earlier)
 
     def add_label(self, label: HumanLabel, reference: Reference, now: float) -> list[Joined]:
         return self.join.add_label(label, reference, now, list(self.log))
@@ -282,29 +280,29 @@ def test_late_items_after_the_retention_join_nothing() -> None:
     assert len(fresh.add_label(*human(5), 100.0)) == 1  # at the retention: still joins
 
 
-def test_only_labels_and_waiting_partners_are_held() -> None:
-    """What the store holds grows with what can still pair: a score that no shadow follows
-    is not kept; a label is; a primary is kept until each shadow its rule samples came."""
+def test_only_labels_and_waiting_shadows_are_held() -> None:
+    """What the store holds grows with what can still pair: no score is kept but a shadow's
+    whose primary has not come; a label is."""
     store: dict[bytes, bytes] = {}
-    alone = Logged(store, expects=lambda score: [])
+    j = Logged(store)
     for n in range(50):
-        alone.add_score(score(target_id=f"t-{n}"), float(n))
+        j.add_score(score(target_id=f"t-{n}"), float(n))
     assert store == {}
-    [pair] = alone.add_label(*human(5, trace_id="t-7"), 60.0)  # read back from the log
+    [pair] = j.add_label(*human(5, trace_id="t-7"), 60.0)  # read back from the log
     assert pair.score_id == score(target_id="t-7").score_id
     assert list(store) == [state_key("t-7", "answer_quality", None)]
-    waiting = Logged(expects=lambda score: ["a", "b"])
-    waiting.add_score(score(), 0.0)
-    held = orjson.loads(waiting.store[state_key("t-1", "answer_quality", None)])
-    assert [s["awaiting"] for s in held["scores"].values()] == [["a", "b"]]
-    assert len(waiting.add_score(score(variant="a"), 1.0)) == 1
-    assert len(waiting.add_score(score(variant="b"), 2.0)) == 1
-    assert waiting.store == {}  # every partner came: nothing waits
+    assert len(j.add_score(score(target_id="t-9", variant="a"), 61.0)) == 1  # its primary read
+    assert list(store) == [state_key("t-7", "answer_quality", None)]
+    assert j.add_score(score(target_id="new", variant="a"), 62.0) == []  # its primary to come
+    held = orjson.loads(j.store[state_key("new", "answer_quality", None)])
+    assert [s["awaiting"] for s in held["scores"].values()] == ["primary"]
+    assert len(j.add_score(score(target_id="new"), 63.0)) == 1
+    assert state_key("new", "answer_quality", None) not in j.store  # paired, it went
 
 
-def test_expire_drops_labels_after_the_retention_and_partners_after_their_wait() -> None:
+def test_expire_drops_labels_after_the_retention_and_shadows_after_their_wait() -> None:
     store: dict[bytes, bytes] = {}
-    j = Logged(store, retention_s=100.0, expects=lambda score: [])
+    j = Logged(store, retention_s=100.0)
     j.add_label(*human(5, trace_id="old"), 0.0)
     j.add_label(*human(5, trace_id="kept"), 60.0)
     assert j.expire(150.0) == 1
@@ -312,9 +310,9 @@ def test_expire_drops_labels_after_the_retention_and_partners_after_their_wait()
     assert j.add_score(score(target_id="old"), 151.0) == []  # its label is gone
     assert j.expire(161.0) == 1
     assert store == {}
-    # a partner waits at most a day (its shadow is published with it, or in its batch)
-    long = Logged(retention_s=7 * DAY, expects=lambda score: ["late"])
-    long.add_score(score(), 0.0)  # its shadow never comes
+    # a shadow waits for its primary at most two days (published with it, or in a batch)
+    long = Logged(retention_s=7 * DAY)
+    long.add_score(score(variant="late"), 0.0)  # its primary never comes
     long.add_label(*human(5), 0.0)
     assert long.expire(PARTNER_WAIT_S) == 0
     assert long.expire(PARTNER_WAIT_S + 1.0) == 0  # the label stays for the retention

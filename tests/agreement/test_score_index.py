@@ -27,7 +27,7 @@ WEEK = 7 * 86_400.0
 def fed(index: ScoreIndex, store: dict[bytes, bytes], targets: list[str], start: int = 0) -> None:
     """One score a record, target ``targets[i]`` at offset ``start + i``, arriving at i s."""
     for i, target in enumerate(targets):
-        index.add(store, 0, start + i, target.encode(), float(i))
+        index.add(store, 0, start + i, target.encode(), float(i), float(i))
 
 
 def test_a_label_reads_only_the_runs_that_may_hold_its_target() -> None:
@@ -73,12 +73,12 @@ def test_a_run_another_worker_read_is_read_back_whole_and_filled_before_it_close
     fed(first, store, ["c", "d"], start=2)  # read, never closed: the worker died
     owner = ScoreIndex(WEEK)
     owner.rebuild(store.items(), {0})
-    owner.add(store, 0, 4, b"e", 4.0)  # the first record it reads
+    owner.add(store, 0, 4, b"e", 4.0, 4.0)  # the first record it reads
     assert owner.unseen(0) == (2, 3)
     # a label for c: the unseen run must be read, whatever the target
     assert owner.candidates(0, b"c", 5, 5.0) == [(2, 3)]
     assert owner.candidates(0, b"e", 5, 5.0) == [(2, 4)]
-    assert not owner.due(0, 4.0)
+    assert not owner.due(0, 4.0 + BUCKET_SPAN_S - 1)
     owner.fill(0, [(2, b"c", 2.0), (3, b"d", 3.0)])
     assert owner.unseen(0) is None
     closed = owner.close(store, 0)
@@ -90,12 +90,12 @@ def test_a_partition_without_a_mark_is_indexed_from_its_first_record_read() -> N
     """A topic written before the index existed: what came before is not read back."""
     store: dict[bytes, bytes] = {}
     index = ScoreIndex(WEEK)
-    index.seen(store, 0, 100)  # a label, say
+    index.seen(store, 0, 100, 0.0)  # a label, say
     assert store[mark_key(0)] == struct.pack(">q", 99)
     assert index.unseen(0) is None
-    index.add(store, 0, 101, b"a", 1.0)
+    index.add(store, 0, 101, b"a", 1.0, 1.0)
     assert index.candidates(0, b"a", 102, 2.0) == [(100, 101)]
-    index.add(store, 0, 50, b"z", 1.0)  # a redelivered record the mark covers: no change
+    index.add(store, 0, 50, b"z", 1.0, 1.0)  # a redelivered record the mark covers: no change
     assert index.candidates(0, b"z", 102, 2.0) == []
 
 
@@ -110,7 +110,7 @@ def test_buckets_close_when_full_or_old_and_expire_after_the_retention() -> None
     same = ScoreIndex(1000.0)
     fed(same, {}, ["one"] * (BUCKET_RECORDS + 1))
     assert [(b.first, b.last) for b in same.partitions[0].closed] == [(0, BUCKET_RECORDS - 1)]
-    # at a tick: old enough
+    # at a tick: old enough (opened when its first record was read)
     assert not index.due(0, float(BUCKET_TARGETS) + 1.0)
     assert index.due(0, BUCKET_TARGETS + BUCKET_SPAN_S)
     index.close(store, 0)
@@ -136,7 +136,7 @@ def test_every_earlier_score_of_a_target_is_in_a_run_it_reads(
         if offset == handover:  # a new owner, from what the table holds
             index = ScoreIndex(WEEK)
             index.rebuild(store.items(), {0})
-        index.add(store, 0, offset, str(target).encode(), float(offset))
+        index.add(store, 0, offset, str(target).encode(), float(offset), float(offset))
         if data.draw(st.booleans()) and index.unseen(0) is None:
             index.close(store, 0)
     label_at = len(targets)
@@ -144,3 +144,37 @@ def test_every_earlier_score_of_a_target_is_in_a_run_it_reads(
     runs = index.candidates(0, str(target).encode(), label_at, float(label_at))
     wanted = {offset for offset, t in enumerate(targets) if t == target}
     assert all(any(first <= o <= last for first, last in runs) for o in wanted)
+
+
+def test_a_bucket_of_labels_and_ticks_only_closes_and_moves_the_mark() -> None:
+    """Else a new owner would read back everything since the last score's bucket."""
+    store: dict[bytes, bytes] = {}
+    index = ScoreIndex(WEEK)
+    fed(index, store, ["a"])
+    index.close(store, 0)
+    for offset in range(1, 50):
+        index.seen(store, 0, offset, float(offset))
+    assert index.due(0, 1.0 + BUCKET_SPAN_S)
+    assert index.close(store, 0) is None  # no bucket stored: only the mark moves
+    assert store[mark_key(0)] == struct.pack(">q", 49)
+    owner = ScoreIndex(WEEK)
+    owner.rebuild(store.items(), {0})
+    owner.seen(store, 0, 50, 60.0)
+    assert owner.unseen(0) is None
+
+
+def test_a_bucket_stored_twice_under_one_key_is_held_once() -> None:
+    """A predecessor stored a bucket and died before moving the mark: the new owner closes
+    the same run again, and dropping the old one later must not drop the new one's key."""
+    store: dict[bytes, bytes] = {}
+    dead = ScoreIndex(WEEK)
+    fed(dead, store, ["a", "b"])
+    bucket = dead.close(store, 0)
+    assert bucket is not None
+    store[mark_key(0)] = struct.pack(">q", -1)  # the mark's write was lost
+    owner = ScoreIndex(WEEK)
+    owner.rebuild(store.items(), {0})
+    fed(owner, store, ["a", "b"])
+    owner.close(store, 0)
+    assert [(b.first, b.last) for b in owner.partitions[0].closed] == [(0, 1)]
+    assert bucket_key(0, 0) in store

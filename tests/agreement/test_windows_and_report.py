@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stream.agents.agreement_join import JoinIndex
+from stream.agents.agreement_table import JoinIndex
 from stream.agreement.join import AgreementJoin, Joined, state_key
 from stream.agreement.labels import HumanLabel, Reference
 from stream.agreement.measures import measure, win_rate
