@@ -2,20 +2,34 @@
 asserts nothing.
 
 Starts the embedded broker, the scripted judge (``tests/scripted_judge.py``) and ``--workers``
-``scorer worker`` processes (the FretCoach pack; closed threads kept ``--retention`` seconds
-after a ``--gap`` of inactivity, assembled OTLP traces remembered ``--otlp-retention``), then
-streams ``--rate`` records a second for ``--minutes``, in rounds of:
+``scorer worker`` processes (the mix's packs; closed threads kept ``--retention`` seconds
+after a ``--gap`` of inactivity, assembled OTLP traces remembered ``--otlp-retention``; the
+store ``--store``, ``SCORER_STORE``; the agreement join on unless ``--no-labels``, which sets
+``SCORER_LABELS_TOPIC=""``; ``SCORER_MEMORY_MB`` set to ``--memory-mb`` when given), then
+streams ``--rate`` records a second for ``--minutes``, in the steps of a ``--mix``
+(``bench/soak_mix.py`` builds them and scripts the judge):
 
-- three hub-coach conversations of three traces each (``thread_id``; three in four end with
+- ``issue43`` (the default; issue 43's load, 50 records/s, gap 10 s): every second a cohort of
+  five hub-coach conversations (4 traces with a ``thread_id``, never finished: they close by
+  inactivity), three metric coaching sessions and three transcript coaching sessions (project
+  ``coaching``; 4 turns and an ``end`` each); turn n of a cohort goes out a second after turn
+  n - 1, so about 90 threads are open at any time. Packs ``fretcoach`` and ``coaching``; the
+  judge answers the coaching rubric's 15 criteria, every other rule its default. ``--rate``
+  other than 50 scales its clock (a cohort every 50 / rate seconds).
+- ``classic`` (25 records/s, gap 5 s; the FretCoach pack), in rounds of: three hub-coach
+  conversations of three traces each (three in four end with
   ``metadata.conversation_finished``, the rest close by inactivity) and one studio trace;
-- three coaching sessions of three turns (three in four end with an ``end`` event);
-- one conversation of two turns as OpenTelemetry spans (the model-call span and the root span
-  in records of their own, protobuf and OTLP/JSON in turn; every other one ends).
+  three coaching sessions of three turns (three in four end with an ``end`` event); one
+  conversation of two turns as OpenTelemetry spans (the model-call span and the root span in
+  records of their own, protobuf and OTLP/JSON in turn; every other one ends).
 
 Every ``--every`` seconds it reads each worker's RSS (``VmRSS`` of the worker's own process:
 ``scorer worker`` runs Faust in the process it starts in, it does not fork). At the end it
-prints the samples, RSS at start, middle and end, the least-squares RSS slope over the second
-half (MiB/min; the target is at most 0.1) and the records produced and scores read.
+prints the samples, RSS at start, middle and end, the least-squares RSS slope over each half
+(MiB/min; the target for the second is at most 0.1), the RSS after the last closes against
+``--memory-mb`` when given, the records produced, the scores read (by scope and status), the
+judge calls, the closes (by kind and reason), the threads still open and what the worker's
+metrics say it holds (verdict cache, ``scorer_held_entries``/``_bytes`` by structure).
 
 With ``--tracemalloc`` the worker is the same CLI started through a tiny in-process sampler
 (``python -c``; nothing in ``stream/`` changes): ``PYTHONTRACEMALLOC`` traces every
@@ -25,7 +39,8 @@ and SIGUSR2). Snapshots are taken at the middle and at the end of the traffic, a
 allocation sites that grew most between them are printed. RSS under tracemalloc includes
 its own bookkeeping; the traced total is the figure to read then.
 
-    python bench/soak.py [--minutes 30] [--rate 25] [--retention 30] [--gap 5] [--workers 1]
+    python bench/soak.py [--mix issue43|classic] [--minutes 30] [--rate 50] [--gap 10]
+        [--retention 30] [--store rocksdb|memory] [--no-labels] [--memory-mb 512] [--workers 1]
     python bench/soak.py --minutes 12 --tracemalloc [--frames 25] [--top 25]
 """
 
@@ -34,7 +49,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import os
 import subprocess
 import sys
@@ -43,28 +57,22 @@ import time
 import tracemalloc
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
-from threads import rss_mib, slope
-from throughput import SAMPLE, fetch_metrics, stop
+from soak_mix import MIXES, Mix
+from threads import cpu_s, rss_mib, slope
+from throughput import fetch_metrics, stop
 
 from stream.kafka.broker import EmbeddedBroker, free_port
 from stream.kafka.io import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from otlp_records import as_otlp_json  # noqa: E402
 from scripted_judge import MockJudge  # noqa: E402
-
-HUB = next(t for t in SAMPLE if t["name"] == "hub-coach-chat")
-STUDIO = [t for t in SAMPLE if t["name"] in ("studio-live-coach", "studio-ai-recommendation")]
 
 # The worker under tracemalloc: the same CLI, with a sampler thread in its own process.
 TRACING_WORKER = """
@@ -136,13 +144,18 @@ class SoakWorker:
             "SCORER_DLQ_TOPIC": topics.dlq,
             "SCORER_WEB_PORT": str(self.port),
             "SCORER_DATA_DIR": str(tmp / f"data-{n}"),
-            "SCORER_PACKS": '["fretcoach"]',
+            "SCORER_PACKS": MIXES[args.mix].packs,
+            "SCORER_STORE": args.store,
             "SCORER_THREAD_INACTIVITY_GAP_S": f"{args.gap:g}",
             "SCORER_THREAD_RETENTION_S": f"{args.retention:g}",
             "SCORER_OTLP_RETENTION_S": f"{args.otlp_retention:g}",
             "OPENAI_BASE_URL": args.judge_url,
             "OPENAI_API_KEY": "sk-soak",
         }
+        if not args.labels:
+            env["SCORER_LABELS_TOPIC"] = ""  # the agreement join off
+        if args.memory_mb is not None:
+            env["SCORER_MEMORY_MB"] = str(args.memory_mb)
         scorer = Path(sys.executable).parent / "scorer"
         command = [str(scorer), "worker", "--loglevel", args.loglevel]
         if self.trace_dir is not None:
@@ -202,129 +215,6 @@ def metric_sum(text: str, name: str) -> float:
     return total
 
 
-# --- the workload ----------------------------------------------------------------------
-
-
-def now_iso(offset_s: float = 0.0) -> str:
-    return datetime.fromtimestamp(time.time() + offset_s, UTC).isoformat()
-
-
-def hub_turn(thread: str, n: int, finished: bool) -> dict[str, Any]:
-    document = orjson.loads(orjson.dumps(HUB))
-    document["id"] = f"{thread}-t{n}"
-    document["thread_id"] = thread
-    document["start_time"] = document["end_time"] = now_iso()
-    document["input"]["messages"][-1]["content"] = f"question {n}: how do I keep time in {thread}?"
-    document["output"]["messages"][-1]["content"] = (
-        f"answer {n}: loop the bar at 70 bpm with a click on 2 and 4 ({thread})."
-    )
-    if finished:
-        document["metadata"]["conversation_finished"] = True
-    return document
-
-
-def studio_trace(n: int, prefix: str) -> dict[str, Any]:
-    return dict(STUDIO[n % len(STUDIO)], id=f"{prefix}-studio-{n}", start_time=now_iso())
-
-
-def session_turn(session: str, seq: int) -> dict[str, Any]:
-    return {
-        "session_id": session,
-        "type": "turn",
-        "seq": seq,
-        "timestamp": now_iso(0.2 * seq),
-        "project_name": "fretcoach",
-        "metrics": {
-            "pitch_accuracy": 0.9,
-            "scale_conformity": 0.82,
-            "timing_stability": 0.55 + seq / 50,
-        },
-        "feedback": "Timing Stability is your weakest metric; play with the metronome at 70 bpm "
-        "and land each note on the click.",
-    }
-
-
-class SpanSource:
-    """Conversations as an app instrumented with the OpenTelemetry SDK exports them."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-            InMemorySpanExporter,
-        )
-
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "fretcoach"}))
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("fretcoach.hub")
-        self.records = itertools.count()
-
-    def turn(self, conversation: str, n: int, finished: bool) -> list[bytes]:
-        """One chat turn: the model call's span and the root span, one export record each."""
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        question = [{"role": "user", "parts": [{"type": "text", "content": f"question {n}"}]}]
-        answer = [
-            {
-                "role": "assistant",
-                "parts": [{"type": "text", "content": f"answer {n}: slow down, loop the bar"}],
-                "finish_reason": "stop",
-            }
-        ]
-        with self.tracer.start_as_current_span("hub-coach-chat") as root:
-            root.set_attribute("gen_ai.conversation.id", conversation)
-            if finished:
-                root.set_attribute("conversation_finished", True)
-            with self.tracer.start_as_current_span("chat gpt-4o-mini") as llm:
-                llm.set_attribute("gen_ai.operation.name", "chat")
-                llm.set_attribute("gen_ai.input.messages", orjson.dumps(question).decode())
-                llm.set_attribute("gen_ai.output.messages", orjson.dumps(answer).decode())
-                llm.set_attribute("gen_ai.usage.input_tokens", 40)
-                llm.set_attribute("gen_ai.usage.output_tokens", 12)
-        spans = list(self.exporter.get_finished_spans())  # the child first, then the root
-        self.exporter.clear()
-        out = []
-        for span in spans:
-            raw = encode_spans([span]).SerializeToString()
-            out.append(as_otlp_json(raw) if next(self.records) % 2 else raw)
-        return out
-
-
-Record = tuple[str, bytes | None, bytes]  # (topic, key, value)
-
-
-def rounds(topics: Topics, spans: SpanSource) -> Iterator[list[Record]]:
-    """The steady mix, one round at a time, each record built as it is produced (times are
-    now); within a round, every thread's turn n goes out before any turn n + 1."""
-    for r in itertools.count():
-        prefix = f"{topics.suffix}-r{r}"
-        steps: list[list[Record]] = [[], [], [], []]
-        for c in range(3):
-            thread = f"{prefix}-conv{c}"
-            ends = (3 * r + c) % 4 != 0  # one in four closes by inactivity
-            for n in range(3):
-                doc = hub_turn(thread, n, finished=ends and n == 2)
-                steps[n].append((topics.traces, doc["id"].encode(), orjson.dumps(doc)))
-        studio = studio_trace(r, prefix)
-        steps[0].append((topics.traces, studio["id"].encode(), orjson.dumps(studio)))
-        for s in range(3):
-            session = f"{prefix}-session{s}"
-            for seq in range(3):
-                steps[seq].append(
-                    (topics.sessions, session.encode(), orjson.dumps(session_turn(session, seq)))
-                )
-            if (3 * r + s) % 4 != 0:
-                end = {"session_id": session, "type": "end", "seq": 3, "timestamp": now_iso(0.6)}
-                steps[3].append((topics.sessions, session.encode(), orjson.dumps(end)))
-        conversation = f"{prefix}-otlp"
-        for n in range(2):
-            for raw in spans.turn(conversation, n, finished=r % 2 == 0 and n == 1):
-                steps[n].append((topics.otlp, None, raw))
-        yield from steps
-
-
 # --- the soak --------------------------------------------------------------------------
 
 
@@ -343,6 +233,14 @@ class Tally:
     scores: Counter[str] = field(default_factory=Counter)  # by "<scope> <status>"
     unscored: Counter[str] = field(default_factory=Counter)  # by "<rule>: <reason>"
     dead_letters: int = 0
+    judge_calls: int = 0
+    final_metrics: list[str] = field(default_factory=list)  # each worker's, after the closes
+
+    def count_judge_calls(self, judge: MockJudge) -> None:
+        """Judge calls so far (the scripted judge keeps every request: not ours to keep)."""
+        n = len(judge.requests)
+        del judge.requests[:n], judge.statuses[:n]
+        self.judge_calls += n
 
     @property
     def scores_read(self) -> int:
@@ -384,8 +282,6 @@ async def soak(
     tally = Tally()
     samples: list[Sample] = []
     snapshots: dict[str, list[Path | None]] = {}
-    judge_calls = 0
-    spans = SpanSource()
     seconds = args.minutes * 60
     done = asyncio.Event()
     reading = asyncio.create_task(read_outputs(bootstrap, topics, tally, done))
@@ -396,14 +292,12 @@ async def soak(
     next_sample = started
     mid_snapshot = args.tracemalloc
     try:
-        for step in rounds(topics, spans):
+        for step in MIXES[args.mix].steps(topics):
             now = time.monotonic()
             if now >= started + seconds:
                 break
             if now >= next_sample:
-                judge_calls += len(judge.requests)
-                judge.requests.clear()  # the scripted judge keeps every request: not ours
-                judge.statuses.clear()
+                tally.count_judge_calls(judge)
                 sample = Sample(
                     (now - started) / 60,
                     sent,
@@ -424,7 +318,7 @@ async def soak(
                 )
                 print(
                     f"  {sample.minutes * 60:6.0f} s  produced {sent:7d}  scores "
-                    f"{sample.scores:7d}  judge calls {judge_calls:7d}  closes {closes:6.0f}  "
+                    f"{sample.scores:7d}  judge calls {tally.judge_calls:7d}  closes {closes:6.0f}  "
                     f"open threads {open_threads:4.0f}  gathering {gathering:3.0f}  lag {lag:5.0f}"
                     f"  RSS {describe(sample.rss)} MiB{traced}",
                     flush=True,
@@ -450,6 +344,8 @@ async def soak(
             )
         # the last threads close by inactivity, the last span traces after their grace
         await asyncio.sleep(args.gap + 10)
+        tally.final_metrics = await asyncio.gather(*(asyncio.to_thread(w.metrics) for w in workers))
+        tally.count_judge_calls(judge)
     finally:
         await producer.stop()
         done.set()
@@ -515,13 +411,63 @@ def growth_report(mid: Path, end: Path, top: int) -> list[str]:
     return lines
 
 
+def end_report(tally: Tally) -> list[str]:
+    """Judge calls, closes, open threads, scores by scope and what the worker says it holds
+    (its verdict cache, and each structure of ``scorer_held_entries``), after the last closes."""
+    closes: Counter[str] = Counter()
+    held: Counter[str] = Counter()
+    open_threads = 0.0
+    for text in tally.final_metrics:
+        open_threads += metric_sum(text, "scorer_threads_open")
+        for name in ("judge_cache_entries", "judge_cache_bytes"):
+            held[f"verdict_cache {name.split('_')[-1]}"] += metric_sum(text, f"scorer_{name}")
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "scorer_thread_closes_total":
+                    closes[f"{sample.labels['kind']} {sample.labels['reason']}"] += sample.value
+                elif sample.name in ("scorer_held_entries", "scorer_held_bytes"):
+                    what = sample.name.split("_")[-1]
+                    held[f"{sample.labels['structure']} {what}"] += sample.value
+    by_scope: dict[str, Counter[str]] = {}
+    for key, n in tally.scores.items():
+        scope, status = key.split(" ", 1)
+        by_scope.setdefault(scope, Counter())[status] += n
+    return [
+        f"judge calls: {tally.judge_calls}",
+        f"closes: {sum(closes.values()):.0f} ("
+        + ", ".join(f"{k} {n:.0f}" for k, n in sorted(closes.items()))
+        + f"); open threads at the end: {open_threads:.0f}",
+        "scores by scope: "
+        + "; ".join(
+            f"{scope} {sum(c.values())} ("
+            + ", ".join(f"{status} {n}" for status, n in sorted(c.items()))
+            + ")"
+            for scope, c in sorted(by_scope.items())
+        ),
+        "held at the end: "
+        + ", ".join(
+            f"{k} {n / 2**20:.1f} MiB" if k.endswith("bytes") else f"{k} {n:.0f}"
+            for k, n in sorted(held.items())
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mix", choices=sorted(MIXES), default="issue43")
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--rate", type=float, default=25.0, help="records a second, all topics")
+    parser.add_argument("--rate", type=float, help="records a second (issue43 50, classic 25)")
     parser.add_argument("--retention", type=float, default=30.0, help="SCORER_THREAD_RETENTION_S")
     parser.add_argument("--otlp-retention", type=float, default=30.0)
-    parser.add_argument("--gap", type=float, default=5.0, help="the threads' inactivity gap")
+    parser.add_argument("--gap", type=float, help="inactivity gap, s (issue43 10, classic 5)")
+    parser.add_argument("--store", choices=["rocksdb", "memory"], default="rocksdb")
+    parser.add_argument(
+        "--labels",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the agreement join (--no-labels: SCORER_LABELS_TOPIC='')",
+    )
+    parser.add_argument("--memory-mb", type=int, help="SCORER_MEMORY_MB, the RSS budget")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--judge-latency", type=float, default=0.05)
@@ -530,6 +476,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=25, help="PYTHONTRACEMALLOC frames")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
+    mix: Mix = MIXES[args.mix]
+    args.rate = mix.rate if args.rate is None else args.rate
+    args.gap = mix.gap if args.gap is None else args.gap
     tmp = Path(tempfile.mkdtemp(prefix="scorer-soak-"))
     broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
     bootstrap = broker.bootstrap
@@ -537,18 +486,17 @@ def main() -> None:
     workers: list[SoakWorker] = []
     print(
         f"embedded broker {bootstrap}; logs in {tmp}; {os.cpu_count()} cores (shared)\n"
-        f"soak {args.minutes:g} min at {args.rate:g} records/s; gap {args.gap:g} s, thread "
-        f"retention {args.retention:g} s, OTLP retention {args.otlp_retention:g} s; "
-        f"{args.workers} worker(s){' under tracemalloc' if args.tracemalloc else ''}",
+        f"soak {args.minutes:g} min of mix {args.mix} at {args.rate:g} records/s; packs "
+        f"{mix.packs}; store {args.store}; labels join {'on' if args.labels else 'off'}; "
+        f"memory budget {f'{args.memory_mb:g} MiB' if args.memory_mb else 'not set'}; gap "
+        f"{args.gap:g} s, thread retention {args.retention:g} s, OTLP retention "
+        f"{args.otlp_retention:g} s; {args.workers} worker(s)"
+        f"{' under tracemalloc' if args.tracemalloc else ''}",
         flush=True,
     )
     try:
         with MockJudge(latency_s=args.judge_latency) as judge:
-            # every rule answers the default {"score": 1.0}; this one names its score
-            judge.script(
-                "the user experiences confusion, annoyance, or disengagement",
-                '{"User frustration": {"score": 0.1, "reason": "scripted"}}',
-            )
+            mix.script(judge)
             args.judge_url = judge.base_url
             asyncio.run(ensure_topics(bootstrap, topics.all(), 4))
             workers = [SoakWorker(n, bootstrap, topics, tmp, args) for n in range(args.workers)]
@@ -565,6 +513,7 @@ def main() -> None:
                 )
             samples, tally, snapshots = asyncio.run(soak(bootstrap, topics, workers, judge, args))
             final = [rss_mib(w.pid) for w in workers]
+            cpu = [cpu_s(w.pid) for w in workers]
     finally:
         for w in workers:
             stop(w.process)
@@ -574,7 +523,10 @@ def main() -> None:
         print(f"worker {index} (pid {w.pid}):")
         for line in rss_report(samples, args.minutes, index, args.tracemalloc):
             print(f"  {line}")
-        print(f"  RSS after the last closes: {final[index]:.1f} MiB")
+        print(f"  RSS after the last closes: {final[index]:.1f} MiB; CPU {cpu[index]:.0f} s")
+        if args.memory_mb is not None:
+            within = "within" if final[index] <= args.memory_mb else "over"
+            print(f"  RSS end {final[index]:.1f} MiB, budget {args.memory_mb:g} MiB: {within}")
     produced = ", ".join(f"{n} {topic.split('-')[1]}" for topic, n in tally.produced.items())
     print(f"records produced: {sum(tally.produced.values())} ({produced})")
     print(
@@ -582,8 +534,10 @@ def main() -> None:
         + ", ".join(f"{k} {n}" for k, n in sorted(tally.scores.items()))
         + f"); dead letters: {tally.dead_letters}"
     )
-    for reason, n in tally.unscored.most_common(5):
+    for reason, n in tally.unscored.most_common(10):
         print(f"  not ok: {n} x {reason}")
+    for line in end_report(tally):
+        print(line)
     for index, w in enumerate(workers):
         mid = snapshots.get("mid", [None] * len(workers))[index]
         end = snapshots.get("end", [None] * len(workers))[index]
