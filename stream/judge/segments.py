@@ -148,6 +148,10 @@ class Traffic:
 
     def sent(self, started: float, units: float) -> None:
         self._sent.append((started, units))
+        # only the last second is ever asked for (``sent_lately``, at a refusal): what is a
+        # minute older than the newest start goes (a start may be booked ahead of now)
+        while self._sent[0][0] <= started - MINUTE_S:
+            self._sent.popleft()
 
     def let_through(self, started: float, units: float, now: float) -> None:
         self._through.append((now, started, units))

@@ -118,3 +118,15 @@ def test_two_models_on_one_endpoint_do_not_slow_each_other() -> None:
     assert both.errors == 0
     assert not math.isnan(both.free_seconds)
     assert both.free_seconds <= alone.seconds * 1.1
+
+
+def test_the_traffic_a_pacer_keeps_is_a_minute_of_calls_not_every_call() -> None:
+    """What was sent is asked for only at a refusal (the last second of it): kept whole, it
+    grew by two entries per judge call for the worker's life (issue 43's tracemalloc)."""
+    from stream.judge.segments import MINUTE_S, Traffic
+
+    traffic = Traffic()
+    for n in range(10_000):  # 10 calls a second for 1 000 s, never refused
+        traffic.sent(n / 10, 1.0)
+    assert len(traffic._sent) <= 10 * MINUTE_S + 1
+    assert traffic.sent_lately(999.95) == 10.0  # the last second, as before
