@@ -145,6 +145,12 @@ class Observer:
     def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
         """A label came after scores: ``records`` of ``runs`` read back, ``found`` its own."""
 
+    def watch_memory(
+        self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None
+    ) -> None:
+        """The worker's memory budget, and a reader of RocksDB's shared cache (None: the
+        memory store)."""
+
     def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
         """What a worker's ``structure`` (a table, index or cache) holds now: entries and,
         where known, bytes."""

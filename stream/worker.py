@@ -34,6 +34,7 @@ from .errors import ConfigError, ScorerError
 from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge, VerdictCache
 from .judge.client import JudgeClient
+from .kafka import rocksdb_store
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
 from .kafka.io import check_cluster
@@ -147,6 +148,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     register_rule_reloads(app, live, settings.rules_reload_s)
     metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
     metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
+    usage = rocksdb_store.memory_usage if settings.store == "rocksdb" else None
+    metrics.watch_memory(settings.memory_mb * 2**20, usage)
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(

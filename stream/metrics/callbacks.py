@@ -264,6 +264,15 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
         self.agreement_lookback_records.inc(records)
 
+    def watch_memory(
+        self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None
+    ) -> None:
+        self.memory_budget.set(budget_bytes)
+        if rocksdb is not None:
+            for kind in ("usage", "write_buffers"):
+                child = self.held_bytes.labels(structure=f"rocksdb_{kind}")
+                child.set_function(lambda kind=kind: rocksdb().get(kind, 0))  # type: ignore[misc]
+
     def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
         self.held_entries.labels(structure=structure).set(entries)
         if size_bytes is not None:

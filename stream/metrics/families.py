@@ -248,6 +248,7 @@ class MetricFamilies:
         self.held_bytes = gauge(
             "held_bytes", "Bytes a worker's table, index or cache holds", ("structure",)
         )
+        self.memory_budget = gauge("memory_budget_bytes", "The worker's budget (SCORER_MEMORY_MB)")
         self.judge_agreement = gauge(
             "judge_agreement",
             "How far a rule's judge agrees with its reference over a window, on the rule's "
