@@ -145,6 +145,11 @@ class Observer:
     def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
         """A label came after scores: ``records`` of ``runs`` read back, ``found`` its own."""
 
+    def watch_held(
+        self, structure: str, entries: Callable[[], float], size: Callable[[], float]
+    ) -> None:
+        """Readers of what a worker's ``structure`` holds: entries and bytes."""
+
     def watch_memory(
         self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None
     ) -> None:

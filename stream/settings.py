@@ -215,6 +215,10 @@ class Settings(BaseSettings):
     def judge_configured(self) -> bool:
         return bool(self.openai_base_url or self.openai_api_key)
 
+    def memory_share(self, share: float) -> int:
+        """``share`` of the memory budget (``SCORER_MEMORY_MB``), in bytes."""
+        return int(self.memory_mb * 2**20 * share)
+
     def judge_cost(self, model: str, usage: TokenUsage) -> float | None:
         """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
         return judge_cost(self.judge_prices, model, usage)

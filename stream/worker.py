@@ -23,7 +23,6 @@ from .agents.otlp import register_otlp_agents
 from .agents.sessions import co_partitioned_sessions, register_session_agent
 from .agents.threads import register_thread_agent
 from .agents.traces import register_trace_agent
-from .agents.verdict_table import VerdictTable
 from .app import Topics, create_app
 from .config_errors import env_name
 from .engine.scorer import Scorer
@@ -32,8 +31,9 @@ from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON, Judge
 from .errors import ConfigError, ScorerError
 from .judge.batch import BatchAPI
-from .judge.cache import CachingJudge, VerdictCache
+from .judge.cache import CachingJudge
 from .judge.client import JudgeClient
+from .judging import judge_of, verdict_table
 from .kafka import rocksdb_store
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
@@ -54,24 +54,6 @@ from .threads.sources import SourceLog
 log = logging.getLogger(__name__)
 
 
-def judge_of(settings: Settings, observer: Observer) -> Judge | None:
-    """The worker's judge (None: none configured), behind the verdict cache unless
-    ``SCORER_JUDGE_CACHE_TTL_S`` or ``SCORER_JUDGE_CACHE_MAX_ENTRIES`` is 0."""
-    if not settings.judge_configured:
-        return None
-    client = JudgeClient(settings.judge_config(), observer)
-    if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
-        return client
-    cache = VerdictCache(settings.judge_cache_ttl_s, settings.judge_cache_max_entries)
-    return CachingJudge(
-        client,
-        cache,
-        default_model=settings.judge_model,
-        observer=observer,
-        price=settings.judge_cost,
-    )
-
-
 def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> faust.Worker:
     """A Faust worker with the trace agent and the configured rule set (fails fast on bad rules)."""
     metrics = ScorerMetrics.default()
@@ -82,12 +64,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     judge = judge_of(settings, metrics)
     app, topics = create_app(settings, bootstrap, metrics)
     if isinstance(judge, CachingJudge) and settings.judge_cache_table:
-        judge.store = VerdictTable(
-            app,
-            partitions=settings.topic_partitions,
-            ttl_s=settings.judge_cache_ttl_s,
-            max_entries=settings.judge_cache_max_entries,
-        )
+        judge.store = verdict_table(app, settings, metrics)
     ledger = spend_ledger(settings, metrics)
     scorer = Scorer(
         ruleset,

@@ -24,6 +24,7 @@ IO_ROOMS = (
     "stream.delivery",
     "stream.demo",
     "stream.judge",
+    "stream.judging",
     "stream.kafka",
     "stream.metrics",
     "stream.settings",

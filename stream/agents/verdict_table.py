@@ -97,7 +97,8 @@ def sweep_interval(ttl_s: float) -> float:
 
 class VerdictTable:
     """The ``VerdictStore`` of a worker: verdicts in the ``verdicts`` table, bounded by
-    ``ttl_s`` (from when each was stored) and ``max_entries`` per partition."""
+    ``ttl_s`` (from when each was stored), ``max_entries`` per partition and, when given,
+    ``max_bytes`` per partition (keys and values: the memory store holds them in Python)."""
 
     def __init__(
         self,
@@ -107,6 +108,7 @@ class VerdictTable:
         ttl_s: float,
         max_entries: int,
         clock: Callable[[], float] = time.time,
+        max_bytes: int | None = None,
     ) -> None:
         if ttl_s <= 0 or max_entries <= 0:
             raise ValueError("a verdict table keeps entries for a positive time and count")
@@ -115,9 +117,12 @@ class VerdictTable:
         self.changelog_name = self.table.changelog_topic.get_topic_name()
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.clock = clock
         # partition -> key -> stored at, oldest first: what the sweep and the bound drop
         self._index: defaultdict[int, OrderedDict[bytes, float]] = defaultdict(OrderedDict)
+        self._sizes: defaultdict[int, dict[bytes, int]] = defaultdict(dict)  # key and value
+        self.bytes: defaultdict[int, int] = defaultdict(int)
         self._not_copartitioned: set[str] = set()
 
         @self.table.on_recover
@@ -136,6 +141,8 @@ class VerdictTable:
     def rebuild(self, partitions: set[int]) -> int:
         """The index of ``partitions`` from the table's entries (after each recovery)."""
         self._index.clear()
+        self._sizes.clear()
+        self.bytes.clear()
         count = 0
         for key, value in list(self.table.data.items()):
             try:
@@ -144,6 +151,8 @@ class VerdictTable:
                 continue  # never written by this class: left alone, read as a miss
             if partition in partitions:
                 self._index[partition][key] = stored_at
+                self._sizes[partition][key] = len(key) + len(value)
+                self.bytes[partition] += len(key) + len(value)
                 count += 1
         for partition, entries in self._index.items():
             self._index[partition] = OrderedDict(sorted(entries.items(), key=lambda kv: kv[1]))
@@ -181,7 +190,7 @@ class VerdictTable:
             value = encode_entry(verdict, now, partition)
             self.table.send_changelog(partition, raw_key, value, value_serializer="raw")
             put_in_partition(self.table, partition, raw_key, value)  # no event in scope
-            self._indexed(partition, raw_key, now)
+            self._indexed(partition, raw_key, now, len(raw_key) + len(value))
             return
         event = current_event()
         if event is None:
@@ -189,8 +198,9 @@ class VerdictTable:
         topic, partition = event.message.topic, event.message.partition
         if topic in self._not_copartitioned:
             return
+        value = encode_entry(verdict, now, partition)
         try:
-            self.table[raw_key] = encode_entry(verdict, now, partition)
+            self.table[raw_key] = value
         except PartitionsMismatch as exc:
             self._not_copartitioned.add(topic)
             log.warning("verdicts of %s are kept in memory only: %s", topic, exc)
@@ -198,14 +208,20 @@ class VerdictTable:
         except Exception:
             log.exception("writing the verdict table failed: the verdict is kept in memory")
             return
-        self._indexed(partition, raw_key, now)
+        self._indexed(partition, raw_key, now, len(raw_key) + len(value))
 
-    def _indexed(self, partition: int, raw_key: bytes, now: float) -> None:
-        """Index an entry just written, and drop its partition's oldest past the bound."""
-        entries = self._index[partition]
+    def _indexed(self, partition: int, raw_key: bytes, now: float, size: int) -> None:
+        """Index an entry just written, and drop its partition's oldest past the bounds."""
+        entries, sizes = self._index[partition], self._sizes[partition]
         entries.pop(raw_key, None)
         entries[raw_key] = now
-        while len(entries) > self.max_entries:
+        self.bytes[partition] += size - sizes.get(raw_key, 0)
+        sizes[raw_key] = size
+        while len(entries) > self.max_entries or (
+            self.max_bytes is not None
+            and self.bytes[partition] > self.max_bytes
+            and len(entries) > 1
+        ):
             self._drop(partition, next(iter(entries)))
 
     def sweep(self) -> int:
@@ -213,6 +229,8 @@ class VerdictTable:
         owned = self.owned()
         for partition in [p for p in self._index if p not in owned]:
             del self._index[partition]  # moved away: its new owner sweeps it
+            self._sizes.pop(partition, None)
+            self.bytes.pop(partition, None)
         now = self.clock()
         dropped = 0
         for partition, entries in list(self._index.items()):
@@ -231,6 +249,7 @@ class VerdictTable:
     def _drop(self, partition: int, key: bytes) -> None:
         """Tombstone ``key`` in ``partition``'s changelog and drop it from the store."""
         self._index[partition].pop(key, None)
+        self.bytes[partition] -= self._sizes[partition].pop(key, 0)
         self.table.send_changelog(partition, key, None, value_serializer="raw")
         with contextlib.suppress(KeyError):  # already gone
             del self.table.data[key]

@@ -64,18 +64,21 @@ class _Entry:
 
 class VerdictCache:
     """Verdicts by key, each kept ``ttl_s`` seconds from when it was stored, at most
-    ``max_entries`` of them (the least recently used go first)."""
+    ``max_entries`` of them and, when given, ``max_bytes`` of their estimated size (the least
+    recently used go first)."""
 
     def __init__(
         self,
         ttl_s: float = DEFAULT_TTL_S,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         clock: Callable[[], float] = time.monotonic,
+        max_bytes: int | None = None,
     ) -> None:
         if ttl_s <= 0 or max_entries <= 0:
             raise ValueError("a verdict cache keeps entries for a positive time and count")
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.bytes = 0
@@ -103,7 +106,9 @@ class VerdictCache:
         size = len(key) + len(pickle.dumps(verdict))
         self._entries[key] = _Entry(verdict, self.clock() - age, size)
         self.bytes += size
-        while len(self._entries) > self.max_entries:
+        while len(self._entries) > self.max_entries or (
+            self.max_bytes is not None and self.bytes > self.max_bytes and len(self._entries) > 1
+        ):
             self._drop(next(iter(self._entries)))
 
     def _drop(self, key: str) -> None:

@@ -264,6 +264,12 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_agreement_looked_back(self, runs: int, records: int, found: int) -> None:
         self.agreement_lookback_records.inc(records)
 
+    def watch_held(
+        self, structure: str, entries: Callable[[], float], size: Callable[[], float]
+    ) -> None:
+        self.held_entries.labels(structure=structure).set_function(entries)
+        self.held_bytes.labels(structure=structure).set_function(size)
+
     def watch_memory(
         self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None
     ) -> None:

@@ -105,11 +105,15 @@ class FakeTable(dict[bytes, bytes]):
         self.sent.append((partition, key, value))
 
 
-def table(clock: Clock, owned: set[int], max_entries: int = 10) -> VerdictTable:
+def table(
+    clock: Clock, owned: set[int], max_entries: int = 10, max_bytes: int | None = None
+) -> VerdictTable:
     found = VerdictTable.__new__(VerdictTable)
     found.table = FakeTable()  # type: ignore[assignment]
     found.ttl_s, found.max_entries, found.clock = 100.0, max_entries, clock
+    found.max_bytes = max_bytes
     found._index = defaultdict(OrderedDict)
+    found._sizes, found.bytes = defaultdict(dict), defaultdict(int)
     found._not_copartitioned = set()
     found.owned = lambda: owned  # type: ignore[method-assign]
     return found
@@ -142,6 +146,20 @@ def test_expired_entries_are_tombstoned_in_their_partition_and_a_partition_is_bo
     assert set(verdicts.table) == {b"n1", b"n2"}
     assert verdicts.table.sent[1:] == [(1, b"k1", None), (1, b"n0", None)]  # type: ignore[attr-defined]
     assert verdicts.rebuild({1}) == 2  # after a recovery: the owned partitions' entries
+
+
+def test_a_partition_is_bounded_in_bytes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the memory store the table is in Python: a partition holds at most ``max_bytes``
+    of keys and values (its oldest go first), whatever its count allows."""
+    clock = Clock()
+    one = len(b"k0") + len(encode_entry(verdict(1.0), 0.0, 0))
+    verdicts = table(clock, owned={0}, max_bytes=3 * one)
+    in_partition(monkeypatch, 0)
+    for n in range(5):
+        verdicts.put(f"k{n}", verdict(1.0))
+    assert set(verdicts.table) == {b"k2", b"k3", b"k4"}
+    assert verdicts.bytes[0] == 3 * one
+    assert verdicts.sweep() == 0 and verdicts.rebuild({0}) == 3 and verdicts.bytes[0] == 3 * one
 
 
 def test_no_write_outside_a_record() -> None:

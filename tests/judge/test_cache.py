@@ -109,6 +109,18 @@ def test_the_least_recently_used_entry_goes_past_the_bound() -> None:
     assert cache.bytes == one
 
 
+def test_the_least_recently_used_go_past_the_bytes_bound_too() -> None:
+    """The worker bounds its cache by a share of its memory budget as well as by count."""
+    sized = VerdictCache(ttl_s=60, max_entries=100, clock=Clock())
+    sized.put("a", verdict(1))
+    one = sized.bytes
+    cache = VerdictCache(ttl_s=60, max_entries=100, clock=Clock(), max_bytes=3 * one)
+    for key in "abcde":
+        cache.put(key, verdict(1))
+    assert len(cache) == 3 and cache.bytes <= 3 * one
+    assert cache.get("a") is None and cache.get("e") == verdict(1)
+
+
 def test_a_cache_with_no_room_or_no_time_is_refused() -> None:
     with pytest.raises(ValueError):
         VerdictCache(ttl_s=0)

@@ -1,0 +1,52 @@
+"""The worker's judge: the client behind the verdict cache, and the verdicts table, their
+memory sized from the worker's budget (``SCORER_MEMORY_MB``, design record 37)."""
+
+from __future__ import annotations
+
+import faust
+
+from .agents.verdict_table import VerdictTable
+from .engine.verdicts import Judge
+from .judge.cache import CachingJudge, VerdictCache
+from .judge.client import JudgeClient
+from .observer import Observer
+from .settings import Settings
+
+CACHE_SHARE, TABLE_SHARE = 1 / 16, 1 / 8  # of the memory budget: the verdicts in memory
+
+
+def judge_of(settings: Settings, observer: Observer) -> Judge | None:
+    """The worker's judge (None: none configured), behind the verdict cache unless
+    ``SCORER_JUDGE_CACHE_TTL_S`` or ``SCORER_JUDGE_CACHE_MAX_ENTRIES`` is 0."""
+    if not settings.judge_configured:
+        return None
+    client = JudgeClient(settings.judge_config(), observer)
+    if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
+        return client
+    cache = VerdictCache(
+        settings.judge_cache_ttl_s,
+        settings.judge_cache_max_entries,
+        max_bytes=settings.memory_share(CACHE_SHARE),
+    )
+    return CachingJudge(
+        client,
+        cache,
+        default_model=settings.judge_model,
+        observer=observer,
+        price=settings.judge_cost,
+    )
+
+
+def verdict_table(app: faust.App, settings: Settings, observer: Observer) -> VerdictTable:
+    """The ``verdicts`` table; on the memory store it is in Python: its share of the budget,
+    split over the partitions (RocksDB keeps it on disk: a count per partition bounds it)."""
+    share = settings.memory_share(TABLE_SHARE) // settings.topic_partitions
+    table = VerdictTable(
+        app,
+        partitions=settings.topic_partitions,
+        ttl_s=settings.judge_cache_ttl_s,
+        max_entries=settings.judge_cache_max_entries,
+        max_bytes=share if settings.store == "memory" else None,
+    )
+    observer.watch_held("verdicts", lambda: len(table), lambda: sum(table.bytes.values()))
+    return table
