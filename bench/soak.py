@@ -16,6 +16,10 @@ streams ``--rate`` records a second for ``--minutes``, in the steps of a ``--mix
   n - 1, so about 90 threads are open at any time. Packs ``fretcoach`` and ``coaching``; the
   judge answers the coaching rubric's 15 criteria, every other rule its default. ``--rate``
   other than 50 scales its clock (a cohort every 50 / rate seconds).
+- ``issue43-cached``: the same, but the hub texts repeat across conversations, so most judged
+  scores are verdict-cache hits (the judge asked about once a second, as in the issue's own
+  soak); in ``issue43`` every hub text names its conversation (about 110 judge calls a
+  second, each verdict new: the verdict cache and table fill to their bounds).
 - ``classic`` (25 records/s, gap 5 s; the FretCoach pack), in rounds of: three hub-coach
   conversations of three traces each (three in four end with
   ``metadata.conversation_finished``, the rest close by inactivity) and one studio trace;
@@ -39,7 +43,7 @@ and SIGUSR2). Snapshots are taken at the middle and at the end of the traffic, a
 allocation sites that grew most between them are printed. RSS under tracemalloc includes
 its own bookkeeping; the traced total is the figure to read then.
 
-    python bench/soak.py [--mix issue43|classic] [--minutes 30] [--rate 50] [--gap 10]
+    python bench/soak.py [--mix issue43|issue43-cached|classic] [--minutes 30] [--rate 50] [--gap 10]
         [--retention 30] [--store rocksdb|memory] [--no-labels] [--memory-mb 512] [--workers 1]
     python bench/soak.py --minutes 12 --tracemalloc [--frames 25] [--top 25]
 """

@@ -80,14 +80,17 @@ def now_iso(offset_s: float = 0.0) -> str:
     return datetime.fromtimestamp(time.time() + offset_s, UTC).isoformat()
 
 
-def hub_turn(thread: str, n: int, finished: bool) -> dict[str, Any]:
+def hub_turn(thread: str, n: int, finished: bool, unique: bool = True) -> dict[str, Any]:
+    """A hub-coach turn; its texts name its thread (``unique``: every judge prompt new) or
+    repeat across threads (the judge's verdicts kept: most judged scores are cache hits)."""
     document = orjson.loads(orjson.dumps(HUB))
     document["id"] = f"{thread}-t{n}"
     document["thread_id"] = thread
     document["start_time"] = document["end_time"] = now_iso()
-    document["input"]["messages"][-1]["content"] = f"question {n}: how do I keep time in {thread}?"
+    where = f" in {thread}" if unique else ""
+    document["input"]["messages"][-1]["content"] = f"question {n}: how do I keep time{where}?"
     document["output"]["messages"][-1]["content"] = (
-        f"answer {n}: loop the bar at 70 bpm with a click on 2 and 4 ({thread})."
+        f"answer {n}: loop the bar at 70 bpm with a click on 2 and 4{f' ({thread})' if unique else ''}."
     )
     if finished:
         document["metadata"]["conversation_finished"] = True
@@ -212,8 +215,9 @@ def classic(topics: MixTopics) -> Iterator[list[Record]]:
         yield from steps
 
 
-def issue43(topics: MixTopics) -> Iterator[list[Record]]:
-    """Issue 43's steady load, one step (a second at 50 records/s) at a time."""
+def issue43(topics: MixTopics, unique: bool = True) -> Iterator[list[Record]]:
+    """Issue 43's steady load, one step (a second at 50 records/s) at a time (``unique``:
+    the hub texts name their thread)."""
     turns = 4
     for step in itertools.count():
         records: list[Record] = []
@@ -223,7 +227,7 @@ def issue43(topics: MixTopics) -> Iterator[list[Record]]:
             prefix = f"{topics.suffix}-c{step - age}"
             if age < turns:
                 for h in range(5):
-                    doc = hub_turn(f"{prefix}-hub{h}", age, finished=False)
+                    doc = hub_turn(f"{prefix}-hub{h}", age, finished=False, unique=unique)
                     records.append((topics.traces, doc["id"].encode(), orjson.dumps(doc)))
             for kind, turn in (("metric", session_turn), ("transcript", transcript_turn)):
                 for s in range(3):
@@ -259,5 +263,14 @@ class Mix:
 
 MIXES = {
     "issue43": Mix('["fretcoach", "coaching"]', 50.0, 10.0, issue43, script_issue43),
+    # the same, its hub texts repeating: the analysis's load (the judge asked about once a
+    # second, most judged scores verdict-cache hits)
+    "issue43-cached": Mix(
+        '["fretcoach", "coaching"]',
+        50.0,
+        10.0,
+        lambda topics: issue43(topics, unique=False),
+        script_issue43,
+    ),
     "classic": Mix('["fretcoach"]', 25.0, 5.0, classic, script_classic),
 }
