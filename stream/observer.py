@@ -146,9 +146,9 @@ class Observer:
         """A label came after scores: ``records`` of ``runs`` read back, ``found`` its own."""
 
     def watch_held(
-        self, structure: str, entries: Callable[[], float], size: Callable[[], float]
+        self, structure: str, entries: Callable[[], float], size: Callable[[], float] | None
     ) -> None:
-        """Readers of what a worker's ``structure`` holds: entries and bytes."""
+        """Readers of what a worker's ``structure`` holds: entries and (if known) bytes."""
 
     def watch_memory(
         self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None

@@ -210,6 +210,7 @@ def register_agreement_agents(
                 measured.table.send_changelog(0, old.encode(), None, value_serializer="raw")
                 measured.table.data.pop(old.encode(), None)
             observer.on_agreement_measured(windows.measures(now))
+            observer.on_held("agreement_window", len(windows), None)
         except Exception:
             log.exception("measuring agreement failed: measured again in %s s", MEASURE_EVERY_S)
 

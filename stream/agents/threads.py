@@ -92,6 +92,7 @@ def register_thread_agent(
         observer=observer,
     )
     observer.watch_threads(processor.open_threads, processor.pending_closes)
+    observer.watch_held("threads", processor.held_threads, None)
     events_topic = threads.events_name
     in_flight: dict[tuple[str, str, int], asyncio.Task[None]] = {}
     # closes scored and published at once: a burst of closes (many threads idle together, or

@@ -265,10 +265,11 @@ class ScorerMetrics(MetricFamilies, Observer):
         self.agreement_lookback_records.inc(records)
 
     def watch_held(
-        self, structure: str, entries: Callable[[], float], size: Callable[[], float]
+        self, structure: str, entries: Callable[[], float], size: Callable[[], float] | None
     ) -> None:
         self.held_entries.labels(structure=structure).set_function(entries)
-        self.held_bytes.labels(structure=structure).set_function(size)
+        if size is not None:
+            self.held_bytes.labels(structure=structure).set_function(size)
 
     def watch_memory(
         self, budget_bytes: int, rocksdb: Callable[[], Mapping[str, int]] | None

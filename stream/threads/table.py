@@ -159,6 +159,10 @@ class ThreadTable:
     def pending_closes(self) -> int:
         return sum(len(i.pending) for i in self.partitions.values())
 
+    def held_threads(self) -> int:
+        """Threads the table holds: open, and closed ones kept for their retention."""
+        return sum(len(i.open) + len(i.closed) for i in self.partitions.values())
+
     @staticmethod
     def _sources_of(kind: str, own: Iterable[str], *, spread: bool = False) -> tuple[str, ...]:
         """The sources a thread waits for: its own events' (a conversation's turns come
