@@ -74,9 +74,8 @@ class RunReader:
         in offset order; ``IncompleteReadError`` if a run could not be read through."""
         found: list[ConsumerRecord] = []
         for first, last in sorted(runs):
-            found += self._from_cache(partition, first, last) or await self._read_run(
-                partition, first, last
-            )
+            cached = self._from_cache(partition, first, last)
+            found += cached if cached is not None else await self._read_run(partition, first, last)
         self.used = time.monotonic()
         return found
 
