@@ -32,7 +32,7 @@ test: install tools
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy stream
 	for pack in $(PACKS_WITH_CODE); do $(BIN)/mypy $$pack || exit 1; done
-	$(BIN)/pytest -q -n 2 --dist worksteal
+	$(BIN)/pytest -q -n 3 --dist worksteal
 
 # the fast tier: everything but the tests that start the embedded broker (well under a minute)
 test-fast: install

@@ -44,7 +44,7 @@ VARIABLES = {
     "$project": ".*",
     "$model": ".*",
 }
-SELECTOR = re.compile(r"\b(?:scorer[A-Za-z0-9_:]*|up|ALERTS)\b(?:\{[^}]*\})?")
+SELECTOR = re.compile(r"\b(?:scorer[A-Za-z0-9_:]*|process_[a-z_]+|up|ALERTS)\b(?:\{[^}]*\})?")
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
