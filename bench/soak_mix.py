@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+import yaml
 from throughput import SAMPLE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -42,23 +43,9 @@ if TYPE_CHECKING:
 
 HUB = next(t for t in SAMPLE if t["name"] == "hub-coach-chat")
 STUDIO = [t for t in SAMPLE if t["name"] in ("studio-live-coach", "studio-ai-recommendation")]
-COACHING_IDS = [
-    "CQ1",
-    "CQ2",
-    "CQ3",
-    "CQ6",
-    "CQ8",
-    "CQ9",
-    "CP2",
-    "CP4",
-    "CP5",
-    "MT1",
-    "MT2",
-    "MT3",
-    "MT6",
-    "MT4",
-    "MT5",
-]
+# the coaching rubric's criteria, as its rule file lists them
+COACHING_RULE = Path(__file__).resolve().parent.parent / "rules/coaching/coaching_transcript.yaml"
+COACHING_IDS = [c["id"] for c in yaml.safe_load(COACHING_RULE.read_text())["criteria"]]
 EXCHANGES = [  # (user, assistant): one transcript session's four turns
     ("Work is crushing me.", "What part weighs most?"),
     ("Emails at midnight.", "What would change if you answered them in the morning?"),

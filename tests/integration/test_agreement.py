@@ -91,6 +91,13 @@ def labelled_worker(
     rules = tmp / "rules" / "labelled"
     rules.mkdir(parents=True)
     (rules / "resolved.yaml").write_text(rule)
+    return labelled_rules_worker(broker, names, tmp, judge)
+
+
+def labelled_rules_worker(
+    broker: EmbeddedBroker, names: Names, tmp: Path, judge: MockJudge
+) -> Worker:
+    """A started worker running the rules ``labelled_worker`` wrote under ``tmp``."""
     return Worker(
         broker.bootstrap,
         names,

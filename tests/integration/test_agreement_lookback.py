@@ -15,7 +15,7 @@ from scripted_judge import MockJudge
 from stream.kafka.broker import EmbeddedBroker
 
 from .harness import Names, Worker, committed, produce, read, read_scores
-from .test_agreement import RULE, env, label, labelled_worker, trace
+from .test_agreement import RULE, env, label, labelled_rules_worker, labelled_worker, trace
 
 N = 8
 
@@ -51,15 +51,7 @@ async def test_labels_after_their_scores_join_on_a_worker_that_never_saw_them(
     assert await read_by_join() >= N
     first.kill()
 
-    second = Worker(
-        broker.bootstrap,
-        names,
-        tmp_path,
-        SCORER_RULES_DIR=str(tmp_path / "rules"),
-        SCORER_PACKS='["labelled"]',
-        OPENAI_BASE_URL=judge.base_url,
-        **env(names),
-    ).start()
+    second = labelled_rules_worker(broker, names, tmp_path, judge)
     workers.append(second)
     await produce(broker.bootstrap, env(names)["SCORER_LABELS_TOPIC"], [label(i) for i in range(N)])
     records = await read(
