@@ -203,6 +203,7 @@ def register_agreement_agents(
         try:
             if 0 not in owned_partitions(app, settings.agreement_measure_topic):
                 observer.on_agreement_measured({})
+                observer.on_held("agreement_window", 0, None)  # another worker measures
                 return
             now = time.time()
             for old in windows.expired(now):

@@ -68,12 +68,16 @@ SCHEME = "rocksdb-raw"
 MIB = 1 << 20
 # RocksDB's part of the budget: a quarter (the block cache, write buffers charged to it)
 ROCKSDB_SHARE = 4
-# the write buffers of all the databases together: at most half of RocksDB's part
-MEMTABLE_SHARE = 2
-# each database's write buffer: RocksDB's part over the databases the worker's tables can
-# have, at least this many (so that all of them, each holding a full buffer and no longer
-# written, still fit in it), within 1 MiB and Faust's default
+# the write buffers of all the databases together: at most RocksDB's part (charged to the
+# cache: blocks give way to them)
+MEMTABLE_SHARE = 1
+# each database's write buffer: seven eighths of that (where the write buffer manager starts
+# making writes flush) over the databases the worker's tables can have, at least this many,
+# less an arena block (so that all of them, each holding a full buffer and no longer
+# written, stay under it: else every write to a busy one flushes its buffer), within 1 MiB
+# and Faust's default
 DATABASES_AT_LEAST = 32
+ARENA_BLOCK = 512 * 1024  # RocksDB's arena block at these sizes, charged on top of a buffer
 WRITE_BUFFER_MIN = 1 * MIB
 WRITE_BUFFER_MAX = 64 * MIB  # Faust's default
 # write buffers per database: the one written, and one being flushed
@@ -98,8 +102,12 @@ class MemoryBudget:
 
     def write_buffer_bytes(self, databases: int = 0) -> int:
         """One database's write buffer (it has ``WRITE_BUFFERS``), ``databases`` the number
-        of databases the worker's tables can have."""
-        each = self.rocksdb_bytes // max(databases, DATABASES_AT_LEAST)
+        of databases the worker's tables can have: every database's full buffer together
+        stays under the point where the write buffer manager starts flushing (seven eighths
+        of its cap), less an arena block each, so idle databases' buffers never make each
+        write to a busy one flush (a flush storm, and RocksDB's level-0 stalls)."""
+        flushing_at = self.memtable_bytes * 7 // 8
+        each = flushing_at // max(databases, DATABASES_AT_LEAST) - ARENA_BLOCK
         return min(max(each, WRITE_BUFFER_MIN), WRITE_BUFFER_MAX)
 
 

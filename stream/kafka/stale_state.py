@@ -157,11 +157,19 @@ def stale(held: list[Held], ends: dict[TP, int]) -> list[tuple[Held, int]]:
 async def find_stale(
     held: list[Held], bootstrap: str, security: KafkaSecurity | None
 ) -> list[tuple[Held, int]]:
-    """``stale`` against the broker, each suspect confirmed by a fetch at its end."""
+    """``stale`` against the broker, each suspect confirmed by a fetch at its end (one the
+    fetch did not answer leaves the check inconclusive: ``TimeoutError``, the start goes on
+    with Faust's own check, rather than a stale verdict from a short end offset)."""
     ends = await changelog_ends(bootstrap, security, (h.tp for h in held))
     suspects = {h.tp: end for h, end in stale(held, ends)}
     if suspects:
-        ends.update(await fetched_highwaters(bootstrap, suspects, auth=options(security)))
+        unanswered: set[TP] = set()
+        fetched = await fetched_highwaters(
+            bootstrap, suspects, auth=options(security), unanswered=unanswered
+        )
+        if unanswered:
+            raise TimeoutError(f"no fetch answered for {len(unanswered)} changelog partitions")
+        ends.update(fetched)
     return stale(held, ends)
 
 

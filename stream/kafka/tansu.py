@@ -61,11 +61,13 @@ async def fetched_highwaters(
     reported: Mapping[TP, int],
     timeout: float = FETCH_TIMEOUT_S,
     auth: Mapping[str, Any] | None = None,
+    unanswered: set[TP] | None = None,
 ) -> dict[TP, int]:
     """The high watermark of each partition from a fetch at its reported end offset.
 
     An empty partition (reported 0) is taken at its word: with any record in it, the
-    defective answer is at least 1. Falls back to the reported offset if no fetch answers.
+    defective answer is at least 1. Falls back to the reported offset if no fetch answers
+    (and adds the partition to ``unanswered``, when given).
     """
     wanted = {tp: end for tp, end in reported.items() if end > 0}
     result = dict(reported)
@@ -94,6 +96,8 @@ async def fetched_highwaters(
             highwater = consumer.highwater(tp)
             if highwater is not None:
                 result[original] = max(wanted[original], highwater)
+            elif unanswered is not None:
+                unanswered.add(original)
     finally:
         await consumer.stop()
     return result

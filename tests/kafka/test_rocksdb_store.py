@@ -62,16 +62,20 @@ def options_file(db: Any) -> dict[str, str]:
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
 
-def test_the_budget_gives_rocksdb_a_quarter_half_of_it_write_buffers() -> None:
+def test_the_budget_gives_rocksdb_a_quarter_and_the_write_buffers_fit_under_its_flushing() -> None:
     default = MemoryBudget(Settings().memory_mb)
     assert default.memory_mb == 512
-    assert (default.rocksdb_bytes, default.memtable_bytes) == (128 * MIB, 64 * MIB)
-    # a database's write buffer: all the databases' full ones fit in RocksDB's quarter
-    assert default.write_buffer_bytes(24) == 4 * MIB  # (32 at least)
-    assert default.write_buffer_bytes(64) == 2 * MIB
+    assert (default.rocksdb_bytes, default.memtable_bytes) == (128 * MIB, 128 * MIB)
+    # a database's write buffer: all the databases' full ones (an arena block more each) stay
+    # under seven eighths of the manager's cap, where it starts making each write flush
+    assert default.write_buffer_bytes(24) == 3 * MIB  # (32 at least): 112 / 32 - 0.5
+    assert default.write_buffer_bytes(64) == int(1.25 * MIB)  # 112 / 64 - 0.5
     assert default.write_buffer_bytes(1000) == 1 * MIB  # at least
-    assert MemoryBudget(256).write_buffer_bytes(24) == 2 * MIB
-    assert MemoryBudget(2048).write_buffer_bytes(24) == 16 * MIB
+    for databases in (8, 21, 32, 49, 64, 74):  # past 74 the 1 MiB floor: raise the budget
+        each = default.write_buffer_bytes(databases) + 512 * 1024
+        assert databases * each <= default.memtable_bytes * 7 // 8
+    assert MemoryBudget(256).write_buffer_bytes(24) == int(1.25 * MIB)
+    assert MemoryBudget(2048).write_buffer_bytes(24) == int(13.5 * MIB)
     assert MemoryBudget(16384).write_buffer_bytes(24) == 64 * MIB  # Faust's default at most
 
 
@@ -84,7 +88,7 @@ def test_a_tables_database_uses_the_shared_cache_and_sized_write_buffers(
     # Faust's default: a cache of 2 GiB for this database alone
     assert db.property_int_value("rocksdb.block-cache-capacity") == 128 * MIB
     written = options_file(db)
-    assert written["write_buffer_size"] == str(4 * MIB)
+    assert written["write_buffer_size"] == str(3 * MIB)
     assert written["max_write_buffer_number"] == "2"
     assert written["cache_index_and_filter_blocks"] == "true"
     assert written["pin_l0_filter_and_index_blocks_in_cache"] == "true"
@@ -108,7 +112,7 @@ def test_every_database_of_every_table_shares_one_cache(tmp_path: Path) -> None:
     rocksdb_store.configure(1024)  # resizes the one cache: every database sees it
     assert shared_memory().cache is cache
     assert {db.property_int_value("rocksdb.block-cache-capacity") for db in dbs} == {256 * MIB}
-    assert shared_memory().write_buffers.get_buffer_size() == 128 * MIB
+    assert shared_memory().write_buffers.get_buffer_size() == 256 * MIB
     before = cache.get_usage()
     for n in range(2000):  # a write to one database shows in the usage every database reports
         dbs[3].put(b"k%d" % n, os.urandom(1000))
@@ -122,7 +126,7 @@ def test_the_write_buffers_shrink_with_the_databases_the_tables_can_have(tmp_pat
     app.Table("verdicts", partitions=60, key_type=bytes, value_type=bytes)
     app.Table("threads", partitions=4, key_type=bytes, value_type=bytes)
     assert table_databases(app) == 64
-    assert options_file(database(app, "threads", 0))["write_buffer_size"] == str(2 * MIB)
+    assert options_file(database(app, "threads", 0))["write_buffer_size"] == str(int(1.25 * MIB))
 
 
 def test_an_unconfigured_store_reads_the_budget_from_the_environment(
@@ -131,7 +135,7 @@ def test_an_unconfigured_store_reads_the_budget_from_the_environment(
     monkeypatch.setenv("SCORER_MEMORY_MB", "2048")
     db = database(rocksdb_app(tmp_path), "threads", 1)
     assert db.property_int_value("rocksdb.block-cache-capacity") == 512 * MIB
-    assert options_file(db)["write_buffer_size"] == str(16 * MIB)
+    assert options_file(db)["write_buffer_size"] == str(int(13.5 * MIB))
 
 
 def test_the_budget_setting_validates(monkeypatch: pytest.MonkeyPatch) -> None:
