@@ -98,7 +98,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixtures import fretcoach_rules, hub_trace
 from integration.harness import Names, Worker
 from otlp_records import as_otlp_json
-from scripted_judge import MockJudge, Reply, Script
+from scripted_judge import FRUSTRATION, MockJudge, Reply, Script
 
 FAULTS = ("kill9", "sigterm", "start", "sigstop")
 CLOCK_EVENTS = {"tick", "progress"}
@@ -107,7 +107,6 @@ PER_TARGET = {"trace_without_decisions", "trace_not_scored", "score_missing", "t
 PER_TARGET |= {"close_missing", "close_wrong", "close_incomplete", "early_close"}
 GAP_S = 30.0  # the inactivity gap: longer than a pause inside a round, nearly always
 HUB = "hub-coach-chat"
-FRUSTRATION = "the user experiences confusion, annoyance, or disengagement"
 JOINED = re.compile(r"Joined group '(?P<group>[^']+)' \(generation (?P<generation>-?\d+)\)")
 PARTITIONS = 4
 

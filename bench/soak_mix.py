@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 import yaml
@@ -37,9 +37,7 @@ from throughput import SAMPLE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from otlp_records import as_otlp_json
-
-if TYPE_CHECKING:
-    from scripted_judge import MockJudge
+from scripted_judge import MockJudge, script_frustration
 
 HUB = next(t for t in SAMPLE if t["name"] == "hub-coach-chat")
 STUDIO = [t for t in SAMPLE if t["name"] in ("studio-live-coach", "studio-ai-recommendation")]
@@ -226,10 +224,7 @@ def issue43(topics: MixTopics, unique: bool = True) -> Iterator[list[Record]]:
 
 def script_classic(judge: MockJudge) -> None:
     # every rule answers the default {"score": 1.0}; this one names its score
-    judge.script(
-        "the user experiences confusion, annoyance, or disengagement",
-        '{"User frustration": {"score": 0.1, "reason": "scripted"}}',
-    )
+    script_frustration(judge)
 
 
 def script_issue43(judge: MockJudge) -> None:

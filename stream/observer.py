@@ -156,10 +156,6 @@ class Observer:
         """The worker's memory budget, and a reader of RocksDB's shared cache (None: the
         memory store)."""
 
-    def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
-        """What a worker's ``structure`` (a table, index or cache) holds now: entries and,
-        where known, bytes."""
-
     def on_agreement_thresholds(
         self, thresholds: list[tuple[str, str, str, str, float, int]]
     ) -> None:

@@ -126,7 +126,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
     metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
     usage = rocksdb_store.memory_usage if settings.store == "rocksdb" else None
-    metrics.watch_memory(settings.memory_mb * 2**20, usage)
+    metrics.watch_memory(settings.memory_share(1.0), usage)
     if judge is None:
         log.warning("LLM rules will publish skipped scores: %s", NO_JUDGE_REASON)
     log.info(

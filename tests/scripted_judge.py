@@ -273,6 +273,17 @@ def schema_example(schema: dict[str, Any], root: dict[str, Any]) -> Any:
     return "scripted"
 
 
+# the seed's user-frustration judge (fretcoach's hub_user_frustration_score), by its prompt
+FRUSTRATION = "the user experiences confusion, annoyance, or disengagement"
+
+
+def script_frustration(judge: MockJudge, score: float = 0.1, reason: str = "scripted") -> None:
+    """The frustration judge answers its score under its own name (the default answer,
+    ``{"score": 1.0}``, does not fit its schema)."""
+    answer = {"User frustration": {"score": score, "reason": reason}}
+    judge.script(FRUSTRATION, orjson.dumps(answer).decode())
+
+
 def demo_answers(judge: MockJudge) -> MockJudge:
     """Script answers for the demo's samples: the critique pack's rubric and response
     comparison (the demo's pair) get answers of their own shape; every other prompt the

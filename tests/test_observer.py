@@ -49,10 +49,9 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_pair_preference (issue 29, item 5: A/B win rates)
     # + on_agreement_joined, on_agreement_measured, on_agreement_thresholds (issue 29, item 2)
     # + on_trace_batch (issue 30, item 1: traces scored together)
-    # + on_agreement_looked_back and on_held (issue 43: the join reads scores back, what a
-    # worker's tables, indexes and caches hold), watch_memory (the budget, RocksDB's cache),
-    # watch_held (the same, read when scraped)
-    assert len(callbacks) == 45
+    # + on_agreement_looked_back (issue 43: the join reads scores back), watch_memory (the
+    # budget, RocksDB's cache), watch_held (what a worker's tables, indexes and caches hold)
+    assert len(callbacks) == 44
     assert callbacks <= set(vars(ScorerMetrics))
 
 

@@ -187,6 +187,8 @@ def register_agreement_agents(
         windows.add(pair)
 
     measured.on_recover(rebuild)
+    # emptied by ``rebuild`` on a worker that does not own the measuring partition
+    observer.watch_held("agreement_window", lambda: len(windows), None)
     measured.agent(
         "measure-agreement",
         decode=Joined.model_validate_json,
@@ -203,7 +205,6 @@ def register_agreement_agents(
         try:
             if 0 not in owned_partitions(app, settings.agreement_measure_topic):
                 observer.on_agreement_measured({})
-                observer.on_held("agreement_window", 0, None)  # another worker measures
                 return
             now = time.time()
             for old in windows.expired(now):
@@ -211,7 +212,6 @@ def register_agreement_agents(
                 measured.table.send_changelog(0, old.encode(), None, value_serializer="raw")
                 measured.table.data.pop(old.encode(), None)
             observer.on_agreement_measured(windows.measures(now))
-            observer.on_held("agreement_window", len(windows), None)
         except Exception:
             log.exception("measuring agreement failed: measured again in %s s", MEASURE_EVERY_S)
 

@@ -104,6 +104,12 @@ class JoinAgent:
         self.scores = ScoreIndex(settings.label_retention_s)
         self.recent = RecentPrimaries()
         joins.on_recover(self.rebuild)
+        observer.watch_held("agreement_keys", self.index.size, None)
+        observer.watch_held(
+            "agreement_index", lambda: self.scores.sizes()[0], lambda: self.scores.sizes()[1]
+        )
+        observer.watch_held("agreement_recent_primaries", lambda: len(self.recent.items), None)
+        observer.watch_held("agreement_read_back", reader.cached_records, None)
 
     def rebuild(self, owned: set[int]) -> None:
         items = list(self.table.data.items())
@@ -229,12 +235,6 @@ class JoinAgent:
             await self.fill(partition)
             self.scores.close(self.table, partition)
         await self.reader.close_if_idle()
-        buckets, prints = self.scores.sizes()
-        self.observer.on_held("agreement_keys", self.index.size(), None)
-        self.observer.on_held("agreement_index", buckets, prints)
-        self.observer.on_held("agreement_recent_primaries", len(self.recent.items), None)
-        cached = sum(len(records) for records in self.reader.cached.values())
-        self.observer.on_held("agreement_read_back", cached, None)
 
 
 def _scores_in(records: Iterable[ConsumerRecord], run: Range) -> list[Read]:

@@ -74,11 +74,8 @@ class Staged(MutableMapping[bytes, bytes]):
         self.pending[key] = None
 
     def __iter__(self) -> Iterator[bytes]:
-        gone = {k for k, v in self.pending.items() if v is None}
-        seen = [k for k in self.store if k not in gone]
-        return iter(
-            [*seen, *(k for k, v in self.pending.items() if v is not None and k not in seen)]
-        )
+        stored = [k for k in self.store if k not in self.pending]
+        return iter([*stored, *(k for k, v in self.pending.items() if v is not None)])
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -136,25 +133,24 @@ class JoinIndex:
     ) -> MutableMapping[bytes, bytes]:
         """``table`` as a join writes it while an event of ``partition`` is applied."""
         keys = self.due[partition]
-
-        def wrote(key: bytes, value: bytes) -> None:
-            if (due := self._deadline(value)) is not None:
-                keys[key] = due
-
-        return _Keys(table, None, wrote, lambda key: keys.pop(key, None))
+        return _Keys(table, None, self._noting(keys), lambda key: keys.pop(key, None))
 
     def stale(
         self, table: MutableMapping[bytes, bytes], partition: int, now: float
     ) -> MutableMapping[bytes, bytes]:
         """The keys of ``partition`` with something expired by ``now``: what expiry reads."""
         keys = self.due[partition]
+        old = [key for key, due in keys.items() if due <= now]
+        return _Keys(table, old, self._noting(keys), lambda key: keys.pop(key, None))
+
+    def _noting(self, keys: dict[bytes, float]) -> Callable[[bytes, bytes], None]:
+        """What a write tells the index: when the key next has something to expire."""
 
         def wrote(key: bytes, value: bytes) -> None:
             if (due := self._deadline(value)) is not None:
                 keys[key] = due
 
-        old = [key for key, due in keys.items() if due <= now]
-        return _Keys(table, old, wrote, lambda key: keys.pop(key, None))
+        return wrote
 
     def size(self) -> int:
         return sum(len(keys) for keys in self.due.values())

@@ -159,7 +159,8 @@ class AgreementJoin:
         kind = self.kind_of(score)
         if kind is None:
             return []
-        key = state_key(score.target_id, score.rule_id, score.criterion)
+        of = (score.target_id, score.rule_id, score.criterion)
+        key = state_key(*of)
         state, stored = self._state(key, now)
         held = _held_score(score, kind, now)
         joined_at = self.clock()
@@ -178,8 +179,7 @@ class AgreementJoin:
                 if "awaiting" in other:  # a shadow held for its primary: paired, it goes
                     del scores[other["score_id"]]
         else:
-            known = self._earlier((score.target_id, score.rule_id, score.criterion), now, earlier)
-            known |= scores
+            known = self._earlier(of, now, earlier) | scores
             primaries = [
                 other
                 for other in known.values()
@@ -206,7 +206,8 @@ class AgreementJoin:
         filtered here by key, status and the retention). The same label again (a
         redelivery, or re-sent) emits its pairs again with the same ids, as a new value for
         its id does (downstream keeps the newest of each id)."""
-        key = state_key(label.target_id, label.rule_id, label.criterion)
+        of = (label.target_id, label.rule_id, label.criterion)
+        key = state_key(*of)
         state, stored = self._state(key, now)
         held = {
             "label_id": label.id,
@@ -217,8 +218,7 @@ class AgreementJoin:
             "arrived": now,
         }
         state["labels"][label.id] = held
-        key_of = (label.target_id, label.rule_id, label.criterion)
-        scores = self._earlier(key_of, now, earlier) | state["scores"]
+        scores = self._earlier(of, now, earlier) | state["scores"]
         joined_at = self.clock()
         pairs = [
             joined

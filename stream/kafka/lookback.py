@@ -119,8 +119,12 @@ class RunReader:
         if len(records) > self.cache_records:
             return
         self.cached[(partition, first, last)] = records
-        while sum(len(r) for r in self.cached.values()) > self.cache_records:
+        while self.cached_records() > self.cache_records:
             self.cached.popitem(last=False)
+
+    def cached_records(self) -> int:
+        """The records kept of the runs read last."""
+        return sum(len(records) for records in self.cached.values())
 
     async def close_if_idle(self) -> None:
         if self.consumer is not None and time.monotonic() - self.used > self.idle_s:

@@ -8,12 +8,13 @@ every database options sized from the worker's budget (``SCORER_MEMORY_MB``), as
 Streams' bounded-memory ``RocksDBConfigSetter`` does: a quarter of the budget goes to RocksDB
 (the rest is the Python process's), as ONE block cache (an LRU cache) shared by all the
 worker's databases, every table and partition, with the write buffers (memtables) charged to
-that same cache through one write buffer manager capped at half of it; index and filter
+that same cache through one write buffer manager capped at the whole share; index and filter
 blocks are kept in the cache too (those of level 0 pinned there), not beside it. Each
-database gets two write buffers (the one written, one being flushed) of RocksDB's share
-divided by the number of databases the worker's tables can have (at least 32), so that even
-every database holding a full one, no longer written, fits in the share: the write buffer
-manager makes only the database being written flush, never an idle one. The cache and the
+database gets two write buffers (the one written, one being flushed) of seven eighths of the
+share divided by the number of databases the worker's tables can have (at least 32), less an
+arena block, so that even every database holding a full one, no longer written, stays under
+the point where the write buffer manager starts making each write flush: it makes only the
+database being written flush, never an idle one. The cache and the
 write buffer manager are made once per process (``shared_memory``) from the budget
 ``configure`` is given (or, if it never was, ``SCORER_MEMORY_MB`` read from the environment);
 a later budget resizes the same two objects.
@@ -68,10 +69,7 @@ SCHEME = "rocksdb-raw"
 MIB = 1 << 20
 # RocksDB's part of the budget: a quarter (the block cache, write buffers charged to it)
 ROCKSDB_SHARE = 4
-# the write buffers of all the databases together: at most RocksDB's part (charged to the
-# cache: blocks give way to them)
-MEMTABLE_SHARE = 1
-# each database's write buffer: seven eighths of that (where the write buffer manager starts
+# each database's write buffer: seven eighths of RocksDB's part (where the write buffer manager starts
 # making writes flush) over the databases the worker's tables can have, at least this many,
 # less an arena block (so that all of them, each holding a full buffer and no longer
 # written, stay under it: else every write to a busy one flushes its buffer), within 1 MiB
@@ -97,8 +95,9 @@ class MemoryBudget:
 
     @property
     def memtable_bytes(self) -> int:
-        """The write buffer manager's cap on all the databases' write buffers together."""
-        return self.rocksdb_bytes // MEMTABLE_SHARE
+        """The write buffer manager's cap on all the databases' write buffers together: the
+        whole of RocksDB's part (charged to the cache: blocks give way to them)."""
+        return self.rocksdb_bytes
 
     def write_buffer_bytes(self, databases: int = 0) -> int:
         """One database's write buffer (it has ``WRITE_BUFFERS``), ``databases`` the number

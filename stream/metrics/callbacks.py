@@ -280,11 +280,6 @@ class ScorerMetrics(MetricFamilies, Observer):
                 child = self.held_bytes.labels(structure=f"rocksdb_{kind}")
                 child.set_function(lambda kind=kind: rocksdb().get(kind, 0))  # type: ignore[misc]
 
-    def on_held(self, structure: str, entries: int, size_bytes: int | None) -> None:
-        self.held_entries.labels(structure=structure).set(entries)
-        if size_bytes is not None:
-            self.held_bytes.labels(structure=structure).set(size_bytes)
-
     def on_agreement_thresholds(
         self, thresholds: list[tuple[str, str, str, str, float, int]]
     ) -> None:

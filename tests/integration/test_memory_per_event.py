@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, script_frustration
 
 from stream.kafka.broker import EmbeddedBroker
 
@@ -122,10 +122,7 @@ async def test_a_worker_retains_nothing_per_event_once_its_threads_are_gone(
     broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, judge: MockJudge
 ) -> None:
     # every rule answers the default {"score": 1.0}; this one names its score
-    judge.script(
-        "the user experiences confusion, annoyance, or disengagement",
-        '{"User frustration": {"score": 0.1, "reason": "scripted"}}',
-    )
+    script_frustration(judge)
     worker = TracedWorker(
         broker.bootstrap,
         names,

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 from fixtures import hub_trace
-from scripted_judge import MockJudge, Reply
+from scripted_judge import MockJudge, Reply, script_frustration
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, message_key
@@ -25,7 +25,6 @@ from .harness import Names, Worker, produce, read, read_scores, trace_bytes
 from .test_worker import start
 
 COHERENCE = "evaluating conversational coherence"
-FRUSTRATION = "the user experiences confusion, annoyance, or disengagement"
 EFFECTIVENESS = "evaluating live feedback effectiveness"
 T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 FAST = {"SCORER_THREAD_TICK_S": "0.3"}
@@ -84,7 +83,7 @@ async def test_conversations_and_sessions_close_once_and_reopen(
     broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
 ) -> None:
     judge.script(COHERENCE, '{"score": 0.9, "reason": "coherent"}')
-    judge.script(FRUSTRATION, '{"User frustration": {"score": 0.2, "reason": "calm"}}')
+    script_frustration(judge, 0.2, "calm")
     judge.script(EFFECTIVENESS, '{"score": 1.0, "reason": "timing improved"}')
     worker = start(
         workers, broker, names, tmp_path, judge, SCORER_THREAD_INACTIVITY_GAP_S="4", **FAST
