@@ -20,7 +20,10 @@ module that holds it; the tests that show the defect and the mend are in
 10. A fetched record is handed to the agents without a race of two tasks when nothing can
     make the hand-over wait (a cost, not a defect): ``fetch_loop.py``.
 
-The test hooks these read from the environment are in ``testhooks.py``.
+The test hooks these read from the environment are in ``testhooks.py``. The mends were read
+against faust-streaming 0.15.3 and aiokafka 0.14.0 (the RocksDB store's against rocksdict
+0.3.29): ``pyproject.toml`` pins those minors, and ``tests/kafka/test_read_versions.py`` fails
+when another version is installed, so a bump is read again before it lands.
 """
 
 from __future__ import annotations
