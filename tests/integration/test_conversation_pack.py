@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fixtures import hub_trace
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, script_frustration
 
 from stream.kafka.broker import EmbeddedBroker
 
 from .harness import Names, Worker, produce, read_scores, trace_bytes
-from .test_threads import COHERENCE, FRUSTRATION, by_target
+from .test_threads import COHERENCE, by_target
 from .test_worker import SECRET
 
 GENERIC = {
@@ -44,7 +44,7 @@ async def test_a_users_own_two_traces_sharing_a_thread_id_get_the_three_thread_s
     for phrase, score, _ in GENERIC.values():
         judge.script(phrase, f'{{"score": {score}, "reason": "scripted for {phrase}"}}')
     judge.script(COHERENCE, '{"score": 0.9, "reason": "coherent"}')
-    judge.script(FRUSTRATION, '{"User frustration": {"score": 0.1, "reason": "calm"}}')
+    script_frustration(judge, 0.1, "calm")
     worker = Worker(
         broker.bootstrap,
         names,

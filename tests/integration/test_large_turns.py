@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, script_frustration
 
 from stream.kafka.broker import EmbeddedBroker
 
@@ -16,7 +16,6 @@ from .test_threads import (
     COHERENCE,
     EFFECTIVENESS,
     FAST,
-    FRUSTRATION,
     chat,
     session_end,
     session_turn,
@@ -42,7 +41,7 @@ async def test_large_turns_are_cut_and_scored_and_the_worker_lives_on(
     with MockJudge() as judge:
         judge.script(COHERENCE, '{"score": 0.9, "reason": "coherent"}')
         judge.script(EFFECTIVENESS, '{"score": 1.0, "reason": "improved"}')
-        judge.script(FRUSTRATION, '{"User frustration": {"score": 0.2, "reason": "calm"}}')
+        script_frustration(judge, 0.2, "calm")
         worker = start(
             workers, broker, names, tmp_path, judge, SCORER_THREAD_INACTIVITY_GAP_S="3", **FAST
         )
