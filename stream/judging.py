@@ -38,15 +38,17 @@ def judge_of(settings: Settings, observer: Observer) -> Judge | None:
 
 
 def verdict_table(app: faust.App, settings: Settings, observer: Observer) -> VerdictTable:
-    """The ``verdicts`` table; on the memory store it is in Python: its share of the budget,
-    split over the partitions (RocksDB keeps it on disk: a count per partition bounds it)."""
+    """The ``verdicts`` table, what it holds in Python within its share of the budget, split
+    over the partitions: the index of its entries, and on the memory store their values
+    (RocksDB keeps those on disk)."""
     share = settings.memory_share(TABLE_SHARE) // settings.topic_partitions
     table = VerdictTable(
         app,
         partitions=settings.topic_partitions,
         ttl_s=settings.judge_cache_ttl_s,
         max_entries=settings.judge_cache_max_entries,
-        max_bytes=share if settings.store == "memory" else None,
+        max_bytes=share,
+        values_in_memory=settings.store == "memory",
     )
     observer.watch_held("verdicts", lambda: len(table), lambda: sum(table.bytes.values()))
     return table

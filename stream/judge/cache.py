@@ -11,7 +11,11 @@ the trace through them, not only the prompt) are not cached. Design record 22.
 
 The in-memory ``VerdictCache`` is the fast path; a ``VerdictStore`` behind it (the worker's
 changelog-backed table, ``agents/verdict_table.py``) keeps the entries where they survive a
-restart and move with their partition at a rebalance.
+restart and move with their partition at a rebalance. With a store behind it the in-memory
+cache is only a front for the verdicts asked again within minutes (``FRONT_ENTRIES``): the
+store is where verdicts are kept for their TTL, on disk with RocksDB (design record 37).
+The cache holds each verdict pickled, and counts its bytes as Python holds them (the key,
+the pickle, the entry), so its byte bound is what it costs in memory.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import pickle
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -34,6 +39,9 @@ from .contract import answer_contract
 
 DEFAULT_TTL_S = 86_400.0  # one day
 DEFAULT_MAX_ENTRIES = 100_000
+# the in-memory cache in front of a store: verdicts asked again within minutes (a duplicate
+# trace, a redelivery, a rubric's repeated turn), the store keeping the rest
+FRONT_ENTRIES = 1024
 
 
 def verdict_key(
@@ -57,15 +65,25 @@ def verdict_key(
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    verdict: Verdict
+    pickled: bytes  # the verdict
     stored_at: float
-    size: int  # bytes: the key and the pickled verdict
+    size: int  # bytes Python holds for it: the key, the pickle, this entry, its slot
+
+
+# an entry's own object and its slot in the ordered dict (a linked node and a table entry:
+# measured with tracemalloc in tests/judge/test_cache.py)
+ENTRY_OVERHEAD = 200
+
+
+def held_bytes(key: str, pickled: bytes) -> int:
+    """What one cache entry holds in memory."""
+    return sys.getsizeof(key) + sys.getsizeof(pickled) + ENTRY_OVERHEAD
 
 
 class VerdictCache:
     """Verdicts by key, each kept ``ttl_s`` seconds from when it was stored, at most
-    ``max_entries`` of them and, when given, ``max_bytes`` of their estimated size (the least
-    recently used go first)."""
+    ``max_entries`` of them and, when given, ``max_bytes`` of what they hold in memory (the
+    least recently used go first)."""
 
     def __init__(
         self,
@@ -95,7 +113,8 @@ class VerdictCache:
             self._drop(key)
             return None
         self._entries.move_to_end(key)
-        return entry.verdict
+        verdict: Verdict = pickle.loads(entry.pickled)
+        return verdict
 
     def put(self, key: str, verdict: Verdict, age: float = 0.0) -> None:
         """Store ``verdict`` under ``key`` (replacing what was there), stored ``age`` seconds
@@ -103,9 +122,18 @@ class VerdictCache:
         recently used entries past the bound."""
         if key in self._entries:
             self._drop(key)
-        size = len(key) + len(pickle.dumps(verdict))
-        self._entries[key] = _Entry(verdict, self.clock() - age, size)
+        pickled = pickle.dumps(verdict, pickle.HIGHEST_PROTOCOL)
+        size = held_bytes(key, pickled)
+        self._entries[key] = _Entry(pickled, self.clock() - age, size)
         self.bytes += size
+        self._bound()
+
+    def front(self, entries: int) -> None:
+        """Keep at most ``entries`` from now on (a store behind keeps the rest)."""
+        self.max_entries = min(self.max_entries, max(1, entries))
+        self._bound()
+
+    def _bound(self) -> None:
         while len(self._entries) > self.max_entries or (
             self.max_bytes is not None and self.bytes > self.max_bytes and len(self._entries) > 1
         ):
@@ -136,8 +164,8 @@ class CachingJudge:
     make one call: the later ones wait for it, and make their own if it fails.
     ``price(model, usage)``: the US dollars a call's usage costs (None: no price), so the
     metrics say what a hit saved. ``store``: where verdicts are kept beyond ``cache`` (asked
-    when ``cache`` misses, written with it); set after construction by the worker, whose
-    table exists only once its app does."""
+    when ``cache`` misses, written with it; ``cache`` then keeps only ``FRONT_ENTRIES``); set
+    after construction by the worker, whose table exists only once its app does."""
 
     def __init__(
         self,
@@ -154,8 +182,19 @@ class CachingJudge:
         self.observer = observer or Observer()
         self.price = price
         self._in_flight: dict[str, asyncio.Future[Verdict]] = {}
-        self.store: VerdictStore | None = None
+        self._store: VerdictStore | None = None
         self.observer.watch_judge_cache(lambda: len(cache), lambda: cache.bytes)
+
+    @property
+    def store(self) -> VerdictStore | None:
+        return self._store
+
+    @store.setter
+    def store(self, store: VerdictStore | None) -> None:
+        """Keep verdicts in ``store`` too: the in-memory cache becomes its front."""
+        self._store = store
+        if store is not None:
+            self.cache.front(FRONT_ENTRIES)
 
     async def judge(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from collections import OrderedDict, defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -13,9 +14,15 @@ import pytest
 from fixtures import fretcoach_rules
 
 from stream.agents import verdict_table
-from stream.agents.verdict_table import VerdictTable, decode_entry, encode_entry
+from stream.agents.verdict_table import (
+    INDEX_ENTRY,
+    TABLE_SLOT,
+    VerdictTable,
+    decode_entry,
+    encode_entry,
+)
 from stream.engine.verdicts import ComparisonAnswers, ParsedAnswer, RubricAnswers, Verdict
-from stream.judge.cache import CachingJudge, VerdictCache
+from stream.judge.cache import FRONT_ENTRIES, CachingJudge, VerdictCache
 from stream.models import TokenUsage
 from stream.ruleset.aggregators import CriterionAnswer
 from stream.ruleset.schema import PromptedRule
@@ -105,13 +112,24 @@ class FakeTable(dict[bytes, bytes]):
         self.sent.append((partition, key, value))
 
 
+class OnDisk(FakeTable):
+    """Entries kept elsewhere (RocksDB's files): what Python holds is the index alone."""
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        pass
+
+
 def table(
-    clock: Clock, owned: set[int], max_entries: int = 10, max_bytes: int | None = None
+    clock: Clock,
+    owned: set[int],
+    max_entries: int = 10,
+    max_bytes: int | None = None,
+    values_in_memory: bool = True,
 ) -> VerdictTable:
     found = VerdictTable.__new__(VerdictTable)
-    found.table = FakeTable()  # type: ignore[assignment]
+    found.table = FakeTable() if values_in_memory else OnDisk()  # type: ignore[assignment]
     found.ttl_s, found.max_entries, found.clock = 100.0, max_entries, clock
-    found.max_bytes = max_bytes
+    found.max_bytes, found.values_in_memory = max_bytes, values_in_memory
     found._index = defaultdict(OrderedDict)
     found._sizes, found.bytes = defaultdict(dict), defaultdict(int)
     found._not_copartitioned = set()
@@ -148,18 +166,49 @@ def test_expired_entries_are_tombstoned_in_their_partition_and_a_partition_is_bo
     assert verdicts.rebuild({1}) == 2  # after a recovery: the owned partitions' entries
 
 
-def test_a_partition_is_bounded_in_bytes_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the memory store the table is in Python: a partition holds at most ``max_bytes``
-    of keys and values (its oldest go first), whatever its count allows."""
+@pytest.mark.parametrize("values_in_memory", [True, False], ids=["memory", "rocksdb"])
+def test_a_partition_is_bounded_in_bytes_too(
+    monkeypatch: pytest.MonkeyPatch, values_in_memory: bool
+) -> None:
+    """A partition holds at most ``max_bytes`` of what it keeps in Python (its oldest go
+    first), whatever its count allows: the index, and on the memory store the values."""
     clock = Clock()
-    one = len(b"k0") + len(encode_entry(verdict(1.0), 0.0, 0))
-    verdicts = table(clock, owned={0}, max_bytes=3 * one)
+    value = encode_entry(verdict(1.0), 0.0, 0)
+    one = INDEX_ENTRY + (sys.getsizeof(value) + TABLE_SLOT if values_in_memory else 0)
+    verdicts = table(clock, owned={0}, max_bytes=3 * one, values_in_memory=values_in_memory)
     in_partition(monkeypatch, 0)
     for n in range(5):
         verdicts.put(f"k{n}", verdict(1.0))
-    assert set(verdicts.table) == {b"k2", b"k3", b"k4"}
+    assert list(verdicts._index[0]) == [b"k2", b"k3", b"k4"]
     assert verdicts.bytes[0] == 3 * one
-    assert verdicts.sweep() == 0 and verdicts.rebuild({0}) == 3 and verdicts.bytes[0] == 3 * one
+    assert verdicts.sweep() == 0 and verdicts.bytes[0] == 3 * one
+    if values_in_memory:  # (a rebuild reads the values: the disk-store double has none)
+        assert verdicts.rebuild({0}) == 3 and verdicts.bytes[0] == 3 * one
+
+
+@pytest.mark.parametrize("values_in_memory", [True, False], ids=["memory", "rocksdb"])
+def test_the_bytes_bound_counts_what_python_holds(
+    monkeypatch: pytest.MonkeyPatch, values_in_memory: bool
+) -> None:
+    """What a partition counts is what its entries cost in Python, within 20 %: the
+    worker's budget share bounds the index on RocksDB, and index and values on memory."""
+    import hashlib
+    import tracemalloc
+
+    verdicts = table(Clock(), owned={0}, max_entries=10**6, values_in_memory=values_in_memory)
+    in_partition(monkeypatch, 0)
+    answers = [verdict(float(n % 5)) for n in range(3000)]
+    for answer in answers:  # pickled once before: pickling leaves a state on pydantic models
+        encode_entry(answer, 0.0, 0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n, answer in enumerate(answers):
+            verdicts.put(hashlib.sha256(str(n).encode()).hexdigest(), answer)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert abs(verdicts.bytes[0] - held) <= 0.2 * held, (verdicts.bytes[0], held)
 
 
 def test_no_write_outside_a_record() -> None:
@@ -197,3 +246,19 @@ async def test_the_cache_asks_its_store_when_memory_misses_and_keeps_the_first_t
     clock.now += 5  # 100 s since it was first stored: memory drops it (the store would too)
     restarted.store = DictStore()
     assert not (await restarted.judge(rule(), "prompt")).cached and inner.calls == 1
+
+
+async def test_with_a_store_behind_it_memory_keeps_only_a_front_and_the_store_the_rest() -> None:
+    """The worker's verdicts live in its table (on disk with RocksDB): the in-memory cache
+    keeps the last ``FRONT_ENTRIES`` asked, and an older one is a hit from the store."""
+    inner = CountingJudge(verdict(2.0))
+    judge = caching(inner)
+    judge.store = DictStore()
+    judged = rule()
+    for n in range(FRONT_ENTRIES + 10):
+        await judge.judge(judged, f"prompt {n}")
+    assert len(judge.cache) == FRONT_ENTRIES
+    assert len(judge.store.kept) == FRONT_ENTRIES + 10  # type: ignore[attr-defined]
+    assert judge.cache.get(next(iter(judge.store.kept))) is None  # type: ignore[attr-defined]
+    again = await judge.judge(judged, "prompt 0")
+    assert again.cached and inner.calls == FRONT_ENTRIES + 10

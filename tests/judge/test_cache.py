@@ -236,3 +236,25 @@ async def test_a_hit_publishes_the_live_score_but_for_details_cached_and_usage()
         assert again.usage is not None and "cached" not in (again.details or {})
         assert s.judge is not None
         await s.judge.close()  # type: ignore[attr-defined]
+
+
+def test_the_bytes_bound_counts_what_python_holds() -> None:
+    """The worker bounds the cache by a share of its budget: the count it keeps is what the
+    entries cost in memory (keys made per call, as a judge call makes them), within 15 %."""
+    import hashlib
+    import pickle
+    import tracemalloc
+
+    verdicts = [verdict(float(n % 5)) for n in range(3000)]
+    for one in verdicts:  # pickled once before: pickling leaves a state on pydantic models
+        pickle.dumps(one)
+    cache = VerdictCache(ttl_s=60, max_entries=10_000, clock=Clock())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n, one in enumerate(verdicts):
+            cache.put(hashlib.sha256(str(n).encode()).hexdigest(), one)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert abs(cache.bytes - held) <= 0.15 * held, (cache.bytes / 3000, held / 3000)
