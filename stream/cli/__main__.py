@@ -1,0 +1,5 @@
+"""``python -m stream.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,121 @@
+"""``scorer demo``, ``worker``, ``replay`` and ``agreement``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from ..settings import Settings
+from .base import app, console, scores_broker
+
+
+@app.command()
+def demo(
+    traces: Annotated[
+        Path | None, typer.Option(help="Traces to produce (default: bundled samples)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every score")] = 120.0,
+    keep_running: Annotated[
+        bool,
+        typer.Option(
+            "--keep-running",
+            help="Keep the broker (port 9092), the worker and its metrics endpoint (port 6066) "
+            "up after the summary, until Ctrl-C",
+        ),
+    ] = False,
+) -> None:
+    """Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set) and a worker, produce
+    the sample traces and print a summary of the scores that come back."""
+    from ..demo import run_demo
+
+    raise typer.Exit(run_demo(Settings(), traces, timeout, console, keep_running))
+
+
+@app.command()
+def worker(
+    loglevel: Annotated[str, typer.Option(help="crit, error, warn, info or debug")] = "info",
+) -> None:
+    """Run a long-lived worker (embedded broker if KAFKA_BOOTSTRAP_SERVERS is not set)."""
+    from ..worker import run_worker
+
+    logging.basicConfig(
+        level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL")
+    )
+    run_worker(Settings(), loglevel=loglevel)
+
+
+@app.command()
+def replay(
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="JSONL or an Opik trace export")
+    ],
+    topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
+) -> None:
+    """Produce traces from a file, for backfills and demos (into KAFKA_BOOTSTRAP_SERVERS, else
+    the embedded broker a running `scorer worker` or `scorer demo --keep-running` started)."""
+    from ..kafka.broker import broker_in_use
+    from ..kafka.io import check_cluster, produce, read_traces
+
+    settings = Settings()
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    if found is None:
+        console.print(
+            "[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/] (or start "
+            "`scorer worker`: its embedded broker is found by itself)"
+        )
+        raise typer.Exit(2)
+    bootstrap, security = found
+    if not settings.kafka_bootstrap_servers:
+        console.print(f"replaying into the embedded broker on {bootstrap}")
+    asyncio.run(check_cluster(bootstrap, security))
+    items = read_traces(file)
+    target = topic or settings.traces_topic
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"replaying into {target}", total=len(items))
+        n = asyncio.run(produce(bootstrap, target, items, lambda: progress.advance(task), security))
+    console.print(f"produced {n} traces to {target}")
+
+
+@app.command()
+def agreement(
+    rule: Annotated[str | None, typer.Option(help="Only this rule")] = None,
+    since: Annotated[
+        float | None, typer.Option(help="Only pairs joined in the last SECONDS (default: all)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document")] = False,
+    idle: Annotated[
+        float, typer.Option(help="Stop reading a topic after SECONDS without a record")
+    ] = 2.0,
+) -> None:
+    """How far each rule's judge agrees with human labels, each shadow with the labels and
+    the primary, and each comparison's B over A: counts and 95 % intervals, from the
+    agreement and scores topics (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
+    from ..agreement.report import build, pairs_of, preferences_of, report_json
+    from ..kafka.io import check_cluster, read_all
+
+    settings = Settings()
+    bootstrap, security = scores_broker(settings)
+
+    async def read() -> tuple[list[bytes], list[bytes]]:
+        await check_cluster(bootstrap, security)
+        topics = (settings.agreement_topic, settings.scores_topic)
+        pairs, scores = await asyncio.gather(
+            *(read_all(bootstrap, topic, security, idle) for topic in topics)
+        )
+        return pairs, scores
+
+    joined, scores = asyncio.run(read())
+    after = datetime.fromtimestamp(time.time() - since, UTC) if since else None
+    report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule))
+    if as_json:
+        typer.echo(report_json(report))
+        return
+    for line in report.lines():
+        console.print(line, highlight=False, markup=False)
