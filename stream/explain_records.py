@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .engine.kinds.fan_out import left_out
-from .engine.plan import Plan
+from .engine.plan import JudgeJob, Plan
 from .engine.prompt import DEFAULT_MAX_PROMPT_TOKENS, describe_cut
 from .engine.scorer import Scorer
 from .engine.verdicts import ToolBox, Verdict
@@ -37,9 +37,10 @@ class Explained:
     prompt: str | None = None
     system: str | None = None
     variant: str | None = None  # a shadow judge of the rule: its variant's name
+    job: JudgeJob | None = None  # the judge call(s) it would make (``scorer estimate`` counts them)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k, v in self.__dict__.items() if v is not None and k != "job"}
 
 
 @dataclass
@@ -195,6 +196,7 @@ def planned(plan: Plan) -> list[Explained]:
                 job.prompt,
                 job.system,
                 job.rule.variant,
+                job,
             )
         )
     return explained

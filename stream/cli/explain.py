@@ -15,7 +15,25 @@ from ..settings import Settings
 from .base import app, console
 
 if typing.TYPE_CHECKING:
-    from ..explain import Explained, ExplainedClose, Invalid
+    from ..explain import Explained, ExplainedClose, FileOptions, Invalid
+
+
+def file_options(settings: Settings) -> FileOptions:
+    """What the deployment's settings say that planning a file as the worker would needs."""
+    from ..explain import FileOptions
+    from ..threads.state import ThreadLimits
+
+    return FileOptions(
+        default_model=settings.judge_model,
+        traces_topic=settings.traces_topic,
+        sessions_topic=settings.sessions_topic,
+        max_prompt_tokens=settings.judge_max_prompt_tokens,
+        inactivity_gap_s=settings.thread_inactivity_gap_s,
+        limits=ThreadLimits(
+            max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
+        ),
+        turn_max_bytes=settings.turn_max_bytes,
+    )
 
 
 @app.command()
@@ -59,23 +77,12 @@ def explain(
     broker, no judge call; the worker's own engine and rules."""
     import orjson
 
-    from ..explain import ExplainedClose, ExplainedTrace, FileOptions, Invalid, explain_file
+    from ..explain import ExplainedClose, ExplainedTrace, Invalid, explain_file
     from ..kafka.io import message_value, read_traces
-    from ..threads.state import ThreadLimits
 
     settings = Settings()
     ruleset = deployment_rules(settings)
-    options = FileOptions(
-        default_model=settings.judge_model,
-        traces_topic=settings.traces_topic,
-        sessions_topic=settings.sessions_topic,
-        max_prompt_tokens=settings.judge_max_prompt_tokens,
-        inactivity_gap_s=settings.thread_inactivity_gap_s,
-        limits=ThreadLimits(
-            max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
-        ),
-        turn_max_bytes=settings.turn_max_bytes,
-    )
+    options = file_options(settings)
     records = explain_file(ruleset, [message_value(i) for i in read_traces(file)], options, topic)
     if trace_id is not None or thread_id is not None:
         # the trace and its thread or pair; the thread and its traces (both: either)

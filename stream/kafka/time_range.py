@@ -1,0 +1,97 @@
+"""The records a topic received between two times: what ``scorer estimate --topic`` plans
+and ``scorer backfill`` scores.
+
+A group-less consumer assigned every partition of the topic starts each at the offset
+Kafka's offsets-for-times gives for the start (the first record whose timestamp is at or
+after it; none: the partition has nothing that late) and reads until a record at or after
+the end, or, where the end is not reached, until every partition is read up to the end
+offset the broker gave at the start and no record has come for ``idle_s`` (the embedded
+broker's end offsets can fall a record batch short, design record 03, so they are not
+trusted alone to say the end). Records are yielded with their partition and
+offset, in each partition's order. A record before the start is skipped where the broker's
+offsets-for-times starts earlier than asked: the embedded broker answers it with the
+partition's first offset whatever the time (design record 03), so a range there reads the
+topic from its start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from ..errors import ScorerError
+from .io import options
+from .security import KafkaSecurity
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """One record of the range."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+
+
+async def read_range(
+    bootstrap: str,
+    topic: str,
+    start_ms: int,
+    end_ms: int | None,
+    security: KafkaSecurity | None = None,
+    idle_s: float = 2.0,
+) -> AsyncIterator[Ranged]:
+    """Every record of ``topic`` with a timestamp in [``start_ms``, ``end_ms``) (None: up
+    to now, read until quiet)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **options(security)
+    )
+    await consumer.start()
+    try:
+        partitions = await _partitions(consumer, topic)
+        starts = await consumer.offsets_for_times({tp: start_ms for tp in partitions})
+        reading = {tp for tp, found in starts.items() if found is not None}
+        if not reading:
+            return
+        consumer.assign(list(reading))
+        for tp in reading:
+            found = starts[tp]
+            assert found is not None
+            consumer.seek(tp, found.offset)
+        ends = await consumer.end_offsets(list(reading))
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        while reading:
+            batch = await consumer.getmany(*reading, timeout_ms=200)
+            for tp, records in batch.items():
+                if records:
+                    quiet_since = loop.time()
+                for record in records:
+                    if end_ms is not None and record.timestamp >= end_ms:
+                        reading.discard(tp)
+                        consumer.pause(tp)
+                        break
+                    if record.value is not None and record.timestamp >= start_ms:
+                        yield Ranged(
+                            tp.partition, record.offset, record.timestamp, record.key, record.value
+                        )
+            # done where what the broker said was there is read and nothing more came
+            behind = [tp for tp in reading if await consumer.position(tp) < ends[tp]]
+            if not behind and loop.time() - quiet_since >= idle_s:
+                break
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    if topic not in await consumer.topics():  # fetches the cluster's metadata
+        raise ScorerError(f"topic {topic!r} not found on the broker")
+    numbers = consumer.partitions_for_topic(topic)
+    if not numbers:
+        raise ScorerError(f"topic {topic!r} not found on the broker")
+    return [TopicPartition(topic, n) for n in sorted(numbers)]
