@@ -4,6 +4,11 @@ A real HTTP server (aiohttp, in a background thread) speaking ``POST /v1/chat/co
 Answers are scripted per prompt: the first script whose ``match`` text occurs in the prompt
 answers, consuming its queued replies in order and repeating the last one. It can add a
 fixed latency and enforce a requests-per-minute limit with 429s, like a hosted provider.
+
+A prompt no script matches gets the ``default`` reply (tests rely on it); with
+``answer_by_schema`` a document of the request's answer schema; with ``vary_answers`` (the
+command line's judge, for the README's demo and a newcomer's own rules) an answer in the
+format the request asks for, its values varied by the prompt (``varied_answers.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from threaded_app import ThreadedApp
+from varied_answers import varied_answer
 
 
 @dataclass
@@ -83,12 +89,16 @@ class MockJudge(ThreadedApp):
         refuse_share: float = 0.0,
         port: int = 0,
         answer_by_schema: bool = False,
+        vary_answers: bool = False,
     ) -> None:
         super().__init__(port)
         self.default = default or Reply()
         # a prompt no script matches, sent with an answer schema (structured output), is
         # answered with a document of that schema, as OpenAI's structured outputs are
         self.answer_by_schema = answer_by_schema
+        # ... and with ``vary_answers``, in the format the request asks for (a schema, MLflow's
+        # score lines, a tool call first), each value picked by a hash of the conversation
+        self.vary_answers = vary_answers
         self.latency_s = latency_s
         self.bucket = TokenBucket(rpm_limit, rpm_burst) if rpm_limit else None
         self.rpm_limit = rpm_limit
@@ -214,6 +224,8 @@ class MockJudge(ThreadedApp):
             self._concurrent -= 1
 
     def _unscripted(self, body: dict[str, Any]) -> Reply:
+        if self.vary_answers and (answer := varied_answer(body)) is not None:
+            return Reply(content=answer.content, tool_calls=answer.tool_calls)
         schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
         if not (self.answer_by_schema and isinstance(schema, dict)):
             return self.default
@@ -222,7 +234,7 @@ class MockJudge(ThreadedApp):
     # --- lifecycle ---------------------------------------------------------------------
     def _choice(self, reply: Reply) -> dict[str, Any]:
         if reply.tool_calls is None:
-            message = {"role": "assistant", "content": reply.content}
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             return {"index": 0, "finish_reason": "stop", "message": message}
         calls = [
             {
@@ -288,7 +300,7 @@ def demo_answers(judge: MockJudge) -> MockJudge:
     """Script answers for the demo's samples: the critique pack's rubric and response
     comparison (the demo's pair) get answers of their own shape; every other prompt the
     default one."""
-    dimensions = ("requirements_compliance", "technical_accuracy", "code_quality")
+    dimensions: tuple[str, ...] = ("requirements_compliance", "technical_accuracy", "code_quality")
     dimensions += ("completeness_focus", "presentation_clarity", "safety")
     ratings = {d: {"reason": "scripted", "rating": 3} for d in dimensions}
     canary = {**ratings, "presentation_clarity": {"reason": "pleasantries", "rating": 1}}
@@ -306,14 +318,15 @@ def demo_answers(judge: MockJudge) -> MockJudge:
     return judge
 
 
-def main() -> None:  # pragma: no cover - a convenience for trying the worker by hand
-    """Run a mock judge on a fixed port: ``.venv/bin/python tests/scripted_judge.py 8099``;
-    prompts the demo's scripts do not match get answers of their rule's own schema."""
+def main() -> None:  # pragma: no cover - run as a subprocess by tests/test_scripted_judge.py
+    """Run a mock judge on a fixed port: ``.venv/bin/python tests/scripted_judge.py 8099``.
+    Every rule, shipped or a user's own, is answered in the format it asks for, with values
+    varied by the prompt (``vary_answers``), so that the demo's and a newcomer's first scores
+    look like scores."""
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8099
-    with MockJudge(port=port, answer_by_schema=True) as judge:
-        demo_answers(judge)
+    with MockJudge(port=port, vary_answers=True) as judge:
         print(f"mock judge on {judge.base_url}", flush=True)
         threading.Event().wait()
 
