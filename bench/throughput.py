@@ -160,7 +160,7 @@ class Phase:
             "SCORER_DLQ_TOPIC": f"bench-dlq-{self.suffix}",
             "SCORER_APP_ID": f"bench-{self.suffix}",
             "SCORER_WEB_PORT": str(port),
-            "SCORER_RULES_DIR": str(rules_dir),
+            "SCORER_RULES_DIR": f"{rules_dir}{os.pathsep}no-shipped-packs",
             "SCORER_DATA_DIR": str(self.tmp / self.suffix),
             "SCORER_SESSION_TIMEOUT_S": "6",
             "SCORER_BROKER_KIND": "tansu",

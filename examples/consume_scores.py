@@ -3,7 +3,8 @@
     python examples/consume_scores.py --db scores.sqlite
 
 The broker is --bootstrap, else KAFKA_BOOTSTRAP_SERVERS, else the embedded broker that your
-`scorer worker` or `scorer demo --keep-running` runs (its address is recorded while it runs).
+`scorer worker` or `scorer demo --keep-running` runs (its address is recorded while it runs;
+with several running, it asks which on a terminal, and stops naming them otherwise).
 
 Delivery is at-least-once, and a redelivered score carries the same deterministic score_id,
 so an upsert on score_id makes duplicates harmless. Offsets are committed only after the rows
@@ -20,10 +21,12 @@ import asyncio
 import json
 import os
 import sqlite3
+import sys
 
 from aiokafka import AIOKafkaConsumer
 
-from stream.kafka.broker import EMBEDDED_PORT, recorded_bootstrap
+from stream.errors import ConfigError
+from stream.kafka.broker import EMBEDDED_PORT, broker_in_use
 from stream.kafka.security import KafkaSecurity
 
 FIELDS = (
@@ -78,13 +81,31 @@ async def consume(bootstrap: str, topic: str, group: str, db: str, idle_s: float
         store.close()
 
 
+def ask_which(candidates: list[str]) -> str:
+    """On a terminal: the running embedded broker the user picks."""
+    for number, bootstrap in enumerate(candidates, 1):
+        print(f"  {number}. {bootstrap}")
+    while True:
+        answer = input(f"which embedded broker (1-{len(candidates)})? ").strip()
+        if answer.isdigit() and 1 <= int(answer) <= len(candidates):
+            return candidates[int(answer) - 1]
+
+
+def default_bootstrap() -> str:
+    """KAFKA_BOOTSTRAP_SERVERS, else the one running embedded broker (asked which of several
+    on a terminal), else Kafka's own port here."""
+    ask = ask_which if sys.stdin.isatty() else None
+    try:
+        found = broker_in_use(os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), KafkaSecurity(), ask)
+    except ConfigError as exc:  # several brokers and no one to ask: do not guess
+        sys.exit(f"error: {exc}")
+    return found[0] if found else f"127.0.0.1:{EMBEDDED_PORT}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--bootstrap",
-        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        or recorded_bootstrap()
-        or f"127.0.0.1:{EMBEDDED_PORT}",
         help="host:port (default: KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)",
     )
     parser.add_argument("--topic", default="scores")
@@ -92,7 +113,8 @@ def main() -> None:
     parser.add_argument("--db", default="scores.sqlite")
     parser.add_argument("--idle", type=float, default=None, help="stop after N idle seconds")
     args = parser.parse_args()
-    stored = asyncio.run(consume(args.bootstrap, args.topic, args.group, args.db, args.idle))
+    bootstrap = args.bootstrap or default_bootstrap()
+    stored = asyncio.run(consume(bootstrap, args.topic, args.group, args.db, args.idle))
     print(f"stored {stored} score events in {args.db}")
 
 

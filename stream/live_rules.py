@@ -1,4 +1,4 @@
-"""Rule files reloaded while the worker runs: when a file under the rules directory changes
+"""Rule files reloaded while the worker runs: when a file under a rules folder changes
 (looked at every ``SCORER_RULES_RELOAD_S``), or on SIGHUP.
 
 The new rule set is loaded and validated exactly as at start-up (``deployment_rules``) before
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +24,7 @@ from .engine.silence import SilenceWatch
 from .errors import RuleFileError, ScorerError
 from .observer import Observer
 from .ruleset.loader import RulesConfig, deployment_rules
+from .ruleset.location import folders_of
 from .ruleset.schema import RuleSet
 from .threads.gaps import inactivity_gaps
 from .threads.processor import ThreadProcessor
@@ -32,22 +33,29 @@ from .threads.router import ThreadRouter
 log = logging.getLogger(__name__)
 
 
-def rules_fingerprint(rules_dir: Path) -> str:
-    """What changes when a rule or pack file is added, removed or edited: every file's path,
-    size and modification time (Python's caches left out)."""
-    digest = hashlib.sha256()
-    if not rules_dir.is_dir():
+def rules_fingerprint(rules_dir: Path | Iterable[Path]) -> str:
+    """What changes when a rule or pack file is added, removed or edited in any of the rules
+    folders: every file's folder, path, size and modification time (Python's caches left
+    out)."""
+    folders = folders_of(rules_dir)
+    if not any(folder.is_dir() for folder in folders):
         return "missing"
-    for path in sorted(rules_dir.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
+    digest = hashlib.sha256()
+    for folder in folders:
+        digest.update(f"{folder}\0".encode())
+        if not folder.is_dir():
+            digest.update(b"missing\n")
             continue
-        try:
-            stat = path.stat()
-        except OSError:  # removed while we looked
-            continue
-        digest.update(
-            f"{path.relative_to(rules_dir)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
-        )
+        for path in sorted(folder.rglob("*")):
+            if "__pycache__" in path.parts or not path.is_file():
+                continue
+            try:
+                stat = path.stat()
+            except OSError:  # removed while we looked
+                continue
+            digest.update(
+                f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+            )
     return digest.hexdigest()
 
 

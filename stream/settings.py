@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import orjson
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .engine.spend import DEFAULT_JUDGE_PRICES, Budget, ModelPrice, judge_cost
 from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .ruleset.filters import PackFilter
-from .ruleset.location import default_rules_dir
+from .ruleset.location import RulesDirs
 
 
 def default_store() -> Literal["memory", "rocksdb"]:
@@ -107,9 +108,14 @@ class Settings(BaseSettings):
     judge_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_JUDGE_PRICES))
 
     # Worker.
-    # default: the packs installed with the package (the repository's rules/ in a checkout)
-    rules_dir: Path = Field(default_factory=default_rules_dir)
-    packs: list[str] | None = None  # None: every pack under rules_dir
+    # the folders of rule packs, ':'-separated (as PATH) or a JSON list, searched in order and
+    # then the packs installed with the package (the repository's rules/ in a checkout),
+    # unless an entry is "no-shipped-packs"; a pack name in two folders stops the start
+    rules_dir: Annotated[RulesDirs, NoDecode] = Field(default_factory=lambda: RulesDirs.parse([]))
+    # the packs to load (JSON list), whole; ["all"] or all: every pack. None: every pack of
+    # your folders, the shipped conversation pack, and the other shipped packs' checks only
+    # (docs/design/39-the-packs-a-worker-loads.md)
+    packs: Annotated[list[str] | None, NoDecode] = None
     # a deployment's filters over the packs' own (JSON): {"fretcoach": {"projects": ["prod"],
     # "trace_names": {"hub-coach-chat": ["hub-chat-v2"]}}}; the rule files stay as shipped
     pack_filters: dict[str, PackFilter] = Field(default_factory=dict)
@@ -177,6 +183,24 @@ class Settings(BaseSettings):
     otlp_max_bytes: int = Field(default=256_000, ge=1024, le=300_000)
     # an assembled trace is remembered this long, so a redelivered span of it is dropped
     otlp_retention_s: float = Field(default=600.0, ge=0)
+
+    @field_validator("packs", mode="before")
+    @classmethod
+    def _packs_listed(cls, value: object) -> object:
+        """A JSON list of pack names, or ``all`` (plain or the only name of the list)."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text == "all":
+                return ["all"]
+            try:
+                value = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise ValueError(
+                    'a JSON list of pack names (\'["fretcoach", "critique"]\'), or all'
+                ) from None
+        if isinstance(value, list) and "all" in value and len(value) > 1:
+            raise ValueError('"all" loads every pack: name it alone, or list the packs')
+        return value
 
     @model_validator(mode="after")
     def _turn_fits_its_thread(self) -> Settings:

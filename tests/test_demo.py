@@ -58,14 +58,14 @@ def test_the_address_is_recorded_while_the_broker_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert broker.recorded_bootstrap() is None
+    assert broker.running_brokers() == []
     embedded = broker.user_broker(broker.free_port())
     try:
-        assert broker.recorded_bootstrap() == embedded.bootstrap
-        assert broker.address_file().parent.stat().st_mode & 0o077 == 0  # the user's alone
+        assert broker.running_brokers() == [embedded.bootstrap]
+        assert broker.records_dir().stat().st_mode & 0o077 == 0  # the user's alone
     finally:
         embedded.stop()
-    assert broker.recorded_bootstrap() is None
+    assert broker.running_brokers() == []
 
 
 def test_an_address_left_by_a_dead_process_is_not_used(
@@ -75,11 +75,16 @@ def test_an_address_left_by_a_dead_process_is_not_used(
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    broker.address_file().parent.mkdir(parents=True)
-    broker.address_file().write_text(f"127.0.0.1:9 {gone.stdout.strip()}\n")
-    assert broker.recorded_bootstrap() is None
-    broker.address_file().write_text(f"127.0.0.1:9 {os.getpid()}\n")
-    assert broker.recorded_bootstrap() == "127.0.0.1:9"
+    with socket.socket() as listening:  # a port something listens on, as a broker's
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        broker.records_dir().mkdir(parents=True)
+        record = broker.records_dir() / address.rpartition(":")[2]
+        record.write_text(f"{address} {gone.stdout.strip()}\n")
+        assert broker.running_brokers() == []
+        record.write_text(f"{address} {os.getpid()}\n")
+        assert broker.running_brokers() == [address]
 
 
 def test_a_port_in_use_is_refused_when_it_must_be_that_one() -> None:

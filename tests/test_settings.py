@@ -41,7 +41,7 @@ def test_defaults() -> None:
     assert s.judge_model == "gpt-4o-mini"
     assert s.judge_structured_output is True
     assert s.judge_prices == DEFAULT_JUDGE_PRICES
-    assert s.rules_dir == REPO_RULES_DIR
+    assert s.rules_dir == (REPO_RULES_DIR,)  # the shipped packs alone
     assert s.packs is None
     assert s.data_dir == Path(".scorer-data")
     assert s.thread_inactivity_gap_s == 900.0

@@ -26,18 +26,34 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 error_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def scores_broker(settings: Settings) -> tuple[str, typing.Any]:
-    """The broker the scores are on, as `scorer replay` finds it, and its security (None:
-    plaintext); a ``ConfigError`` when there is none."""
+def scores_broker(
+    settings: Settings, what: str = "the broker the scores are on"
+) -> tuple[str, typing.Any]:
+    """The broker the scores are on (``what``: another use of it), as `scorer replay` finds it,
+    and its security (None: plaintext); a ``ConfigError`` when there is none, or when several
+    embedded brokers run and there is no terminal to ask which."""
     from ..kafka.broker import broker_in_use
 
-    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
+    ask = ask_which_broker if sys.stdin.isatty() else None
+    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka, ask)
     if found is None:
         raise ConfigError(
-            ["set KAFKA_BOOTSTRAP_SERVERS to the broker the scores are on (or start "
+            [f"set KAFKA_BOOTSTRAP_SERVERS to {what} (or start "
              "`scorer worker`: its embedded broker is found by itself)"]
         )  # fmt: skip
     return found
+
+
+def ask_which_broker(candidates: list[str]) -> str:
+    """The embedded broker a terminal's user picks of those running."""
+    console.print("several embedded brokers run on this host:", highlight=False)
+    for shown, bootstrap in enumerate(candidates, 1):
+        console.print(f"  {shown}. {bootstrap}", highlight=False)
+    while True:
+        number: int = typer.prompt(f"which one (1-{len(candidates)})", type=int)
+        if 1 <= number <= len(candidates):
+            return candidates[number - 1]
+        console.print(f"{number} is not one of 1 to {len(candidates)}", highlight=False)
 
 
 def stop(exc: ScorerError) -> typing.NoReturn:

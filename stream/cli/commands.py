@@ -59,19 +59,12 @@ def replay(
     topic: Annotated[str | None, typer.Option(help="Topic (default: the traces topic)")] = None,
 ) -> None:
     """Produce traces from a file, for backfills and demos (into KAFKA_BOOTSTRAP_SERVERS, else
-    the embedded broker a running `scorer worker` or `scorer demo --keep-running` started)."""
-    from ..kafka.broker import broker_in_use
+    the embedded broker a running `scorer worker` or `scorer demo --keep-running` started; with
+    several running, asked which on a terminal)."""
     from ..kafka.io import check_cluster, produce, read_traces
 
     settings = Settings()
-    found = broker_in_use(settings.kafka_bootstrap_servers, settings.kafka)
-    if found is None:
-        console.print(
-            "[red]set KAFKA_BOOTSTRAP_SERVERS to the broker to replay into[/] (or start "
-            "`scorer worker`: its embedded broker is found by itself)"
-        )
-        raise typer.Exit(2)
-    bootstrap, security = found
+    bootstrap, security = scores_broker(settings, "the broker to replay into")
     if not settings.kafka_bootstrap_servers:
         console.print(f"replaying into the embedded broker on {bootstrap}")
     asyncio.run(check_cluster(bootstrap, security))

@@ -5,8 +5,11 @@ stopped on exit and, on Linux, killed by the kernel if this process dies (PDEATH
 
 The broker that ``scorer worker`` or ``scorer demo --keep-running`` starts is the one a user
 works with: it listens on a fixed port where it can (``EMBEDDED_PORT``, Kafka's own), and its
-address is recorded in a per-user file (``recorded_bootstrap``) for as long as it runs, so the
-example consumer and ``scorer replay`` find it without being told.
+address is recorded for as long as it runs, so the example consumer and ``scorer replay`` find
+it without being told. Each broker has a record of its own (a file named by its port in a
+per-user directory), removed by the process that wrote it; a record whose process is gone or
+whose port nothing listens on is stale, passed over and removed (``running_brokers``). With
+several running, a command is told which to use, never left to guess (``broker_in_use``).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ScorerError
+from ..errors import ConfigError, ScorerError
 
 if TYPE_CHECKING:
     from .security import KafkaSecurity
@@ -51,33 +55,87 @@ def port_free(port: int) -> bool:
         return True
 
 
-def address_file() -> Path:
-    """Where a running embedded broker's address is recorded for this user."""
+def records_dir() -> Path:
+    """Where this user's running embedded brokers are recorded, a file each."""
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"llm-trace-scorer-{os.getuid()}" / "embedded-broker"
+    return Path(base) / f"llm-trace-scorer-{os.getuid()}" / "embedded-brokers"
 
 
-def recorded_bootstrap() -> str | None:
-    """The address of the embedded broker a ``scorer`` command of this user runs now, or None
-    (no file, or the process that wrote it is gone)."""
+def _alive(pid: int) -> bool:
     try:
-        address, pid = address_file().read_text().split()
-        os.kill(int(pid), 0)
-    except (OSError, ValueError):
-        return None
-    return address
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _listening(bootstrap: str) -> bool:
+    """Whether something accepts connections at ``bootstrap`` (a refused one: nothing does;
+    one that does not answer in time is given the benefit of the doubt)."""
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), 1.0).close()
+    except (ConnectionRefusedError, ValueError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def running_brokers() -> list[str]:
+    """The addresses of the embedded brokers this user's ``scorer`` commands run now, by port;
+    a stale record (its process gone, or nothing listening on its port) is removed."""
+    found = []
+    try:
+        records = sorted(records_dir().iterdir(), key=lambda p: p.name)
+    except OSError:
+        return []
+    for path in records:
+        if not path.name.isdigit():  # a record being written, or not ours
+            continue
+        try:
+            bootstrap, pid = path.read_text().split()
+            live = _alive(int(pid)) and _listening(bootstrap)
+        except (OSError, ValueError):
+            continue
+        if live:
+            found.append(bootstrap)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return sorted(found, key=lambda b: int(b.rpartition(":")[2]))
+
+
+def several_brokers(candidates: list[str]) -> str:
+    """What stops a command that would have to guess between running embedded brokers."""
+    return (
+        f"{len(candidates)} embedded brokers run on this host ({', '.join(candidates)}): set "
+        "KAFKA_BOOTSTRAP_SERVERS to the one to use"
+    )
 
 
 def broker_in_use(
-    bootstrap: str | None, security: KafkaSecurity
+    bootstrap: str | None,
+    security: KafkaSecurity,
+    ask: Callable[[list[str]], str] | None = None,
 ) -> tuple[str, KafkaSecurity | None] | None:
     """The broker a user's command talks to, and its security: ``KAFKA_BOOTSTRAP_SERVERS``
     (``bootstrap``) with the cluster's, else the embedded broker a running ``scorer worker`` or
-    ``scorer demo --keep-running`` recorded (None: plaintext), else None."""
+    ``scorer demo --keep-running`` recorded (None: plaintext), else None. With several
+    running, ``ask`` chooses one (a terminal's user); without it, a ``ConfigError`` lists
+    them."""
     if bootstrap:
         return bootstrap, security
-    recorded = recorded_bootstrap()
-    return (recorded, None) if recorded is not None else None
+    running = running_brokers()
+    if not running:
+        return None
+    if len(running) == 1:
+        return running[0], None
+    if ask is None:
+        raise ConfigError([several_brokers(running)])
+    return ask(running), None
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
@@ -149,11 +207,15 @@ class EmbeddedBroker:
         raise ScorerError(f"embedded broker did not listen on {self.bootstrap} within {timeout}s")
 
     def record(self) -> EmbeddedBroker:
-        """Record this broker's address for the user's other commands (until ``stop``)."""
-        path = address_file()
+        """Record this broker's address for the user's other commands (until ``stop``), in a
+        file of its own: another broker's record is never touched."""
+        path = records_dir() / str(self.port)
+        written = path.with_name(f".{self.port}.{os.getpid()}")  # whole before it is seen
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.write_text(f"{self.bootstrap} {os.getpid()}\n")
+            for folder in (path.parent.parent, path.parent):  # the user's alone
+                folder.mkdir(mode=0o700, exist_ok=True)
+            written.write_text(f"{self.bootstrap} {os.getpid()}\n")
+            written.replace(path)
         except OSError as exc:  # a convenience: the address is printed anyway
             log.warning("could not record the embedded broker's address in %s: %s", path, exc)
             return self
@@ -161,9 +223,9 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
-        if self._recorded is not None:
+        if self._recorded is not None:  # ours alone: written by this process, for this port
             with contextlib.suppress(OSError):
-                if self._recorded.read_text().split()[-1] == str(os.getpid()):
+                if self._recorded.read_text().split() == [self.bootstrap, str(os.getpid())]:
                     self._recorded.unlink()
             self._recorded = None
         if self.process and self.process.poll() is None:

@@ -1,12 +1,16 @@
-"""Loading rule packs: every ``rules/<pack>/<rule_id>.yaml`` file, validated against the
-pack's own checks and aggregators (``packs``), into one ``RuleSet`` or a list of problems.
-Adding a pack is adding a folder."""
+"""Loading rule packs: every ``<folder>/<pack>/<rule_id>.yaml`` file of the rules folders
+(``location``), validated against the pack's own checks and aggregators (``packs``), into one
+``RuleSet`` or a list of problems. Adding a pack is adding a folder.
+
+Which packs a deployment runs is ``SCORER_PACKS``'s choice; unset, the default of
+docs/design/39-the-packs-a-worker-loads.md (``pack_selection``)."""
 
 from __future__ import annotations
 
 import difflib
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +19,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError, RuleFileError
 from .filters import PackFilter
+from .location import find_packs, folders_of, pack_dirs, shipped_folder
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
 from .schema import (
     DISABLED_BY_SETTING,
@@ -70,28 +75,62 @@ def load_rule_file(path: Path, pack_code: PackCode | None = None) -> AnyRule:
     return rule
 
 
-def pack_dirs(rules_dir: Path) -> list[Path]:
-    """The packs: every folder of ``rules_dir`` but Python's and editors' (``__pycache__``,
-    names starting with ``_`` or ``.``)."""
-    return sorted(
-        p for p in rules_dir.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
-    )
+ALL_PACKS = "all"  # SCORER_PACKS='["all"]': every pack of every folder
+# the shipped packs loaded whole when SCORER_PACKS is unset (of the others only their checks):
+# the generic one, which fits any chat's traces
+SHIPPED_WHOLE = ("conversation",)
+# what keeps a shipped pack's judge rule from running when SCORER_PACKS is unset, as listings
+# print it after "switched off by"
+NOT_LOADED_BY_DEFAULT = (
+    "the default pack selection (SCORER_PACKS='[\"all\"]', or one listing its pack, loads it)"
+)
+Folders = Path | Sequence[Path]  # one rules folder, or several searched in order
 
 
-def rule_files(rules_dir: Path, packs: Iterable[str] | None = None) -> list[Path]:
-    if not rules_dir.is_dir():
-        raise RuleFileError(str(rules_dir), ["rules directory does not exist"])
-    wanted = set(packs) if packs is not None else None
+def _where(rules_dir: Folders) -> str:
+    """The folders as ``SCORER_RULES_DIR`` lists them."""
+    return os.pathsep.join(str(folder) for folder in folders_of(rules_dir))
+
+
+def _pack_files(
+    rules_dir: Folders, packs: Iterable[str] | None
+) -> tuple[list[Path], list[RuleFileError]]:
+    found, errors = find_packs(rules_dir)
+    if errors:
+        return [], errors
+    wanted = set(found) if packs is None else set(packs)
+    if missing := wanted - set(found):
+        return [], [RuleFileError(_where(rules_dir), [f"packs not found: {sorted(missing)}"])]
     files = []
-    for pack_dir in pack_dirs(rules_dir):
-        if wanted is not None and pack_dir.name not in wanted:
-            continue
-        files.extend(sorted(pack_dir.glob("*.yaml")) + sorted(pack_dir.glob("*.yml")))
-    if wanted is not None:
-        missing = wanted - {p.name for p in pack_dirs(rules_dir)}
-        if missing:
-            raise RuleFileError(str(rules_dir), [f"packs not found: {sorted(missing)}"])
+    for name, pack_dir in found.items():  # in the folders' order, by name in each
+        if name in wanted:
+            files.extend(sorted(pack_dir.glob("*.yaml")) + sorted(pack_dir.glob("*.yml")))
+    return files, []
+
+
+def rule_files(rules_dir: Folders, packs: Iterable[str] | None = None) -> list[Path]:
+    """The rule files of ``packs`` (None: of every pack) found in these folders; a
+    ``RuleFileError`` for a folder that does not exist, a pack name in two folders or a pack
+    not found."""
+    files, errors = _pack_files(rules_dir, packs)
+    if errors:
+        raise errors[0]
     return files
+
+
+def pack_selection(
+    rules_dir: Folders, packs: Sequence[str] | None
+) -> tuple[list[str] | None, list[str]]:
+    """Which packs a deployment loads (None: every one found) and the packs of which only the
+    checks run: ``SCORER_PACKS``'s names, whole; ``["all"]``: every pack, whole; unset: every
+    pack, but of the shipped packs other than ``conversation`` only the deterministic checks
+    (their judge rules are listed as not loaded, ``NOT_LOADED_BY_DEFAULT``)."""
+    if packs is not None:
+        return (None, []) if list(packs) == [ALL_PACKS] else (list(packs), [])
+    shipped = shipped_folder(rules_dir)
+    if shipped is None or not shipped.is_dir():
+        return None, []
+    return None, [p.name for p in pack_dirs(shipped) if p.name not in SHIPPED_WHOLE]
 
 
 def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None:
@@ -128,24 +167,26 @@ def _conflicting_thread_spec(rule: AnyRule, loaded: list[AnyRule]) -> str | None
 
 
 def check_rules(
-    rules_dir: Path, packs: Iterable[str] | None = None, disabled: Collection[str] = ()
+    rules_dir: Folders,
+    packs: Iterable[str] | None = None,
+    disabled: Collection[str] = (),
+    checks_only: Collection[str] = (),
 ) -> tuple[RuleSet, list[RuleFileError]]:
     """Load every rule file, collecting all errors instead of stopping at the first.
 
     A rule switched off (``enabled: false`` in its file, or its id in ``disabled``: the
-    deployment's SCORER_DISABLED_RULES) is validated like the others and kept apart in
+    deployment's SCORER_DISABLED_RULES), or a judged rule of a pack in ``checks_only`` (the
+    default selection leaves them out), is validated like the others and kept apart in
     ``RuleSet.disabled``: it does not constrain the rules that run (their thread specs need
     not agree with its) and is not part of the digest, which covers the rules that run.
     """
-    errors: list[RuleFileError] = []
     rules: list[AnyRule] = []
     switched_off: list[DisabledRule] = []
     seen: dict[str, Path] = {}
     digest = hashlib.sha256()
-    try:
-        files = rule_files(rules_dir, packs)
-    except RuleFileError as exc:
-        return RuleSet(), [exc]
+    files, errors = _pack_files(rules_dir, packs)
+    if errors:
+        return RuleSet(), errors
     code: dict[Path, PackCode] = {}
     for pack_dir in sorted({path.parent for path in files}):
         code[pack_dir], problems = collect_pack_code(pack_dir)
@@ -165,9 +206,8 @@ def check_rules(
                 )
             )
             continue
-        if not rule.enabled or rule.id in disabled:
+        if by := _switched_off(rule, disabled, checks_only):
             seen[rule.id] = path
-            by = DISABLED_IN_FILE if not rule.enabled else DISABLED_BY_SETTING
             switched_off.append(DisabledRule(rule, by))
             continue
         if problem := _conflicting_thread_spec(rule, rules):
@@ -182,26 +222,44 @@ def check_rules(
     return RuleSet(rules, digest.hexdigest()[:12], switched_off), errors
 
 
+def _switched_off(rule: AnyRule, disabled: Collection[str], checks_only: Collection[str]) -> str:
+    """What keeps ``rule`` from running, or "" when it runs."""
+    if not rule.enabled:
+        return DISABLED_IN_FILE
+    if rule.id in disabled:
+        return DISABLED_BY_SETTING
+    if rule.pack in checks_only and rule.kind != "check":
+        return NOT_LOADED_BY_DEFAULT
+    return ""
+
+
 def load_rules(
-    rules_dir: Path, packs: Iterable[str] | None = None, disabled: Collection[str] = ()
+    rules_dir: Folders,
+    packs: Iterable[str] | None = None,
+    disabled: Collection[str] = (),
+    checks_only: Collection[str] = (),
 ) -> RuleSet:
     """Load a rule set or fail with every problem found (start-up must not half-load).
 
     ``disabled``: rule ids switched off (SCORER_DISABLED_RULES); one that names no rule of
-    these packs is a mistake, not a silent no-op."""
-    ruleset, errors = check_rules(rules_dir, packs, disabled)
+    these packs is a mistake, not a silent no-op. ``checks_only``: packs of which only the
+    deterministic checks run."""
+    ruleset, errors = check_rules(rules_dir, packs, disabled, checks_only)
     if errors:
-        raise RuleFileError(str(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems])
+        raise RuleFileError(
+            _where(rules_dir), [f"{e.path}: {p}" for e in errors for p in e.problems]
+        )
     if unknown := unknown_rule_ids(ruleset, disabled):
         raise ConfigError([f"{DISABLED_BY_SETTING} {unknown}"])
     if not ruleset.rules:
         why = "no rule files found"
         if ruleset.disabled:
+            reasons = sorted({off.by for off in ruleset.disabled})
             why = (
-                f"every rule is switched off ({len(ruleset.disabled)} by {DISABLED_IN_FILE} "
-                f"or {DISABLED_BY_SETTING}): a worker would score nothing"
+                f"every rule is switched off ({len(ruleset.disabled)} by "
+                f"{' or '.join(reasons)}): a worker would score nothing"
             )
-        raise RuleFileError(str(rules_dir), [why])
+        raise RuleFileError(_where(rules_dir), [why])
     return ruleset
 
 
@@ -228,7 +286,7 @@ class RulesConfig(Protocol):
     """Where a deployment's rules come from (``Settings`` is one)."""
 
     @property
-    def rules_dir(self) -> Path: ...
+    def rules_dir(self) -> Folders: ...
     @property
     def packs(self) -> list[str] | None: ...
     @property
@@ -239,8 +297,11 @@ class RulesConfig(Protocol):
 
 def deployment_rules(config: RulesConfig, packs: list[str] | None = None) -> RuleSet:
     """The rule set a deployment runs: the packs' rule files (``packs``, or the configured
-    ones) but the rules switched off (``enabled: false``, SCORER_DISABLED_RULES), with the
-    deployment's pack filters over their own. Reads the files anew at every call."""
-    chosen = packs if packs is not None else config.packs
-    loaded = load_rules(config.rules_dir, chosen, config.disabled_rules)
+    ones, or the default selection) but the rules switched off (``enabled: false``,
+    SCORER_DISABLED_RULES, left out by the default selection), with the deployment's pack
+    filters over their own. Reads the files anew at every call."""
+    chosen, checks_only = pack_selection(
+        config.rules_dir, packs if packs is not None else config.packs
+    )
+    loaded = load_rules(config.rules_dir, chosen, config.disabled_rules, checks_only)
     return loaded.with_pack_filters(config.pack_filters)

@@ -1,5 +1,6 @@
-"""A user's own conversations are scored out of the box: a worker with every pack loaded (no
-SCORER_PACKS), the embedded broker and the scripted judge."""
+"""A user's own conversations are scored out of the box: a worker with every pack loaded
+(SCORER_PACKS all; unset, the conversation pack is loaded whole too: design record 39), the
+embedded broker and the scripted judge."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ async def test_a_users_own_two_traces_sharing_a_thread_id_get_the_three_thread_s
         SCORER_THREAD_INACTIVITY_GAP_S="4",
         SCORER_THREAD_TICK_S="0.3",
     )
-    del worker.env["SCORER_PACKS"]  # every pack under rules/, as a new user runs it
+    # every pack (FretCoach's judge rules too: its conversation stays its own, asserted below)
+    worker.env["SCORER_PACKS"] = "all"
     workers.append(worker.start())
     hub = hub_trace(1)
     hub.update(id="hub-trace-1", thread_id="hub-conv-1", start_time=T0.isoformat())

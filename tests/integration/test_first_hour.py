@@ -111,5 +111,6 @@ def test_the_kept_demo_is_found_scraped_and_stopped(tmp_path: Path) -> None:
                 raise
         assert "stopping the worker and the broker" in rest
         assert demo.returncode == 0
-        recorded = tmp_path / "run" / f"llm-trace-scorer-{os.getuid()}" / "embedded-broker"
+        run = tmp_path / "run" / f"llm-trace-scorer-{os.getuid()}"
+        recorded = run / "embedded-brokers" / str(broker_port)  # the broker's own record
         assert not recorded.exists()  # the address is forgotten with its broker

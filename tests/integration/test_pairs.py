@@ -5,6 +5,7 @@ partner survives kill -9; a pair whose partner never comes is skipped when its w
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from datetime import UTC, datetime
@@ -75,7 +76,8 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     judge.script(CRITIQUE, orjson.dumps(ratings(3)).decode())
     env = {
         "SCORER_PACKS": '["critique"]',
-        "SCORER_RULES_DIR": str(rules_with_window(tmp_path, 12.0)),
+        # the copy in place of the shipped critique pack (a pack name is found once)
+        "SCORER_RULES_DIR": f"{rules_with_window(tmp_path, 12.0)}{os.pathsep}no-shipped-packs",
         "SCORER_THREAD_TICK_S": "0.3",
     }
     first = start(workers, broker, names, tmp_path, judge, **env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -344,7 +345,8 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         # a budget with room: its gauge exists for the budget alert to read
         SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
         SCORER_PACKS='["fretcoach", "critique", "coaching"]',
-        SCORER_RULES_DIR=str(with_a_batch_rule(tmp_path / "rules")),
+        # the edited copy in place of the shipped packs (a pack name is found once)
+        SCORER_RULES_DIR=f"{with_a_batch_rule(tmp_path / 'rules')}{os.pathsep}no-shipped-packs",
         SCORER_BATCH_BASE_URL=batches.base_url,
         SCORER_BATCH_POLL_S="1",
         SCORER_LABELS_TOPIC=labels_topic,

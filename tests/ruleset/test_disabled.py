@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -40,8 +41,9 @@ def edit(rules_dir: Path, rule_id: str, **changes: object) -> None:
 
 @pytest.fixture
 def deployment(monkeypatch: pytest.MonkeyPatch, rules_copy: Path) -> Path:
-    """A deployment of the fretcoach pack from a copy of the rules."""
-    monkeypatch.setenv("SCORER_RULES_DIR", str(rules_copy))
+    """A deployment of the fretcoach pack from a copy of the rules (the shipped packs left out:
+    the copy's packs have their names)."""
+    monkeypatch.setenv("SCORER_RULES_DIR", f"{rules_copy}{os.pathsep}no-shipped-packs")
     monkeypatch.setenv("SCORER_PACKS", '["fretcoach"]')
     monkeypatch.delenv("SCORER_DISABLED_RULES", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
