@@ -1,5 +1,5 @@
 # The scorer worker image: the README's install step (pip install .). The rule packs ship
-# inside the package; mount your own and set SCORER_RULES_DIR to use them instead.
+# inside the package; mount your own and set SCORER_RULES_DIR to load them beside them.
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./

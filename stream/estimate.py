@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.plan import JudgeJob
+from .engine.plan import JudgeJob, Plan
 from .explain import ExplainedClose, ExplainedTrace, FileOptions, explain_file
 from .judge.cache import verdict_key
 from .judge.contract import answer_contract
@@ -175,6 +175,9 @@ class _Counting:
             if job.tools is not None:
                 cost.tool_rounds_max += rule.judge.max_tool_calls
 
+    def estimate(self, traces: int, closes: int, invalid: int) -> Estimate:
+        return _estimate(self, traces, closes, invalid)
+
     @staticmethod
     def _completion(rule: Any) -> int:
         if isinstance(rule, RubricRule):
@@ -208,6 +211,27 @@ def estimate_messages(
         for explained in record.rules:
             if explained.job is not None:
                 counting.count(explained.job, scope)
+    return counting.estimate(traces, closes, invalid)
+
+
+def estimate_plans(
+    plans: Iterable[Plan], default_model: str, price: Price, counter: TokenCounter | None = None
+) -> Estimate:
+    """The judge calls, tokens and price of the jobs ``plans`` would run (``scorer
+    backfill``'s plans, once what is already scored is taken out)."""
+    counting = _Counting(default_model, counter or TokenCounter(), price)
+    traces = closes = 0
+    for plan in plans:
+        if plan.target.thread is None:
+            traces += 1
+        else:
+            closes += 1
+        for job in plan.judge_jobs:
+            counting.count(job, "trace" if plan.target.thread is None else job.rule.scope)
+    return counting.estimate(traces, closes, 0)
+
+
+def _estimate(counting: _Counting, traces: int, closes: int, invalid: int) -> Estimate:
     rules = sorted(counting.rules.values(), key=lambda r: (-r.judge_calls, r.pack, r.rule_id))
     notes = []
     if any(rule.tool_rounds_max for rule in rules):
@@ -219,7 +243,7 @@ def estimate_messages(
         traces,
         closes,
         rules,
-        counter.method,
+        counting.counter.method,
         f"{COMPLETION_TOKENS} an answer, {COMPLETION_TOKENS_PER_CRITERION} a rubric criterion",
         invalid,
         notes,

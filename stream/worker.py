@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import faust
 
-from . import __version__
+from . import __version__, rules_summary
 from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
 from .agents.otel_events import register_otel_events_agent
@@ -136,8 +136,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         settings.rules_dir,
         ruleset.digest,
     )
-    for off in ruleset.disabled:
-        log.info("rule %s/%s is switched off (%s)", off.rule.pack, off.rule.id, off.by)
+    for line in rules_summary.summary(ruleset):  # packs, cost a target, what is not run
+        print(line, flush=True)
     lag_meter = LagMeter(
         app,
         [

@@ -9,7 +9,7 @@ from pydantic_settings import SettingsError
 
 from ..config_errors import config_error
 from ..errors import ScorerError
-from . import commands, estimate, explain, rules, sinks  # noqa: F401  (they register their commands)
+from . import backfill, commands, estimate, explain, rules, sinks  # noqa: F401  (they register their commands)
 from .base import app, console, scores_broker, stop
 
 __all__ = ["app", "console", "main", "scores_broker", "stop"]

@@ -1,0 +1,270 @@
+"""``scorer backfill``: named rules over a past range of the traces topic (design record 41)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import typing
+from typing import Annotated
+
+import orjson
+import typer
+from rich.markup import escape
+
+from ..errors import ConfigError
+from ..settings import Settings
+from .base import app, console, scores_broker
+from .estimate import print_estimate, time_range
+from .explain import file_options
+
+if typing.TYPE_CHECKING:
+    from ..backfill import Backfill, Tally
+    from ..engine.plan import Plan
+    from ..kafka.security import KafkaSecurity
+
+
+async def existing_scores(
+    bootstrap: str, topic: str, start_ms: int, rule_ids: set[str], security: KafkaSecurity | None
+) -> set[str]:
+    """The ids of the named rules' scores already on the scores topic since ``start_ms``."""
+    from ..kafka.time_range import read_range
+
+    found: set[str] = set()
+    async for record in read_range(bootstrap, topic, start_ms, None, security):
+        try:
+            event = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and event.get("rule_id") in rule_ids:
+            found.add(str(event.get("score_id")))
+    return found
+
+
+async def range_messages(
+    bootstrap: str,
+    topics: list[str],
+    start_ms: int,
+    end_ms: int | None,
+    security: KafkaSecurity | None,
+) -> list[tuple[str, bytes]]:
+    """Each topic's records in the range, with their topic, in the order of their time."""
+    from ..kafka.time_range import read_range
+
+    found: list[tuple[int, str, bytes]] = []
+    for topic in topics:
+        async for record in read_range(bootstrap, topic, start_ms, end_ms, security):
+            found.append((record.timestamp_ms, topic, record.value))
+    found.sort(key=lambda item: item[0])  # stable: a partition's order within one time
+    return [(topic, value) for _, topic, value in found]
+
+
+@app.command()
+def backfill(
+    rules: Annotated[
+        list[str], typer.Option("--rules", help="The rules to run, by id (R1,R2 or repeated)")
+    ],
+    since: Annotated[
+        str | None, typer.Option(help="The traces of the last DURATION (7d, 24h, 90m)")
+    ] = None,
+    start: Annotated[str | None, typer.Option("--from", help="From TIME (ISO 8601)")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="Up to TIME (default: now)")] = None,
+    topic: Annotated[
+        str | None, typer.Option(help="The traces topic (default: SCORER_TRACES_TOPIC)")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what it would cost, and stop")
+    ] = False,
+    mode: Annotated[
+        str, typer.Option(help="online, or batch: through the Batch API, at its price")
+    ] = "online",
+    max_usd: Annotated[
+        float | None, typer.Option(help="Stop before the target that would pass this spend")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Go on without asking")] = False,
+) -> None:
+    """Run the named rules over the traces a topic received in a past range, and publish
+    their scores as the worker would (the same ids: a target already scored, by the worker or
+    an earlier backfill, is skipped, and costs nothing). Prints the estimate first and asks to
+    go on; shows calls, tokens and dollars as it goes."""
+    from ..backfill import Backfill, Tally, named_rules, targets_of
+    from ..engine.scorer import Scorer
+    from ..estimate import estimate_plans
+    from ..kafka.io import check_cluster
+    from ..ruleset.loader import ALL_PACKS, deployment_rules
+
+    if mode not in ("online", "batch"):
+        raise ConfigError([f"--mode is online or batch, not {mode!r}"])
+    settings = Settings()
+    rule_ids = [r.strip() for given in rules for r in given.split(",") if r.strip()]
+    ruleset = named_rules(deployment_rules(settings, [ALL_PACKS]), rule_ids)
+    start_ms, end_ms = time_range(since, start, end)
+    bootstrap, security = scores_broker(settings, "the broker the traces are on")
+    traces_topic = topic or settings.traces_topic
+    topics = [traces_topic]
+    if any(rule.scope == "thread" for rule in ruleset.rules) and settings.sessions_topic:
+        topics.append(settings.sessions_topic)  # sessions fold from their own topic
+
+    async def read() -> tuple[list[tuple[str, bytes]], set[str]]:
+        await check_cluster(bootstrap, security)
+        readable = [t for t in topics if t == traces_topic or await _exists(t)]
+        messages = await range_messages(bootstrap, readable, start_ms, end_ms, security)
+        ids = {rule.id for rule in ruleset.rules}
+        scored = await existing_scores(bootstrap, settings.scores_topic, start_ms, ids, security)
+        return messages, scored
+
+    async def _exists(name: str) -> bool:
+        from aiokafka import AIOKafkaConsumer
+
+        from ..kafka.io import options
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **options(security))
+        await consumer.start()
+        try:
+            return name in await consumer.topics()
+        finally:
+            await consumer.stop()
+
+    with console.status("reading the range and the scores already published"):
+        messages, existing = asyncio.run(read())
+    tally = Tally()
+    judge = _judge(settings, tally, ruleset)
+    scorer = Scorer(
+        ruleset,
+        judge,
+        default_model=settings.judge_model,
+        observer=tally,
+        max_prompt_tokens=settings.judge_max_prompt_tokens,
+    )
+    options = file_options(settings)
+    targets = targets_of(ruleset, messages, options, traces_topic)
+    publish = _publisher(bootstrap, settings, security)
+
+    def cost_of(plan: Plan) -> float | None:
+        return estimate_plans([plan], settings.judge_model, settings.judge_cost).total.usd
+
+    run = Backfill(scorer, existing, publish, tally, max_usd, cost_of)
+    plans = run.plans(targets)
+    found = estimate_plans(plans, settings.judge_model, settings.judge_cost)
+    console.print(
+        f"[bold]backfill[/] of {', '.join(rule_ids)} over {len(messages)} records of "
+        f"{', '.join(topics)}: {len(targets.traces)} traces, {len(targets.closes)} closes, "
+        f"{len(plans)} to score; {tally.already_scored} already scored (skipped)",
+        highlight=False,
+    )
+    print_estimate(found, None)
+    if dry_run or not plans:
+        raise typer.Exit(0)
+    if found.total.judge_calls and judge is None:
+        raise ConfigError(["no judge is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY)"])
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(["not a terminal to ask on: add --yes to go on (or --dry-run)"])
+        typer.confirm("go on?", abort=True)
+    asyncio.run(_run(run, plans, settings, mode, tally))
+    _report(tally)
+    raise typer.Exit(1 if tally.stopped else 0)
+
+
+def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
+    """The run's judge: the client (reporting each call to ``tally``) behind a verdict cache
+    in memory; None where no judge is configured."""
+    from ..judge.cache import CachingJudge, VerdictCache
+    from ..judge.client import JudgeClient
+
+    if not settings.judge_configured:
+        return None
+    client = JudgeClient(settings.judge_config(), tally)
+    if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
+        return client
+    cache = VerdictCache(settings.judge_cache_ttl_s, settings.judge_cache_max_entries)
+    return CachingJudge(
+        client, cache, default_model=settings.judge_model, price=settings.judge_cost
+    )
+
+
+def _publisher(
+    bootstrap: str, settings: Settings, security: KafkaSecurity | None
+) -> typing.Callable[[str, list[typing.Any]], typing.Awaitable[None]]:
+    """Publishes a target's scores to the scores topic, keyed by the target id as the
+    worker keys them (a producer started at the first score)."""
+    from aiokafka import AIOKafkaProducer
+
+    from ..kafka.io import options
+
+    producer: list[AIOKafkaProducer] = []
+
+    async def publish(key: str, scores: list[typing.Any]) -> None:
+        if not producer:
+            producer.append(
+                AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **options(security))
+            )
+            await producer[0].start()
+        sent = [
+            await producer[0].send(settings.scores_topic, score.to_bytes(), key=key.encode())
+            for score in scores
+        ]
+        await asyncio.gather(*sent)
+
+    async def close() -> None:
+        if producer:
+            await producer[0].stop()
+
+    publish.close = close  # type: ignore[attr-defined]
+    return publish
+
+
+async def _run(
+    run: Backfill, plans: list[Plan], settings: Settings, mode: str, tally: Tally
+) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("scoring", total=len(plans))
+
+        def shown(now: Tally) -> None:
+            progress.update(
+                task,
+                completed=now.traces + now.closes,
+                description=(
+                    f"{now.judge_calls} calls, {now.prompt_tokens:,} prompt tokens, ${now.usd:,.4f}"
+                ),
+            )
+
+        run.on_progress = shown
+        started = time.monotonic()
+        online = run.scorer.context.judge
+        try:
+            if mode == "batch":
+                from .backfill_batch import batch_judge
+
+                answers = await batch_judge(settings, run, plans, tally, console)
+                await run.run(plans, answers)
+                if fallbacks := getattr(answers, "fallbacks", None):
+                    console.print(
+                        f"[yellow]{len(fallbacks)} calls asked online[/] instead: "
+                        f"{escape(fallbacks[0])}",
+                        highlight=False,
+                    )
+            else:
+                await run.run(plans)
+        finally:
+            await run.publish.close()  # type: ignore[attr-defined]
+            closing = getattr(online, "close", None)
+            if closing is not None:
+                await closing()
+        shown(tally)
+    console.print(f"done in {time.monotonic() - started:.1f} s", highlight=False)
+
+
+def _report(tally: Tally) -> None:
+    console.print(
+        f"scored {tally.traces} traces and {tally.closes} closes: {tally.published} scores "
+        f"published, {tally.judge_calls} judge calls, {tally.prompt_tokens:,} prompt and "
+        f"{tally.completion_tokens:,} completion tokens, ${tally.usd:,.4f}"
+        + (f" ({tally.unpriced} calls on a model with no price)" if tally.unpriced else ""),
+        highlight=False,
+    )
+    if tally.stopped:
+        console.print(f"[yellow]stopped early[/]: {tally.stopped}", highlight=False)
