@@ -228,6 +228,19 @@ def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:
     return ledger
 
 
+# libraries that log a line per judge call at INFO (httpx under the openai SDK: "HTTP
+# Request: POST ...", httpx2 under the openai SDK 3): heard at the worker's debug level only
+PER_CALL_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+
+
+def quiet_per_call_loggers(level: int) -> None:
+    """Keep a library's line per call out of a worker's log above debug (``level``): at the
+    default level they were most of what it logged (a line per judge call)."""
+    if not level or level > logging.DEBUG:
+        for name in PER_CALL_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run until stopped; with no broker configured, start the embedded one first."""
     broker: EmbeddedBroker | None = None
@@ -314,6 +327,12 @@ class ScorerWorker(faust.Worker):
     exit 1. A failure that is not ours to name keeps its traceback."""
 
     start_error: ScorerError | None = None
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        """Faust has set the root logger up (mode's ``setup_logging``): then the libraries'
+        per-call lines are kept out, whatever it reset."""
+        super().on_setup_root_logger(logger, level)
+        quiet_per_call_loggers(level)
 
     async def start(self) -> None:
         try:

@@ -70,7 +70,7 @@ async def test_the_estimate_predicts_the_calls_and_prompt_tokens_a_worker_makes(
 
     demo_answers(judge)  # every rule answered in its own shape: no call asked again
     script_frustration(judge)
-    start(
+    worker = start(
         workers,
         broker,
         names,
@@ -104,6 +104,9 @@ async def test_the_estimate_predicts_the_calls_and_prompt_tokens_a_worker_makes(
     )
     assert abs(predicted["judge_calls"] - made) <= 0.05 * made
     assert abs(predicted["prompt_tokens"] - tokens) <= 0.05 * tokens
+    # a judge call is no line in the worker's log at its default level (httpx's INFO line
+    # per request was most of a newcomer's log)
+    assert "HTTP Request" not in worker.log()
 
 
 async def test_the_estimate_plans_the_records_of_a_topic_in_a_time_range(
