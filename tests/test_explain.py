@@ -603,3 +603,22 @@ def test_explain_names_the_shadows_a_trace_would_get() -> None:
     assert shadow.detail.startswith("shadow mini (judged by gpt-mini; its score carries variant")
     assert shadow.prompt == primary.prompt  # a model-only shadow asks the rule's prompt
     assert shadow.as_dict()["variant"] == "mini" and "variant" not in primary.as_dict()
+
+
+def test_rules_the_default_selection_leaves_out_are_one_line_a_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A default start leaves dozens of shipped judge rules out: explain says so in one line
+    per trace (naming their packs and how to load them), and --json still lists each."""
+    for name in ("SCORER_PACKS", "SCORER_RULES_DIR", "SCORER_DISABLED_RULES"):
+        monkeypatch.delenv(name, raising=False)
+    path = Path(__file__).parent.parent / "stream" / "samples" / "comparison_pair.jsonl"
+    result = CliRunner().invoke(app, ["explain", str(path)])
+    assert result.exit_code == 0, result.output
+    grouped = [line for line in result.output.splitlines() if " rules of " in line]
+    assert len(grouped) == 2  # the file's two traces
+    assert "mlflow" in grouped[0] and "SCORER_PACKS" in grouped[0]
+    assert "disabled    mlflow/safety" not in result.output
+    listed = CliRunner().invoke(app, ["explain", str(path), "--json"])
+    first = orjson.loads(listed.output.splitlines()[0])
+    assert any(r["rule_id"] == "safety" and r["outcome"] == "disabled" for r in first["rules"])

@@ -14,6 +14,8 @@ from ..ruleset.loader import deployment_rules
 from ..settings import Settings
 from .base import app, console
 
+GROUPED_AFTER = 3  # switched-off rules of one reason listed one by one, up to this many
+
 if typing.TYPE_CHECKING:
     from ..explain import Explained, ExplainedClose, FileOptions, Invalid
 
@@ -164,7 +166,16 @@ def _print_rules(explained: list[Explained], prompt: bool, judge_configured: boo
     """Each rule's decision, with the prompt it would send under ``--prompt``."""
     from ..explain import DISABLED, WOULD_JUDGE
 
+    # rules switched off for one reason, more than a few (the default pack selection leaves
+    # dozens out): one line for them all, not one each on every trace (--json lists each)
+    off: dict[str, list[Explained]] = {}
     for e in explained:
+        if e.outcome == DISABLED:
+            off.setdefault(e.detail or "", []).append(e)
+    grouped = {detail for detail, rules in off.items() if len(rules) > GROUPED_AFTER}
+    for e in explained:
+        if e.outcome == DISABLED and (e.detail or "") in grouped:
+            continue
         value = f" {e.value:.3g}" if e.value is not None else ""
         colour = {
             "scored": "green",
@@ -188,5 +199,13 @@ def _print_rules(explained: list[Explained], prompt: bool, judge_configured: boo
             console.print(
                 f"--- prompt ---\n{e.prompt}\n---", highlight=False, markup=False, soft_wrap=True
             )
+    for detail in sorted(grouped):
+        packs = sorted({e.pack for e in off[detail]})
+        console.print(
+            f"  [dim]{DISABLED:<11}[/] {len(off[detail])} rules of {', '.join(packs)}: "
+            f"{escape(detail)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not judge_configured and any(e.outcome == WOULD_JUDGE for e in explained):
         console.print("  (no judge is configured: the worker would publish these as skipped)")
