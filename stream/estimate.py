@@ -23,16 +23,17 @@ No broker, no judge call. Design record 40.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine.outcomes import score_rule_key
 from .engine.plan import JudgeJob, Plan
 from .explain import ExplainedClose, ExplainedTrace, FileOptions, explain_file
 from .judge.cache import verdict_key
 from .judge.contract import answer_contract
 from .judge.tokens import TokenCounter
-from .models import TokenUsage
+from .models import TokenUsage, score_id
 from .ruleset.schema import RubricRule, RuleSet
 
 # what an answer is assumed to take when no answer has said (a score and a sentence of
@@ -81,6 +82,8 @@ class Estimate:
     completion_assumed: str
     invalid: int = 0
     notes: list[str] = field(default_factory=list)
+    # a trace rule's score id -> the characters / 4 of its calls (``calibrated``)
+    basis: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> RuleCost:
@@ -141,8 +144,11 @@ class _Counting:
         self.price = price
         self.rules: dict[tuple[str, str | None], RuleCost] = {}
         self.paid: set[str] = set()  # verdict keys the sample has paid for
+        # a trace rule's score id -> its job's characters / 4 (all its calls, uncorrected):
+        # what reported usage is compared with to calibrate (``calibrated``)
+        self.basis: dict[str, int] = {}
 
-    def count(self, job: JudgeJob, scope: str) -> None:
+    def count(self, job: JudgeJob, scope: str, trace_id: str | None = None) -> None:
         rule = job.rule
         model = rule.judge.model or self.default_model
         name = rule.id if rule.variant is None else f"{rule.id}@{rule.variant}"
@@ -154,6 +160,12 @@ class _Counting:
         schema = answer_contract(rule)[0]
         cached = rule.judge.cache and job.tools is None
         completion = self._completion(rule)
+        if trace_id is not None:
+            plain = TokenCounter()
+            primary = score_rule_key(rule, None)
+            self.basis[score_id(primary, rule.version, rule.scope, trace_id)] = sum(
+                plain.messages(model, system, prompt) for prompt, system in calls
+            )
         for prompt, system in calls:
             if cached:
                 key = verdict_key(rule, model, prompt, system, schema)
@@ -199,9 +211,10 @@ def estimate_messages(
     counting = _Counting(options.default_model, counter, price)
     traces = closes = invalid = 0
     for record in explain_file(ruleset, messages, options, topic):
+        trace_id = None
         if isinstance(record, ExplainedTrace):
             traces += 1
-            scope = "trace"
+            scope, trace_id = "trace", record.trace_id
         elif isinstance(record, ExplainedClose):
             closes += 1
             scope = record.scope
@@ -210,8 +223,25 @@ def estimate_messages(
             continue
         for explained in record.rules:
             if explained.job is not None:
-                counting.count(explained.job, scope)
-    return counting.estimate(traces, closes, invalid)
+                counting.count(explained.job, scope, trace_id)
+    found = counting.estimate(traces, closes, invalid)
+    found.basis = counting.basis
+    return found
+
+
+MIN_CALIBRATION_CALLS = 5  # fewer answers than this say too little of a provider's count
+
+
+def calibrated(basis: Mapping[str, int], reported: Mapping[str, int]) -> TokenCounter | None:
+    """A counter corrected by what answers reported: ``reported`` maps a score id to the
+    prompt tokens its usage said (judged, not cached), ``basis`` the same ids to the
+    characters / 4 of the calls that score came from; None where fewer than
+    ``MIN_CALIBRATION_CALLS`` scores are in both."""
+    both = [key for key in basis if key in reported and basis[key] > 0]
+    if len(both) < MIN_CALIBRATION_CALLS:
+        return None
+    ratio = sum(reported[key] for key in both) / sum(basis[key] for key in both)
+    return TokenCounter(ratio=ratio, calibrated_from=len(both))
 
 
 def estimate_plans(

@@ -14,7 +14,7 @@ from stream.cli import app
 from stream.cli.estimate import duration_s, time_range
 from stream.engine.spend import DEFAULT_JUDGE_PRICES, judge_cost
 from stream.errors import ConfigError
-from stream.estimate import COMPLETION_TOKENS, estimate_messages
+from stream.estimate import COMPLETION_TOKENS, calibrated, estimate_messages
 from stream.explain import FileOptions
 from stream.judge.tokens import TokenCounter
 from stream.models import TokenUsage
@@ -122,3 +122,22 @@ def test_the_command_prints_one_json_object_with_totals_and_rules(tmp_path, monk
     assert "characters / 4" in table.output
     neither = CliRunner().invoke(app, ["estimate"])
     assert neither.exit_code != 0
+
+
+def test_a_calibration_corrects_the_count_by_what_answers_reported() -> None:
+    """Scores' reported prompt tokens against the characters / 4 of the calls they came
+    from: the ratio corrects every count; too few scores in both, no calibration."""
+    ruleset = load_rules(RULES_DIR, ["fretcoach"])
+    messages = [with_id(hub_trace(n % 3), f"t-{n}") for n in range(6)]
+    plain = estimate_messages(ruleset, messages, OPTIONS, price)
+    assert len(plain.basis) >= 5  # a score id per judged trace rule
+    reported = {key: round(tokens * 1.3) for key, tokens in plain.basis.items()}
+    counter = calibrated(plain.basis, reported)
+    assert counter is not None and counter.ratio == pytest.approx(1.3, rel=0.01)
+    assert counter.calibrated_from == len(plain.basis)
+    corrected = estimate_messages(ruleset, messages, OPTIONS, price, counter)
+    # the chat format's own tokens are not scaled: a little under 1.3 times
+    assert 1.2 * plain.total.prompt_tokens < corrected.total.prompt_tokens
+    assert corrected.total.prompt_tokens < 1.31 * plain.total.prompt_tokens
+    few = dict(list(reported.items())[:4])
+    assert calibrated(plain.basis, few) is None

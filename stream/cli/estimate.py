@@ -65,13 +65,22 @@ def time_range(since: str | None, start: str | None, end: str | None) -> tuple[i
 
 
 def topic_messages(
-    settings: Settings, topic: str, since: str | None, start: str | None, end: str | None
+    settings: Settings,
+    topic: str,
+    since: str | None,
+    start: str | None,
+    end: str | None,
+    ms: bool = False,
 ) -> list[bytes]:
-    """The values of ``topic``'s records in the range, on the broker `scorer replay` uses."""
+    """The values of ``topic``'s records in the range (``ms``: ``start`` is milliseconds
+    since the epoch), on the broker `scorer replay` uses."""
     from ..kafka.io import check_cluster
     from ..kafka.time_range import read_range
 
-    start_ms, end_ms = time_range(since, start, end)
+    if ms:
+        start_ms, end_ms = int(start or 0), None
+    else:
+        start_ms, end_ms = time_range(since, start, end)
     bootstrap, security = scores_broker(settings)
 
     async def read() -> list[bytes]:
@@ -79,6 +88,28 @@ def topic_messages(
         return [r.value async for r in read_range(bootstrap, topic, start_ms, end_ms, security)]
 
     return asyncio.run(read())
+
+
+def reported_prompt_tokens(settings: Settings, since: str) -> dict[str, int]:
+    """Score id -> the prompt tokens its judge call reported, for the judged (not cached)
+    scores of the last ``since`` on the scores topic."""
+    import orjson
+
+    start_ms = int((time.time() - duration_s(since)) * 1000)
+    found: dict[str, int] = {}
+    for raw in topic_messages(settings, settings.scores_topic, None, str(start_ms), None, ms=True):
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        usage = event.get("usage") if isinstance(event, dict) else None
+        if (
+            isinstance(usage, dict)
+            and event.get("criterion") is None
+            and usage.get("prompt_tokens")
+        ):
+            found[str(event.get("score_id"))] = int(usage["prompt_tokens"])
+    return found
 
 
 @app.command()
@@ -101,13 +132,20 @@ def estimate(
     traces_per_day: Annotated[
         float | None, typer.Option(help="Also price a day at this many traces")
     ] = None,
+    calibrate: Annotated[
+        str | None,
+        typer.Option(
+            help="Correct the token count by the usage the scores of the last DURATION "
+            "reported for these traces (needs the broker the scores are on)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object")] = False,
 ) -> None:
     """What the loaded rule set would cost on a sample of traces, before it runs: per rule and
     in total, the judge calls, prompt and completion tokens and US dollars (online and in
     batch mode), per 1 000 traces and per day. Plans the sample as the worker would (filters,
     sampling, fan-out bounds, thread closes, cache hits within the sample); calls no judge."""
-    from ..estimate import estimate_messages
+    from ..estimate import MIN_CALIBRATION_CALLS, calibrated, estimate_messages
     from ..kafka.io import message_value, read_traces
 
     settings = Settings()
@@ -122,13 +160,19 @@ def estimate(
         read_as = topic
     if sample is not None:
         messages = messages[:sample]
-    found = estimate_messages(
-        deployment_rules(settings),
-        messages,
-        file_options(settings),
-        settings.judge_cost,
-        topic=read_as,
-    )
+    ruleset, options = deployment_rules(settings), file_options(settings)
+    found = estimate_messages(ruleset, messages, options, settings.judge_cost, topic=read_as)
+    if calibrate is not None:
+        counter = calibrated(found.basis, reported_prompt_tokens(settings, calibrate))
+        if counter is None:
+            found.notes.append(
+                f"not calibrated: fewer than {MIN_CALIBRATION_CALLS} of the sample's judged "
+                f"traces have a score with usage in the last {calibrate}"
+            )
+        else:
+            found = estimate_messages(
+                ruleset, messages, options, settings.judge_cost, counter, read_as
+            )
     if as_json:
         typer.echo(orjson.dumps(found.as_dict(traces_per_day)).decode())
         return

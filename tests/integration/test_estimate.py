@@ -38,16 +38,17 @@ def provider_prompt_tokens(body: dict[str, Any]) -> int:
     return sum(len(str(m.get("content") or "")) // 4 + 3 for m in messages) + 3
 
 
-def run_estimate(files: list[Path], tmp: Path) -> dict[str, Any]:
+def run_estimate(files: list[Path], tmp: Path, *args: str, **extra: str) -> dict[str, Any]:
     sample = tmp / "sample.jsonl"
     sample.write_bytes(b"".join(f.read_bytes().rstrip(b"\n") + b"\n" for f in files))
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "OPENAI_"))},
         "SCORER_PACKS": PACKS,
         "SCORER_THREAD_INACTIVITY_GAP_S": GAP_S,
+        **extra,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "stream.cli", "estimate", str(sample), "--json"],
+        [sys.executable, "-m", "stream.cli", "estimate", str(sample), "--json", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -104,6 +105,19 @@ async def test_the_estimate_predicts_the_calls_and_prompt_tokens_a_worker_makes(
     )
     assert abs(predicted["judge_calls"] - made) <= 0.05 * made
     assert abs(predicted["prompt_tokens"] - tokens) <= 0.05 * tokens
+    # calibrated by the usage the worker's scores reported (this judge counts the last
+    # message only, as no provider does): the estimate follows the judge's own count
+    reported = sum(len(str(r["body"]["messages"][-1]["content"])) // 4 for r in judge.requests)
+    calibrated = run_estimate(
+        files,
+        tmp_path,
+        "--calibrate",
+        "1h",
+        KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap,
+        **names.env(),
+    )
+    assert "calibrated on" in calibrated["tokens_counted_by"], calibrated["notes"]
+    assert abs(calibrated["total"]["prompt_tokens"] - reported) <= 0.05 * reported
     # a judge call is no line in the worker's log at its default level (httpx's INFO line
     # per request was most of a newcomer's log)
     assert "HTTP Request" not in worker.log()
