@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .engine.kinds import primary_shape
 from .engine.outcomes import TraceResult, score_rule_key
 from .engine.plan import JudgeJob, Plan
 from .engine.scorer import Scorer
@@ -75,6 +76,7 @@ class Tally(Observer):
         self.unpriced = 0  # answered calls on a model with no price
         self.stopped: str | None = None  # why it stopped before the end (the budget)
         self.invalid = 0
+        self.errors = 0  # error scores published (a later run asks again for them)
 
     def on_judge_call(
         self,
@@ -101,6 +103,7 @@ class Targets:
     traces: list[tuple[Trace, Any, str]] = field(default_factory=list)  # with its topic
     closes: list[Any] = field(default_factory=list)  # ThreadClose
     invalid: int = 0
+    still_open: int = 0  # threads the range ends in: not scored
 
 
 def targets_of(
@@ -130,14 +133,20 @@ def targets_of(
                     threads.add_session(item)
             else:
                 threads.add_trace(item[0], item[1], topic or traces_topic)
-        found.closes = [close.close for close in threads.finish()]
+        closes = threads.finish()
+        # a thread still open when the range ends has not closed in it: not scored (the
+        # worker scores it when it closes; a later range holds its close)
+        found.closes = [close.close for close in closes if not close.at_end]
+        found.still_open = sum(close.at_end for close in closes)
     return found
 
 
 def primary_id(job_or_rule: Any, plan: Plan) -> str:
-    """The id of the score a rule publishes first for ``plan``'s target."""
+    """The id of the score that stands for a rule's decision on ``plan``'s target: its one
+    score, a rubric's aggregate, a comparison's preference (``primary_shape``)."""
     rule = job_or_rule.rule if isinstance(job_or_rule, JudgeJob) else job_or_rule
-    return score_id(score_rule_key(rule, None), rule.version, rule.scope, plan.target.score_key)
+    key = score_rule_key(rule, primary_shape(rule).criterion)
+    return score_id(key, rule.version, rule.scope, plan.target.score_key)
 
 
 def unscored(plan: Plan, existing: set[str]) -> int:
@@ -153,8 +162,9 @@ def unscored(plan: Plan, existing: set[str]) -> int:
 
 class Backfill:
     """Scores ``targets`` with ``scorer`` (built on the named rules and the run's judge),
-    skipping what ``existing`` score ids hold, and hands each target's new scores to
-    ``publish``."""
+    skipping the targets whose score ``existing`` holds (the ids of scores that need no
+    asking again: ok ones, and a check's whatever their status), and hands each target's
+    new scores to ``publish``."""
 
     def __init__(
         self,
@@ -176,13 +186,16 @@ class Backfill:
         self.concurrency = concurrency
         self.tally = tally
 
-    def plans(self, targets: Targets) -> list[Plan]:
-        """Every target's plan, less what is already scored: those with anything to do."""
+    def plans(self, targets: Targets, planner: Scorer | None = None) -> list[Plan]:
+        """Every target's plan (made by ``planner``, else the scorer: a planner whose judge
+        is never called plans judge jobs where the run has no judge yet), less what is
+        already scored: those with anything to do."""
+        planner = planner or self.scorer
         plans = []
         for trace, document, topic in targets.traces:
-            plans.append(self.scorer.plan(trace, document, topic))
+            plans.append(planner.plan(trace, document, topic))
         for close in targets.closes:
-            plans.append(self.scorer.plan_thread(close))
+            plans.append(planner.plan_thread(close))
         for plan in plans:
             self.tally.already_scored += unscored(plan, self.existing)
         self.tally.invalid = targets.invalid
@@ -219,6 +232,7 @@ class Backfill:
                     if fresh:
                         await self.publish(plan.target.id, fresh)
                         self.tally.published += len(fresh)
+                        self.tally.errors += sum(s.status == "error" for s in fresh)
                     if plan.target.thread is None:
                         self.tally.traces += 1
                     else:

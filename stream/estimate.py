@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine.kinds import primary_shape
 from .engine.outcomes import score_rule_key
 from .engine.plan import JudgeJob, Plan
 from .explain import ExplainedClose, ExplainedTrace, FileOptions, explain_file
@@ -138,8 +139,11 @@ class Estimate:
 class _Counting:
     """Counts a sample's planned judge jobs into per-rule costs."""
 
-    def __init__(self, default_model: str, counter: TokenCounter, price: Price) -> None:
+    def __init__(
+        self, default_model: str, counter: TokenCounter, price: Price, caching: bool = True
+    ) -> None:
         self.default_model = default_model
+        self.caching = caching  # the deployment's verdict cache is on
         self.counter = counter
         self.price = price
         self.rules: dict[tuple[str, str | None], RuleCost] = {}
@@ -158,11 +162,11 @@ class _Counting:
         cost.judged += 1
         calls = [(item.prompt, item.system) for item in job.items] or [(job.prompt, job.system)]
         schema = answer_contract(rule)[0]
-        cached = rule.judge.cache and job.tools is None
+        cached = self.caching and rule.judge.cache and job.tools is None
         completion = self._completion(rule)
         if trace_id is not None:
             plain = TokenCounter()
-            primary = score_rule_key(rule, None)
+            primary = score_rule_key(rule, primary_shape(rule).criterion)  # its decision's
             self.basis[score_id(primary, rule.version, rule.scope, trace_id)] = sum(
                 plain.messages(model, system, prompt) for prompt, system in calls
             )
@@ -183,7 +187,8 @@ class _Counting:
                 total_tokens=prompt_tokens + completion,
             )
             batched = usage.model_copy(update={"batch": True})
-            cost.add_price(self.price(model, usage), self.price(model, batched))
+            as_judged = batched if rule.judge.mode == "batch" else usage  # as the worker asks
+            cost.add_price(self.price(model, as_judged), self.price(model, batched))
             if job.tools is not None:
                 cost.tool_rounds_max += rule.judge.max_tool_calls
 
@@ -204,11 +209,13 @@ def estimate_messages(
     price: Price,
     counter: TokenCounter | None = None,
     topic: str | None = None,
+    caching: bool = True,
 ) -> Estimate:
     """The judge calls, tokens and price of ``messages`` (traces and session events, as
-    ``scorer explain`` reads a file) under ``ruleset``."""
+    ``scorer explain`` reads a file) under ``ruleset`` (``caching``: the verdict cache is
+    on, so a call the sample already made is a hit)."""
     counter = counter or TokenCounter()
-    counting = _Counting(options.default_model, counter, price)
+    counting = _Counting(options.default_model, counter, price, caching)
     traces = closes = invalid = 0
     for record in explain_file(ruleset, messages, options, topic):
         trace_id = None

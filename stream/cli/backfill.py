@@ -6,6 +6,7 @@ import asyncio
 import sys
 import time
 import typing
+from dataclasses import replace
 from typing import Annotated
 
 import orjson
@@ -18,25 +19,40 @@ from .base import app, console, scores_broker
 from .estimate import print_estimate, time_range
 from .explain import file_options
 
+OUTAGE_MAX_S = 120.0  # how long a run waits out a judge that does not answer
+
 if typing.TYPE_CHECKING:
     from ..backfill import Backfill, Tally
     from ..engine.plan import Plan
     from ..kafka.security import KafkaSecurity
+    from ..ruleset.schema import RuleSet
 
 
 async def existing_scores(
-    bootstrap: str, topic: str, start_ms: int, rule_ids: set[str], security: KafkaSecurity | None
+    bootstrap: str,
+    topic: str,
+    start_ms: int,
+    ruleset: RuleSet,
+    security: KafkaSecurity | None,
 ) -> set[str]:
-    """The ids of the named rules' scores already on the scores topic since ``start_ms``."""
+    """The ids of the named rules' scores on the scores topic since ``start_ms`` that need no
+    asking again: a judged rule's ok ones (an error, or a skip for want of a judge or a
+    budget, is asked again), and a check's whatever their status (it would say the same)."""
     from ..kafka.time_range import read_range
+    from ..ruleset.schema import PromptedRule
 
+    judged = {rule.id for rule in ruleset.rules if isinstance(rule, PromptedRule)}
+    checks = {rule.id for rule in ruleset.rules} - judged
     found: set[str] = set()
     async for record in read_range(bootstrap, topic, start_ms, None, security):
         try:
             event = orjson.loads(record.value)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(event, dict) and event.get("rule_id") in rule_ids:
+        if not isinstance(event, dict):
+            continue
+        rule_id = event.get("rule_id")
+        if rule_id in checks or (rule_id in judged and event.get("status") == "ok"):
             found.add(str(event.get("score_id")))
     return found
 
@@ -90,8 +106,10 @@ def backfill(
     from ..backfill import Backfill, Tally, named_rules, targets_of
     from ..engine.scorer import Scorer
     from ..estimate import estimate_plans
+    from ..explain_records import planning_scorer
     from ..kafka.io import check_cluster
     from ..ruleset.loader import ALL_PACKS, deployment_rules
+    from ..ruleset.schema import PromptedRule
 
     if mode not in ("online", "batch"):
         raise ConfigError([f"--mode is online or batch, not {mode!r}"])
@@ -109,8 +127,9 @@ def backfill(
         await check_cluster(bootstrap, security)
         readable = [t for t in topics if t == traces_topic or await _exists(t)]
         messages = await range_messages(bootstrap, readable, start_ms, end_ms, security)
-        ids = {rule.id for rule in ruleset.rules}
-        scored = await existing_scores(bootstrap, settings.scores_topic, start_ms, ids, security)
+        scored = await existing_scores(
+            bootstrap, settings.scores_topic, start_ms, ruleset, security
+        )
         return messages, scored
 
     async def _exists(name: str) -> bool:
@@ -125,10 +144,16 @@ def backfill(
         finally:
             await consumer.stop()
 
+    judged = [rule.id for rule in ruleset.rules if isinstance(rule, PromptedRule)]
+    if judged and not settings.judge_configured and not dry_run:
+        raise ConfigError(
+            [f"{', '.join(judged)} need a judge: set OPENAI_BASE_URL (and OPENAI_API_KEY), "
+             "or look first with --dry-run"]
+        )  # fmt: skip
     with console.status("reading the range and the scores already published"):
         messages, existing = asyncio.run(read())
     tally = Tally()
-    judge = _judge(settings, tally, ruleset)
+    judge = _judge(settings, tally, ruleset) if not dry_run else None
     scorer = Scorer(
         ruleset,
         judge,
@@ -144,26 +169,56 @@ def backfill(
         return estimate_plans([plan], settings.judge_model, settings.judge_cost).total.usd
 
     run = Backfill(scorer, existing, publish, tally, max_usd, cost_of)
-    plans = run.plans(targets)
+    planner = planning_scorer(ruleset, settings.judge_model, settings.judge_max_prompt_tokens)
+    plans = run.plans(targets, planner)
     found = estimate_plans(plans, settings.judge_model, settings.judge_cost)
+    still = f"; {targets.still_open} threads still open at its end (not scored)"
     console.print(
         f"[bold]backfill[/] of {', '.join(rule_ids)} over {len(messages)} records of "
         f"{', '.join(topics)}: {len(targets.traces)} traces, {len(targets.closes)} closes, "
-        f"{len(plans)} to score; {tally.already_scored} already scored (skipped)",
+        f"{len(plans)} to score; {tally.already_scored} already scored (skipped)"
+        + (still if targets.still_open else ""),
         highlight=False,
     )
     print_estimate(found, None)
     if dry_run or not plans:
         raise typer.Exit(0)
-    if found.total.judge_calls and judge is None:
-        raise ConfigError(["no judge is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY)"])
+    if max_usd is not None and found.total.judge_calls and found.total.usd is None:
+        raise ConfigError(
+            ["--max-usd cannot be kept: a model these rules are judged by has no price "
+             "(SCORER_JUDGE_PRICES)"]
+        )  # fmt: skip
+    if mode == "batch" and max_usd is not None:
+        plans = within_batch_budget(plans, max_usd, settings, tally)
     if not yes:
         if not sys.stdin.isatty():
             raise ConfigError(["not a terminal to ask on: add --yes to go on (or --dry-run)"])
         typer.confirm("go on?", abort=True)
     asyncio.run(_run(run, plans, settings, mode, tally))
     _report(tally)
-    raise typer.Exit(1 if tally.stopped else 0)
+    raise typer.Exit(1 if tally.stopped or tally.errors else 0)
+
+
+def within_batch_budget(
+    plans: list[Plan], max_usd: float, settings: Settings, tally: Tally
+) -> list[Plan]:
+    """The plans, in order, whose estimated cost at the batch rate fits ``max_usd`` (a batch
+    is paid for once submitted: the budget is kept before, not while it runs)."""
+    from ..estimate import estimate_plans
+
+    kept: list[Plan] = []
+    spent = 0.0
+    for plan in plans:
+        cost = estimate_plans([plan], settings.judge_model, settings.judge_cost).total.usd_batch
+        if spent + (cost or 0.0) > max_usd:
+            tally.stopped = (
+                f"{len(plans) - len(kept)} targets left out: past the budget of ${max_usd:g} "
+                f"at the batch rate (${spent:,.4f} estimated for the rest)"
+            )
+            break
+        spent += cost or 0.0
+        kept.append(plan)
+    return kept
 
 
 def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
@@ -174,7 +229,11 @@ def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
 
     if not settings.judge_configured:
         return None
-    client = JudgeClient(settings.judge_config(), tally)
+    config = settings.judge_config()
+    # an outage fails the calls after minutes, not the worker's hour: their error scores are
+    # asked again by the next run, which the exit code and the report say
+    config = replace(config, outage_max_s=min(config.outage_max_s, OUTAGE_MAX_S))
+    client = JudgeClient(config, tally)
     if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
         return client
     cache = VerdictCache(settings.judge_cache_ttl_s, settings.judge_cache_max_entries)
@@ -266,5 +325,11 @@ def _report(tally: Tally) -> None:
         + (f" ({tally.unpriced} calls on a model with no price)" if tally.unpriced else ""),
         highlight=False,
     )
+    if tally.errors:
+        console.print(
+            f"[yellow]{tally.errors} error scores[/]: the judge did not answer them (a run "
+            "again asks for them, and only them)",
+            highlight=False,
+        )
     if tally.stopped:
         console.print(f"[yellow]stopped early[/]: {tally.stopped}", highlight=False)

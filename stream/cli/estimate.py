@@ -151,6 +151,8 @@ def estimate(
     settings = Settings()
     if (file is None) == (topic is None):
         raise ConfigError(["give a FILE, or --topic T with --since DURATION or --from/--to"])
+    if file is not None and (since or start or end):
+        raise ConfigError(["--since, --from and --to read a --topic; a FILE is read whole"])
     if file is not None:
         messages = [message_value(item) for item in read_traces(file)]
         read_as = None
@@ -161,7 +163,10 @@ def estimate(
     if sample is not None:
         messages = messages[:sample]
     ruleset, options = deployment_rules(settings), file_options(settings)
-    found = estimate_messages(ruleset, messages, options, settings.judge_cost, topic=read_as)
+    caching = bool(settings.judge_cache_ttl_s and settings.judge_cache_max_entries)
+    found = estimate_messages(
+        ruleset, messages, options, settings.judge_cost, topic=read_as, caching=caching
+    )
     if calibrate is not None:
         counter = calibrated(found.basis, reported_prompt_tokens(settings, calibrate))
         if counter is None:
@@ -171,7 +176,7 @@ def estimate(
             )
         else:
             found = estimate_messages(
-                ruleset, messages, options, settings.judge_cost, counter, read_as
+                ruleset, messages, options, settings.judge_cost, counter, read_as, caching
             )
     if as_json:
         typer.echo(orjson.dumps(found.as_dict(traces_per_day)).decode())

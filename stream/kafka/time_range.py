@@ -3,11 +3,12 @@ and ``scorer backfill`` scores.
 
 A group-less consumer assigned every partition of the topic starts each at the offset
 Kafka's offsets-for-times gives for the start (the first record whose timestamp is at or
-after it; none: the partition has nothing that late) and reads until a record at or after
-the end, or, where the end is not reached, until every partition is read up to the end
-offset the broker gave at the start and no record has come for ``idle_s`` (the embedded
-broker's end offsets can fall a record batch short, design record 03, so they are not
-trusted alone to say the end). Records are yielded with their partition and
+after it; none: the partition has nothing that late). A partition is read up to the end
+offset the broker gave when the read began, then until a record at or after the end time
+(no end: the moment of the call) or ``idle_s`` without a record: a live topic's new
+records are past the end, and the embedded broker's end offsets can fall a record batch
+short (design record 03). Records outside [start, end) are skipped, wherever they are: a
+producer's timestamps need not be in order. Records are yielded with their partition and
 offset, in each partition's order. A record before the start is skipped where the broker's
 offsets-for-times starts earlier than asked: the embedded broker answers it with the
 partition's first offset whatever the time (design record 03), so a range there reads the
@@ -17,6 +18,7 @@ topic from its start.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -47,7 +49,8 @@ async def read_range(
     idle_s: float = 2.0,
 ) -> AsyncIterator[Ranged]:
     """Every record of ``topic`` with a timestamp in [``start_ms``, ``end_ms``) (None: up
-    to now, read until quiet)."""
+    to the moment of the call)."""
+    end_ms = int(time.time() * 1000) if end_ms is None else end_ms
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **options(security)
     )
@@ -65,25 +68,28 @@ async def read_range(
             consumer.seek(tp, found.offset)
         ends = await consumer.end_offsets(list(reading))
         loop = asyncio.get_running_loop()
-        quiet_since = loop.time()
+        heard = dict.fromkeys(reading, loop.time())  # when each partition last gave a record
+        past_end: set[TopicPartition] = set()  # gave a record at or after the end time
         while reading:
             batch = await consumer.getmany(*reading, timeout_ms=200)
             for tp, records in batch.items():
                 if records:
-                    quiet_since = loop.time()
-                for record in records:
-                    if end_ms is not None and record.timestamp >= end_ms:
-                        reading.discard(tp)
-                        consumer.pause(tp)
-                        break
-                    if record.value is not None and record.timestamp >= start_ms:
+                    heard[tp] = loop.time()
+                for record in records:  # a producer's timestamps need not be in order
+                    if record.timestamp >= end_ms:
+                        past_end.add(tp)
+                    elif record.value is not None and record.timestamp >= start_ms:
                         yield Ranged(
                             tp.partition, record.offset, record.timestamp, record.key, record.value
                         )
-            # done where what the broker said was there is read and nothing more came
-            behind = [tp for tp in reading if await consumer.position(tp) < ends[tp]]
-            if not behind and loop.time() - quiet_since >= idle_s:
-                break
+            for tp in list(reading):
+                if await consumer.position(tp) < ends[tp]:
+                    continue  # what was there when the read began is not all read yet
+                # read up to that end: done once a later record is past the end time, or
+                # none comes (the embedded broker's end can fall a batch short: record 03)
+                if tp in past_end or loop.time() - heard[tp] >= idle_s:
+                    reading.discard(tp)
+                    consumer.pause(tp)
     finally:
         await consumer.stop()
 

@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from batch_double import BatchDouble
 from fixtures import hub_trace, studio_trace
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, Reply, demo_answers
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
@@ -67,13 +67,14 @@ async def seed(bootstrap: str, names: Names) -> list[str]:
 
 
 def backfill(
-    broker: EmbeddedBroker, names: Names, judge: MockJudge, *args: str, **env: str
+    broker: EmbeddedBroker, names: Names, judge: MockJudge | None, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
+    """``scorer backfill`` with ``args`` (``judge`` None: no judge configured)."""
+    judged = {"OPENAI_BASE_URL": judge.base_url, "OPENAI_API_KEY": "sk-test"} if judge else {}
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "OPENAI_"))},
         "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
-        "OPENAI_BASE_URL": judge.base_url,
-        "OPENAI_API_KEY": "sk-test",
+        **judged,
         "SCORER_JUDGE_BACKOFF_BASE_S": "0.05",
         **names.env(),
         **env,
@@ -154,3 +155,40 @@ async def test_batch_mode_sends_the_calls_through_the_batch_api(
     scores = await scores_of(broker, names, RULE)
     assert sorted(s["target_id"] for s in scores) == recent
     assert {s["reason"] for s in scores} == {"answered in the batch"}
+
+
+async def test_a_rubric_backfilled_twice_is_judged_once(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge
+) -> None:
+    """A rubric's decision is its aggregate score (criterion-named id): found on the second
+    run, no call."""
+    await seed(broker.bootstrap, names)
+    demo_answers(judge)  # the critique rubric answered in its shape
+    first = backfill(broker, names, judge, "--rules", "response_critique", "--since", "1d", "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    calls = len(judge.requests)
+    published = await scores_of(broker, names, "response_critique")
+    assert calls >= 6 and {s["target_id"] for s in published} >= {f"t-hub-{n}" for n in range(6)}
+    again = backfill(broker, names, judge, "--rules", "response_critique", "--since", "1d", "--yes")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(judge.requests) == calls
+    assert len(await scores_of(broker, names, "response_critique")) == len(published)
+
+
+async def test_error_scores_are_asked_again_and_a_missing_judge_stops_the_run(
+    broker: EmbeddedBroker, names: Names, judge: MockJudge
+) -> None:
+    await seed(broker.bootstrap, names)
+    rule = "hub_context_usage_quality"
+    refused = judge.script("evaluating context usage quality", Reply(status=400, content="no"))
+    failing = backfill(broker, names, judge, "--rules", rule, "--since", "1d", "--yes")
+    assert failing.returncode == 1 and "6 error scores" in failing.stdout
+    judge.scripts.remove(refused)
+    mended = backfill(broker, names, judge, "--rules", rule, "--since", "1d", "--yes")
+    assert mended.returncode == 0, mended.stdout + mended.stderr
+    scores = await scores_of(broker, names, rule)
+    assert {s["status"] for s in scores if s["status"] == "ok"} == {"ok"}
+    assert len({s["score_id"] for s in scores}) == 6  # the same ids, answered now
+
+    judgeless = backfill(broker, names, None, "--rules", "hub_actionability", "--since", "1d")
+    assert judgeless.returncode == 2 and "need a judge" in judgeless.stderr
