@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     # stops the start in one line naming it; "rebuild" discards its tables and rebuilds them
     # from the changelogs (design record 38)
     stale_state: Literal["fail", "rebuild"] = "fail"
+    # start on faust-streaming, aiokafka or rocksdict versions the mends were not read
+    # against (stream/kafka/library_versions.py), with a warning, instead of stopping
+    allow_untested_libraries: bool = False
 
     # Threads (conversations and coaching sessions).
     thread_inactivity_gap_s: float = Field(default=900.0, gt=0)  # like Opik: 15 minutes

@@ -39,6 +39,7 @@ from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
 from .kafka.io import check_cluster
 from .kafka.lag import LagMeter
+from .kafka.library_versions import check_libraries
 from .kafka.security import KafkaSecurity
 from .kafka.snapshot_store import write_snapshots
 from .kafka.stale_state import settle_stale_state
@@ -243,6 +244,7 @@ def quiet_per_call_loggers(level: int) -> None:
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run until stopped; with no broker configured, start the embedded one first."""
+    check_libraries(settings.allow_untested_libraries)  # the versions the mends were read at
     broker: EmbeddedBroker | None = None
     bootstrap = settings.kafka_bootstrap_servers
     if not bootstrap:
