@@ -180,18 +180,28 @@ class CommittingConsumer(Consumer):
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
-        if await self._stopped_by_a_failed_write():
+        """Commit ``offsets`` only past durable work, in four steps. The offsets were
+        picked by ``_new_offset``: never past a partition's head, nor past a gap (mend 4).
+
+        1. A changelog write that failed stops the worker: nothing past it is committed.
+        2. Everything handed to the producer (scores, decisions, the tables' changelog
+           writes, the batched ones included) is on the broker, acknowledged; if that takes
+           longer than the drain timeout the commit is put off and its offsets given back.
+        3. Step 1 again: a write may have failed while the producer drained.
+        4. Faust commits the offsets (aiokafka's OffsetCommit for the group).
+        """
+        if await self._stopped_by_a_failed_write():  # 1
             return False
-        if not await drain_producer(self.app.producer, self._drain_timeout()):
+        if not await drain_producer(self.app.producer, self._drain_timeout()):  # 2
             log.warning(
                 "the producer did not drain in %.1f s: commit put off", self._drain_timeout()
             )
             self.observer.on_commit_held("producer_not_drained")
             self._give_back(offsets)
             return False
-        if await self._stopped_by_a_failed_write():  # one failed while the producer drained
+        if await self._stopped_by_a_failed_write():  # 3
             return False
-        did_commit: bool = await super()._commit_offsets(offsets, start_new_transaction)
+        did_commit: bool = await super()._commit_offsets(offsets, start_new_transaction)  # 4
         return did_commit
 
     async def _stopped_by_a_failed_write(self) -> bool:
