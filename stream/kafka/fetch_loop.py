@@ -9,9 +9,13 @@ and an event-loop turn per record (about 25 µs here; a fifth of what a Faust ag
 only forwards spends per record), although a hand-over nearly never waits.
 
 Here the record is handed over directly when none of the conductor's waits can happen
-(``hands_over_at_once``: each one it awaits, from faust-streaming 0.15's
-``transport/conductor.py``, checked before the call, with no await in between), and through
-Faust's race otherwise. The rest of the loop is Faust's, minus its read offsets (switched
+(``hands_over_at_once``: each one its handler awaits, checked before the call, with no await
+in between), and through Faust's race otherwise. The handler is the one
+``Conductor._build_handler`` returns: faust-streaming 0.15's Cython ``ConductorHandler``
+(``transport/_cython/conductor.pyx``, built in the installed wheel: flow control, the
+producer's ebb, a full queue) or, where it is not built, ``ConductorCompiler.build``'s
+``on_message`` in ``transport/conductor.py`` (the same waits and the callback map's lock);
+both are fingerprinted in ``tests/kafka/test_upstream_fingerprints.py``. The rest of the loop is Faust's, minus its read offsets (switched
 off by mend 3, ``delivery.py``): stop checks, a yield every 100 records, the commit every
 ``broker_commit_every`` acks, the fetching flag, and the same handling of a stopped
 consumer and of cancellation.
@@ -32,7 +36,8 @@ YIELD_EVERY = 100  # records handed over between two turns of the event loop (as
 
 def hands_over_at_once(app: faust.App, tp: TP) -> bool:
     """Would the conductor hand a record of ``tp`` to its agents without waiting? Each
-    check is one await of ``Conductor._build_handler``'s ``on_message`` and of its caller."""
+    check is one await of the handler ``Conductor._build_handler`` returns (the Cython
+    ``ConductorHandler.__call__``, or ``ConductorCompiler.build``'s ``on_message``)."""
     conductor: Any = app.topics
     if not app.flow_control.is_active():  # on_message: acquire_flow_control()
         return False

@@ -1,7 +1,7 @@
 """The library versions the mends were read against, and the start's check of them.
 
-``stream/kafka/`` overrides internals of faust-streaming, aiokafka and rocksdict (the mends'
-index: ``consumer.py``; the stores: ``rocksdb_store.py``). ``pyproject.toml`` pins them to the
+``stream/kafka/`` overrides internals of faust-streaming (and its mode-streaming), aiokafka and
+rocksdict (the mends' index: ``consumer.py``; the stores: ``rocksdb_store.py``). ``pyproject.toml`` pins them to the
 minor versions below; an environment can still hold another (an install that ignored the
 pins, a vendored copy), and a mend over changed code fails as a lost record, not an error.
 So a worker refuses to start on another version, in one line naming the tested ones, unless
@@ -21,7 +21,12 @@ log = logging.getLogger(__name__)
 
 # distribution -> the version the mends were read against; a release of the same minor is
 # accepted (the fingerprint test reads its code before a pin moves)
-READ_AGAINST = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "rocksdict": "0.3.29"}
+READ_AGAINST = {
+    "faust-streaming": "0.15.3",
+    "mode-streaming": "0.7.1",  # Faust's services, its worker and flow control
+    "aiokafka": "0.14.0",
+    "rocksdict": "0.3.29",
+}
 
 
 def minor(text: str) -> tuple[int, ...]:
