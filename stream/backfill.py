@@ -35,8 +35,7 @@ from .engine.plan import JudgeJob, Plan
 from .engine.scorer import Scorer
 from .engine.verdicts import Judge
 from .errors import ConfigError
-from .explain_records import FileOptions
-from .explain_threads import FileThreads, first_moment
+from .explain import FileOptions, FileThreads, first_moment, is_session_event
 from .models import ScoreEvent, TokenUsage, Trace, parse_trace, score_id
 from .observer import Observer
 from .ruleset.schema import RuleSet
@@ -112,13 +111,12 @@ def targets_of(
     """The traces of ``messages`` (each with the topic it was read from) and, where thread
     or comparison rules are named, the closes they fold into (as ``scorer explain`` folds a
     file)."""
-    from .explain import _is_session_event  # the same test the file's messages get
-
     parsed: list[tuple[str, Any]] = []
     found = Targets()
     for topic, raw in messages:
         try:
-            if _is_session_event(raw, topic, options.sessions_topic):
+            # the same test a file's messages get from scorer explain
+            if is_session_event(raw, topic, options.sessions_topic):
                 parsed.append((topic, parse_session(raw)))
             else:
                 parsed.append((topic, parse_trace(raw)))

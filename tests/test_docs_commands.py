@@ -33,8 +33,9 @@ import yaml
 
 from stream.cli import app
 from stream.kafka.security import KafkaSecurity
+from stream.ruleset.judge_specs import JudgeSpec
 from stream.ruleset.loader import check_rules
-from stream.ruleset.specs import JudgeSpec, PairSpec, ThreadSpec
+from stream.ruleset.specs import PairSpec, ThreadSpec
 from stream.settings import Settings
 from stream.sinks.settings import LangfuseSinkSettings, OpikSinkSettings
 

@@ -30,8 +30,8 @@ from stream.explain import (
     explain_file,
     explain_trace,
 )
+from stream.ruleset.judge_specs import ShadowSpec
 from stream.ruleset.loader import load_rules
-from stream.ruleset.specs import ShadowSpec
 from stream.threads.events import parse_session
 
 SHAPES = Path(__file__).parent / "data" / "shapes"

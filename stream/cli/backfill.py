@@ -106,7 +106,7 @@ def backfill(
     from ..backfill import Backfill, Tally, named_rules, targets_of
     from ..engine.scorer import Scorer
     from ..estimate import estimate_plans
-    from ..explain_records import planning_scorer
+    from ..explain import planning_scorer
     from ..kafka.io import check_cluster
     from ..ruleset.loader import ALL_PACKS, deployment_rules
     from ..ruleset.schema import PromptedRule

@@ -1,17 +1,17 @@
-"""What every rule kind scores with: the judge, the default model, the spend ledger and the
-observer, and the two ways an outcome is recorded (a decision alone, or a score and its
-decision)."""
+"""What every rule kind scores with: the judge, the default model, the spend ledger, the
+observer, where batched judge jobs wait (a ``Deferrer``) and what the verdict cache holds, and
+the two ways an outcome is recorded (a decision alone, or a score and its decision)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
 
 from ..models import Outcome, TokenUsage
 from ..observer import Observer
 from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RubricRule
+from .batch_entry import Deferrer
 from .outcomes import (
     OUTCOME_OF_STATUS,
     Measured,
@@ -23,24 +23,6 @@ from .outcomes import (
 from .plan import Plan
 from .spend import SpendLedger
 from .verdicts import Judge
-
-if TYPE_CHECKING:
-    from .deferred import Deferred
-    from .plan import JudgeJob
-
-
-class Deferrer(Protocol):
-    """Where judge jobs wait for a batch (``agents.batch_jobs.BatchJobs``)."""
-
-    def holds(self, job: JudgeJob) -> bool:
-        """Whether every call of ``job`` has a verdict kept already (then it is judged now:
-        a kept verdict costs nothing and waits for nothing)."""
-        ...
-
-    def defer(self, deferred: Deferred) -> str | None:
-        """Keep ``deferred`` durably pending for a batch; None once kept (or already kept),
-        else why it cannot be."""
-        ...
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..engine.verdicts import ComparisonAnswers, Remarks, RubricAnswers
 from ..ruleset.aggregators import CriterionAnswer
-from ..ruleset.schema import RESPONSE_FIELDS, ComparisonRule, CriteriaRule
+from ..ruleset.kinds import RESPONSE_FIELDS, ComparisonRule, CriteriaRule
 from .answers import (
     NOTHING_QUOTED,
     InvalidAnswer,

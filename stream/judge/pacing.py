@@ -3,49 +3,28 @@ says and does. Pure: times come in as arguments, nothing sleeps.
 
 An announced limit (``x-ratelimit-limit-*``) is paced just under. A silent one is found from
 its 429s by comparing their share between segments of calls sent at rates apart
-(``segments.py``): a share that rises with the rate is a limit, paced just under what it let
-through (its *ceiling*) and probed above slowly; one that stays the same is noise (the
-*background*), and lifts the pace. Design record 07 has the whole of it. A provider refusing
-every call is the limiter's to hold (``limiter.py``), which says when calls go again
-(``resume``).
+(``segments.py``; what a judged segment says: ``pace_verdicts.py``): a share that rises with
+the rate is a limit, paced just under what it let through (its *ceiling*) and probed above
+slowly; one that stays the same is noise (the *background*), and lifts the pace. Design record
+07 has the whole of it. The pacer keeps the segments, applies their verdicts and grows the
+pace between them. A provider refusing every call is the limiter's to hold (``limiter.py``),
+which says when calls go again (``resume``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from typing import Literal
 
-from .segments import (
-    APART,
-    CLEAN,
-    LIMIT_Z,
-    MINUTE_S,
-    NOISE_MAX,
-    NOISE_MIN,
-    NOISE_Z,
-    REFUSED_MIN,
-    SEGMENT_CALLS,
-    SEGMENT_MIN_CALLS,
-    Segment,
-    Traffic,
-    apart,
-    beyond_background,
-    let_through_at_limit,
-    noise_like,
-    runs_to_freeze,
-    z_score,
-)
+from .pace_verdicts import UNDER, UP, Found, Lift, Move, Noise, Pace, SegmentVerdicts, Up
+from .segments import APART, MINUTE_S, SEGMENT_MIN_CALLS, Segment, Traffic, runs_to_freeze
 
 log = logging.getLogger(__name__)
 
 Unit = Literal["requests", "tokens"]
 Source = Literal["announced", "measured"]
 
-FREEZE_SHARE = 0.5  # a share of 429s this high is not tested higher
-UP = 1.25  # a rate that can still grow is tested this much higher
-UNDER = 0.97  # the pace under a ceiling found
 LONG_HOLD_S = 5.0  # a hold this long: the provider counts a window, not a rate
 GROWTH_PER_S = 0.002  # the measured pace's growth a second near its ceiling, at first...
 GROWTH_DOUBLING_S = 10.0  # ...doubling for every this long without a 429...
@@ -58,8 +37,6 @@ PROVEN_WINDOW_S = 60.0  # ...a minute if it was found as a window (a window coun
 # minute lets a pace over its limit through for up to a minute)
 CYCLE_MIN_S = 5.0  # a probe over the ceiling refused this long after the last: re-measure
 PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one's climb, so far
-LOWERED_MEMORY_S = 15.0  # a lowering is compared with the refusals after it this long
-LOWER_MAX = 0.8  # one refused segment lowers a ceiling to this share of it at most
 
 
 class Pacer:
@@ -85,12 +62,11 @@ class Pacer:
         self._moved_at = float("-inf")  # the pace was last set (not grown) then
         self._at_top: float | None = None  # the pace reached PROBE_OVER x the ceiling then
         self._probes_failed = 0  # probes over the ceiling refused since it last rose
-        self._lowered_at = float("-inf")
-        self._lowered_from: Segment | None = None  # the refused segment that last lowered it
         self._refused_at: float | None = None  # a rate sent when calls in a row were refused
         self._proven_s = PROVEN_RATE_S  # held that long there without a 429: the new ceiling
         self._last_grown: float | None = None
         self.traffic = Traffic()  # what was sent and let through lately
+        self.verdicts = SegmentVerdicts(unit)  # what each judged segment says
 
     # --- the next call ----------------------------------------------------------------------
     def earliest(self, now: float) -> float:
@@ -234,85 +210,22 @@ class Pacer:
                 self.history.append(segment)
 
     def _judge(self, segment: Segment, now: float) -> None:
-        """A segment's calls are answered: decide what its share of 429s says (module doc)."""
-        if not beyond_background(segment, self.background):
-            self._judge_clean(segment, now)
-            return
-        other = next(
-            (s for s in reversed(self.history) if apart(s.sent_rate, segment.sent_rate)), None
-        )
-        if other is not None:
-            low, high = sorted((other, segment), key=lambda s: s.sent_rate)
-            z = z_score(low, high)
-            if z >= LIMIT_Z:
-                log.debug("%s limit: %s refused more than %s", self.unit, high, low)
-                self._found(let_through_at_limit(low, high), now)
-                return
-            if z <= NOISE_Z and noise_like(low, high):
+        """A segment's calls are answered: apply what its share of 429s says
+        (``pace_verdicts.py``)."""
+        pace = Pace(self.rate, self.ceiling, self.background, self.ramping)
+        match self.verdicts.of(segment, self.history, pace, now):
+            case Found(ceiling=ceiling, lowering=lowering):
+                self._found(ceiling, now)
+                if lowering is not None:
+                    self.verdicts.lowered(lowering, now)
+            case Noise(low=low, high=high):
                 self._noise(low, high, now)
-                return
-        # nothing to compare with yet: move the rate
-        excess = segment.share - self.background
-        if self.rate is None and self.ramping and excess < FREEZE_SHARE:
-            return  # the rate still grows by itself: the next segment compares
-        if self.ramping and excess < FREEZE_SHARE and self.ceiling is None:
-            self._up(now, segment.sent_rate)
-        elif segment.let_through_rate <= 0:
-            return  # nothing let through: the limiter holds calls, nothing to measure
-        elif segment.held_back:
-            self._judge_refused_at_pace(segment, now)
-        else:
-            ceiling = self.ceiling if self.ceiling is not None else math.inf
-            self._move(min(segment.let_through_rate, ceiling) * UNDER, now)
-
-    def _judge_clean(self, segment: Segment, now: float) -> None:
-        """No more 429s than the background: after a refused segment at a rate well above, a
-        limit between; under test, a pace to raise (where it binds) or to lift."""
-        if now - self._lowered_at > LOWERED_MEMORY_S:
-            self._lowered_from = None  # (a clean segment or two between is noise's way too)
-        previous = self.history[-1] if self.history else None
-        if (
-            previous is not None
-            and previous.share - self.background > CLEAN
-            and previous.refused >= REFUSED_MIN
-            and previous.sent_rate > segment.sent_rate
-            and apart(previous.sent_rate, segment.sent_rate)
-        ):
-            # refused higher, clean here: a limit between, at most what the higher let
-            # through (sent in bunches, unpaced, it lets through more than its limit)
-            through = previous.let_through_rate
-            if previous.rate is None:
-                through = min(through, segment.sent_rate * UP)
-            self._found(max(through, segment.sent_rate), now)
-        elif self.ceiling is None and self.rate is not None:
-            if segment.held_back:
-                self._up(now)  # clean where the pace binds: higher
-            else:
-                self._lift(now)  # clean and not held back by the pace: none needed
-
-    def _judge_refused_at_pace(self, segment: Segment, now: float) -> None:
-        """Refused at a pace it kept to: what it let through is its ceiling (a lower one than
-        found before, if any: its limit came down, or was measured high). Right after such a
-        lowering, the same share again is noise, not a lower limit: never ratchet down on one
-        verdict after another."""
-        lowered, self._lowered_from = self._lowered_from, None
-        # refused more than noise ever is: a limit lower still, lowered again
-        if lowered is not None and segment.share <= NOISE_MAX:
-            if (
-                z_score(segment, lowered) <= NOISE_Z
-                and min(segment.refused, lowered.refused) >= NOISE_MIN
-            ):
-                self._noise(segment, lowered, now)
-            else:
-                self._lowered_from = lowered  # not clean yet: wait for the next segment
-            return
-        if segment.answers < SEGMENT_CALLS // 2:
-            return  # too few calls to lower a ceiling on (long token calls)
-        if self.ceiling is None or segment.let_through_rate < self.ceiling:
-            # a lower ceiling, by a fifth at most on one segment's word
-            floor = self.ceiling * LOWER_MAX if self.ceiling is not None else 0.0
-            self._found(max(segment.let_through_rate, floor), now)
-            self._lowered_from, self._lowered_at = segment, now
+            case Up(rate=rate):
+                self._up(now, rate)
+            case Move(rate=rate):
+                self._move(rate, now)
+            case Lift():
+                self._lift(now)
 
     def _up(self, now: float, rate: float | None = None) -> None:
         """Test a higher pace, short of a rate refused before."""

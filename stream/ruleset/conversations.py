@@ -15,7 +15,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..models import Trace
-from .schema import AnyRule, RuleSet
+from .kinds import AnyRule
+from .rule_set import RuleSet
 from .specs import ThreadSpec
 
 

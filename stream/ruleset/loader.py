@@ -18,19 +18,12 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError, RuleFileError
+from .base import PackCode
 from .filters import PackFilter
+from .kinds import RULE_ADAPTER, AnyRule, ComparisonRule
 from .location import find_packs, folders_of, pack_dirs, shipped_folder
 from .packs import collect_pack_code, load_pack_code, pack_code_digest
-from .schema import (
-    DISABLED_BY_SETTING,
-    DISABLED_IN_FILE,
-    RULE_ADAPTER,
-    AnyRule,
-    ComparisonRule,
-    DisabledRule,
-    PackCode,
-    RuleSet,
-)
+from .rule_set import DISABLED_BY_SETTING, DISABLED_IN_FILE, DisabledRule, RuleSet
 
 
 def _format_validation_error(exc: ValidationError) -> list[str]:

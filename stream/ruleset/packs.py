@@ -18,9 +18,9 @@ from types import ModuleType
 
 from ..errors import RuleFileError
 from .aggregators import AggregatorSpec
+from .base import PackCode
 from .checks import CheckSpec
 from .registry import marked
-from .schema import PackCode
 
 PACKAGES = "scorer_packs"  # the parent of every loaded pack's package
 

@@ -1,19 +1,22 @@
-"""The parts of a rule file: its output spec, variables, judge, thread section, rubric
-criteria and aggregator reference; strict models (unknown keys rejected, frozen)."""
+"""The parts of a rule file: how an answer becomes a score (``OutputSpec``), the variables a
+prompt maps and the suffixes it adds, a fan-out over a list, the thread and pair sections,
+rubric criteria and the aggregator reference; strict models (unknown keys rejected, frozen).
+How the judge is asked (model, batch, shadows, agreement): ``judge_specs``."""
 
 from __future__ import annotations
 
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..models import Scale
 from .paths import compile_path
 
 
 class Strict(BaseModel):
+    """A rule file's model: unknown keys rejected, frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -158,165 +161,6 @@ class PromptSuffix(Strict):
 
     when: str
     text: str = Field(min_length=1)
-
-
-class BatchSpec(Strict):
-    """When a batch of judge requests is submitted to the provider's Batch API: once it holds
-    ``max_jobs`` requests or its oldest request has waited ``max_wait_s``. Read by
-    ``mode: batch`` and by a budget of mode ``defer``."""
-
-    max_jobs: int = Field(
-        default=1000,
-        ge=1,
-        le=50_000,
-        description="Submit a batch once it holds this many judge requests (the Batch API "
-        "takes at most 50,000 a batch)",
-    )
-    max_wait_s: float = Field(
-        default=3600.0,
-        gt=0,
-        le=86_400,
-        description="Submit a batch once its oldest request has waited this long (seconds)",
-    )
-
-
-class JudgeSpec(Strict):
-    model: str | None = Field(default=None, description="None: the deployment's default model")
-    tools: Literal["trace"] | None = Field(
-        default=None,
-        description="trace: the judge reads the trace through tools (trace info, spans, "
-        "search, one span) in a bounded loop instead of being shown it",
-    )
-    max_tool_calls: int = Field(
-        default=20, ge=1, le=200, description="With tools: the most tool calls per evaluation"
-    )
-    max_tool_tokens: int = Field(
-        default=100_000, ge=1000, description="With tools: the most tokens per evaluation"
-    )
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_prompt_tokens: int | None = Field(
-        default=None,
-        gt=0,
-        description="Cap on the prompt sent (estimated tokens); None: SCORER_JUDGE_MAX_PROMPT_TOKENS",
-    )
-    oversize: Literal["truncate", "skip"] = Field(
-        default="truncate",
-        description="A prompt over the cap: cut the largest variable in the middle, or skip",
-    )
-    cache: bool = Field(
-        default=True,
-        description="Reuse a verdict already given to the same prompt, model, answer schema "
-        "and rule version (SCORER_JUDGE_CACHE_TTL_S); false: ask the judge every time",
-    )
-    mode: Literal["online", "batch"] = Field(
-        default="online",
-        description="batch: the rule's judge calls are gathered and sent through the "
-        "provider's Batch API, half the price, scores published when the batch completes, "
-        "minutes to hours later",
-    )
-    batch: BatchSpec = Field(
-        default=BatchSpec(),
-        description="When a batch is submitted (mode batch, or a budget of mode defer)",
-    )
-
-    @model_validator(mode="after")
-    def _batch_answers_once(self) -> JudgeSpec:
-        if self.mode == "batch" and self.tools is not None:
-            raise ValueError(
-                f"mode batch cannot use tools: {self.tools} (a tool loop needs several round "
-                "trips with the judge; a batch answers each request once): drop one of them"
-            )
-        return self
-
-
-SHADOW_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
-PRIMARY = "primary"  # what the rule's own judge is called beside its shadows
-
-
-class ShadowSpec(Strict):
-    """A shadow judge of a rule: another model and/or another prompt for the same variables,
-    judging a hashed sample (``sampling_rate``) of the targets the rule judges. Its scores
-    carry its ``name`` as their ``variant`` and are kept out of the quality metrics and alerts.
-
-    ``prompt_file`` is read at load time, relative to the rule file's folder (not a ``.yaml``
-    file: the pack's YAML files are its rules)."""
-
-    name: str = Field(pattern=SHADOW_NAME_PATTERN, max_length=40)
-    model: str | None = Field(default=None, description="None: the rule's own judge model")
-    prompt: str | None = Field(
-        default=None, min_length=1, description="None: the rule's own prompt (or prompt_file)"
-    )
-    prompt_file: str | None = Field(
-        default=None,
-        min_length=1,
-        description="A file holding the prompt, relative to the rule file's folder",
-    )
-    system_prompt: str | None = Field(default=None, min_length=1)
-    sampling_rate: float = Field(
-        default=0.1, gt=0.0, le=1.0, description="The share of the rule's judged targets"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_prompt_file(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or data.get("prompt_file") is None:
-            return data
-        if data.get("prompt") is not None:
-            raise ValueError("prompt and prompt_file are two ways to give one prompt; pick one")
-        name = data["prompt_file"]
-        context = info.context if isinstance(info.context, dict) else {}
-        folder = context.get("rule_dir")
-        if not isinstance(name, str) or not isinstance(folder, Path):
-            raise ValueError("prompt_file is read from a rule file's folder (load the rule file)")
-        path = (folder / name).resolve()
-        if Path(name).is_absolute() or not path.is_relative_to(folder.resolve()):
-            raise ValueError(f"prompt_file {name!r}: a path inside the rule file's folder")
-        if path.suffix in (".yaml", ".yml"):
-            raise ValueError(
-                f"prompt_file {name!r}: a .yaml file of a pack is a rule, not a prompt"
-            )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"prompt_file {name!r}: cannot be read: {exc}") from exc
-        return {**data, "prompt": text}
-
-    @model_validator(mode="after")
-    def _not_primary(self) -> ShadowSpec:
-        if self.name == PRIMARY:
-            raise ValueError(f"name {PRIMARY!r} is the rule's own judge; name the shadow apart")
-        return self
-
-
-AGREEMENT_MEASURES = {"kappa": "min", "accuracy": "min", "spearman": "min", "mae": "max"}
-
-
-class AgreementSpec(Strict):
-    """How far the rule's judge must agree with human labels (design record 30): the
-    ``measure`` over ``window``, at least ``threshold`` (kappa, accuracy, spearman) or at most
-    (mae, on the rule's own scale), once ``min_labels`` labelled targets are in the window;
-    the alert ScorerJudgeAgreementLow fires past it."""
-
-    measure: Literal["kappa", "accuracy", "spearman", "mae"]
-    threshold: float
-    min_labels: int = Field(default=30, ge=1)
-    window: Literal["1h", "1d", "7d"] = "1d"
-
-    @property
-    def direction(self) -> str:
-        """``min``: the measure must stay at or above the threshold; ``max``: at or below."""
-        return AGREEMENT_MEASURES[self.measure]
-
-    @model_validator(mode="after")
-    def _in_range(self) -> AgreementSpec:
-        if self.measure in ("kappa", "spearman") and not -1.0 <= self.threshold <= 1.0:
-            raise ValueError(f"a {self.measure} threshold is between -1 and 1")
-        if self.measure == "accuracy" and not 0.0 <= self.threshold <= 1.0:
-            raise ValueError("an accuracy threshold is a share, between 0 and 1")
-        if self.measure == "mae" and self.threshold < 0:
-            raise ValueError("a mean absolute error threshold is 0 or more")
-        return self
 
 
 class ThreadSpec(Strict):

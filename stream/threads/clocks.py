@@ -9,13 +9,10 @@ import logging
 import math
 from collections.abc import Iterator
 
+from .close import close_reason
 from .index import PartitionIndex
 from .spread import SpreadThreads
-from .state import (
-    ThreadClose,
-    ThreadState,
-    close_reason,
-)
+from .state import ThreadClose, ThreadState
 
 log = logging.getLogger(__name__)
 

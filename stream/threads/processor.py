@@ -52,20 +52,13 @@ from __future__ import annotations
 import sys
 
 from .clocks import ThreadClocks
+from .close import close_reason, mark_published
 from .events import ThreadEvent
+from .fold import fold_turn, mark_end
 from .index import PartitionIndex
 from .pairs import admit_member, ignore_member, pair_complete
 from .sources import source_topic
-from .state import (
-    ThreadClose,
-    ThreadLimits,
-    ThreadState,
-    close_reason,
-    fold_turn,
-    mark_end,
-    mark_published,
-    new_thread,
-)
+from .state import ThreadClose, ThreadLimits, ThreadState, new_thread
 
 # a pair holds one trace of each variant, each within the turn cap: nothing is dropped
 PAIR_LIMITS = ThreadLimits(max_turns=2, max_bytes=sys.maxsize)

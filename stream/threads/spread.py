@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import heapq
 
+from .close import close_reason
 from .events import ThreadEvent
+from .fold import fold_turn, hold, mark_end, next_held
 from .index import PartitionIndex
-from .state import (
-    HeldEvent,
-    ThreadClose,
-    ThreadState,
-    close_reason,
-    fold_turn,
-    hold,
-    mark_end,
-    next_held,
-)
+from .state import HeldEvent, ThreadClose, ThreadState
 from .table import ThreadTable
 
 

@@ -1,35 +1,22 @@
-"""Per-thread state: folding turns in, deciding when a thread closes, and what rules see.
+"""What the thread table holds for one thread, and what a close of it carries: plain models.
 
-Plain functions over plain models; the thread agent keeps one ``ThreadState`` per thread in a
-changelog-backed table and calls them. They change the state in place and say whether it
-changed, so the agent writes the table (and its changelog) only when something happened.
+The thread agent keeps one ``ThreadState`` per thread in a changelog-backed table; ``fold.py``
+folds turns and ends into it and ``close.py`` closes it, both in place.
 
-- Folding is deterministic: turns are kept in (seq, event time, key) order whatever order
-  they arrive in, and a duplicate (same key, e.g. the same ``seq`` twice) keeps the copy whose
-  canonical JSON sorts first, so redelivery or reordering cannot change the result. A
-  duplicate is not activity: it neither reopens a closed thread nor delays a close.
-- State is bounded: past ``max_turns`` or ``max_bytes`` the oldest turns are dropped and
-  counted, and the thread document (and so the score event) says how many were dropped.
-- A thread closes on an explicit end, or after ``gap`` of inactivity measured two ways:
-  in wall-clock time since its last new event arrived in Kafka (live: an idle thread closes
-  even when its partition receives nothing else), and in event time: the thread's
-  watermark (how far the sources of its events have got) has moved ``gap`` past its
-  activity mark (its last event time, or its watermark then if that was later). A replay of history therefore closes threads where
-  they would have closed live, although the replay itself runs in minutes; and a producer
-  whose clock lags cannot make its own threads close at once.
+- State is bounded (``ThreadLimits``): past ``max_turns`` or ``max_bytes`` the oldest turns are
+  dropped and counted, and the thread document (and so the score event) says how many were
+  dropped.
 - A thread whose turns may come through any partition of their source topic (traces keyed by
   trace id: a *spread* thread) holds its turns and ends (``HeldEvent``) until no earlier one
-  can still come through another partition, and folds them then, so that its turns are
-  folded, and its pauses measured, in event-time order.
-- A turn after a close reopens the thread; its turns are kept, so the next close judges the
-  whole conversation, under a new close sequence (part of the score id).
-- A close is kept as pending (with the document the rules judge) until its scores are
-  published, so a worker that dies in between scores it again after recovery, identically.
+  can still come through another partition.
+- A close is kept as pending (``PendingClose``, with the document the rules judge) until its
+  scores are published; the processor hands each close on to be scored as a ``ThreadClose``.
+- ``IndexEntry`` is what the processor's index needs of a stored thread, read without
+  validating its turns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -38,7 +25,6 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import ThreadInfo
-from .document import thread_document
 from .turns import Turn
 
 ThreadKind = Literal["conversation", "session", "pair"]
@@ -258,153 +244,3 @@ def new_thread(
         partition=partition,
         opened=opened,
     )
-
-
-# a field of the state is set only when its value changes: each setting goes through
-# pydantic's __setattr__, the dearest part of a fold after the JSON
-def _touch(state: ThreadState, event_time: datetime, arrival: float, watermark: float) -> None:
-    if state.last_event_time is None or event_time > state.last_event_time:
-        state.last_event_time = event_time
-    if arrival > state.last_arrival:
-        state.last_arrival = arrival
-    if watermark > state.activity:
-        state.activity = watermark
-
-
-def fold_turn(
-    state: ThreadState,
-    turn: Turn,
-    *,
-    arrival: float,
-    watermark: float | None = None,
-    limits: ThreadLimits,
-) -> bool:
-    """Fold ``turn`` into ``state`` (in place). False when it was a duplicate that changed nothing.
-
-    ``arrival``: when the turn's source message reached Kafka (epoch s); ``watermark``: the
-    thread's event-time watermark after this turn (defaults to ``arrival``).
-    """
-    existing = next((i for i, t in enumerate(state.turns) if t.key == turn.key), None)
-    if existing is not None:
-        new, kept = turn.canonical(), state.turns[existing].canonical()
-        if new >= kept:
-            return False
-        state.size += len(new) - len(kept)
-        state.turns[existing] = turn
-        return True  # the same turn, settled deterministically: not new activity
-    position = len(state.turns)
-    while position > 0 and state.turns[position - 1].order() > turn.order():
-        position -= 1
-    state.turns.insert(position, turn)
-    state.size += turn.size
-    if turn.cut_bytes:
-        state.truncated_bytes += turn.cut_bytes
-    while len(state.turns) > limits.max_turns or (
-        state.size > limits.max_bytes and len(state.turns) > 1
-    ):
-        dropped = state.turns.pop(0)
-        state.size -= dropped.size
-        state.dropped_turns += 1
-    _touch(state, turn.event_time, arrival, arrival if watermark is None else watermark)
-    if not state.is_open:
-        state.is_open = True  # a turn after a close reopens the thread
-    return True
-
-
-def hold(state: ThreadState, event: HeldEvent) -> bool:
-    """Keep ``event`` until no earlier event can come (in place). False when it is one held
-    already and changes nothing: of two copies of a turn, the one whose canonical JSON sorts
-    first is kept, as folded turns are."""
-    same = next((i for i, h in enumerate(state.held) if h.name == event.name), None)
-    if same is None:
-        state.held.append(event)
-        return True
-    kept = state.held[same]
-    if event.turn is None or kept.turn is None:
-        return False  # the same end again
-    if event.turn.canonical() >= kept.turn.canonical():
-        return False
-    state.held[same] = kept.model_copy(update={"turn": event.turn})
-    return True
-
-
-def next_held(state: ThreadState, horizon: float | None) -> HeldEvent | None:
-    """Take the held event to fold next, if no earlier event can come before it (it is not
-    past ``horizon``; None: any): the earliest in event time of each source's first held
-    event, since a source's events are folded in the order they were read."""
-    firsts: dict[str, int] = {}
-    for i, event in enumerate(state.held):
-        firsts.setdefault(event.source, i)
-    due = [i for i in firsts.values() if horizon is None or state.held[i].at <= horizon]
-    if not due:
-        return None
-    return state.held.pop(min(due, key=lambda i: state.held[i].order()))
-
-
-def mark_end(
-    state: ThreadState,
-    key: str,
-    *,
-    event_time: datetime,
-    arrival: float,
-    watermark: float | None = None,
-) -> bool:
-    """An explicit end (a session ``end`` event, a trace marking the conversation finished).
-
-    Each end (by ``key``) counts once. An end for a thread that is already closed records
-    nothing new to judge, so it does not reopen it.
-    """
-    if key in state.end_keys:
-        return False
-    state.end_keys.append(key)
-    if state.is_open:
-        state.ended = True
-        _touch(state, event_time, arrival, arrival if watermark is None else watermark)
-    return True
-
-
-def close_reason(
-    state: ThreadState, *, wall_now: float | None, watermark: float | None, gap_s: float
-) -> CloseReason | None:
-    """Why ``state`` should close now, or None. Closed threads never close again until reopened."""
-    if not state.is_open:
-        return None
-    if state.ended:
-        return "end"
-    if wall_now is not None and wall_now - state.last_arrival >= gap_s:
-        return "inactivity"
-    if watermark is not None and watermark - state.activity >= gap_s:
-        return "inactivity_event_time"
-    return None
-
-
-def close_thread(
-    state: ThreadState,
-    reason: CloseReason,
-    *,
-    closed_at: float,
-    document: Callable[[ThreadState], dict[str, Any]] | None = None,
-) -> PendingClose:
-    """Close ``state`` (in place); the returned pending close carries what the rules judge:
-    ``document(state)`` (default ``thread_document``; a pair's is ``pairs.pair_document``)."""
-    state.is_open = False
-    state.ended = False
-    state.closes += 1
-    pending = PendingClose(
-        close_seq=state.closes,
-        reason=reason,
-        closed_at=closed_at,
-        document=(document or thread_document)(state),
-        rules=list(state.rules),
-        opened=state.opened,
-    )
-    state.pending.append(pending)
-    return pending
-
-
-def mark_published(state: ThreadState, close_seq: int) -> bool:
-    """The scores of close ``close_seq`` are on the scores topic: forget its pending copy."""
-    before = len(state.pending)
-    state.pending = [p for p in state.pending if p.close_seq != close_seq]
-    state.published = max(state.published, close_seq)
-    return len(state.pending) != before

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 
 from ..observer import Observer
+from .close import close_thread
 from .index import EVERY_PARTITION, EVERY_TRACE_SOURCE, NO_DEADLINE, PartitionIndex
 from .pairs import pair_document
 from .sources import source_name, source_topic
@@ -20,7 +21,6 @@ from .state import (
     ThreadClose,
     ThreadLimits,
     ThreadState,
-    close_thread,
 )
 
 

@@ -29,12 +29,14 @@ from stream.judge.batch_answers import BatchAnswers
 from stream.judge.client import JudgeClient
 from stream.metrics import ScorerMetrics
 from stream.models import ScoreEvent, ThreadDecisions, TokenUsage, TraceDecisions
+from stream.ruleset.judge_specs import BatchSpec
 from stream.ruleset.loader import load_rule_file, load_rules
 from stream.ruleset.schema import AnyRule, ComparisonRule, RuleSet
-from stream.ruleset.specs import BatchSpec
+from stream.threads.close import close_thread
+from stream.threads.fold import fold_turn
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
-from stream.threads.state import ThreadClose, ThreadLimits, close_thread, fold_turn, new_thread
+from stream.threads.state import ThreadClose, ThreadLimits, new_thread
 
 LIVE_RULE = "studio_live_coach_feedback_quality"  # a fretcoach rule, judged online
 BOUNDS = BatchSpec(max_jobs=10, max_wait_s=60)

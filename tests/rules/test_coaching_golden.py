@@ -41,7 +41,9 @@ from stream.ruleset.checks import NotApplicable
 from stream.ruleset.loader import load_rule_file, load_rules
 from stream.ruleset.schema import CheckRule, RubricRule
 from stream.settings import Settings
-from stream.threads.state import ThreadClose, ThreadLimits, close_thread, fold_turn, new_thread
+from stream.threads.close import close_thread
+from stream.threads.fold import fold_turn
+from stream.threads.state import ThreadClose, ThreadLimits, new_thread
 from stream.threads.turns import Turn
 
 SEED_SCORE = compute_score()

@@ -20,8 +20,10 @@ from stream.judge.answers import parse_answer, response_schema
 from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import LLMJudgeRule
 from stream.text.template import placeholders
+from stream.threads.close import close_thread
+from stream.threads.fold import fold_turn
 from stream.threads.router import ThreadRouter
-from stream.threads.state import ThreadClose, ThreadLimits, close_thread, fold_turn, new_thread
+from stream.threads.state import ThreadClose, ThreadLimits, new_thread
 
 RULE_IDS = [
     "conversation_coherence",

@@ -189,7 +189,8 @@ def hub_thread_document() -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
     from stream.threads.document import thread_document
-    from stream.threads.state import ThreadLimits, fold_turn, new_thread
+    from stream.threads.fold import fold_turn
+    from stream.threads.state import ThreadLimits, new_thread
     from stream.threads.turns import Turn
 
     state = new_thread("thread-hub-001", "conversation", "fretcoach")

@@ -17,9 +17,9 @@ from stream.ruleset.aggregators import (
     aggregate,
     unknown_criteria,
 )
+from stream.ruleset.base import PackCode
 from stream.ruleset.checks import CheckSpec
 from stream.ruleset.registry import MARK, marked
-from stream.ruleset.schema import PackCode
 
 ONE_TO_FIVE = Scale(min=1, max=5)
 

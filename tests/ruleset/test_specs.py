@@ -10,9 +10,9 @@ import yaml
 from fixtures import RULES_DIR
 from pydantic import ValidationError
 
+from stream.ruleset.judge_specs import BatchSpec, JudgeSpec
 from stream.ruleset.loader import check_rules, load_rule_file
 from stream.ruleset.schema import LLMJudgeRule
-from stream.ruleset.specs import BatchSpec, JudgeSpec
 
 RULE = "hub_answer_correctness"
 

@@ -7,21 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from stream.threads.close import close_reason, close_thread, mark_published
 from stream.threads.document import thread_document
-from stream.threads.state import (
-    HeldEvent,
-    IndexEntry,
-    ThreadLimits,
-    ThreadState,
-    close_reason,
-    close_thread,
-    fold_turn,
-    hold,
-    mark_end,
-    mark_published,
-    new_thread,
-    next_held,
-)
+from stream.threads.fold import fold_turn, hold, mark_end, next_held
+from stream.threads.state import HeldEvent, IndexEntry, ThreadLimits, ThreadState, new_thread
 from stream.threads.turns import Turn
 
 T0 = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)

@@ -11,8 +11,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .engine.scorer import Scorer
-from .explain_records import (
+from ..engine.scorer import Scorer
+from ..models import Trace
+from ..ruleset.schema import AnyRule, RuleSet
+from ..threads.events import SessionEvent, ThreadEvent, table_key
+from ..threads.gaps import inactivity_gaps
+from ..threads.processor import ThreadProcessor
+from ..threads.router import ThreadRouter
+from ..threads.sources import source_name
+from ..threads.state import ThreadClose, ThreadState
+from .records import (
     AT_END_OF_FILE,
     FILE_PARTITION,
     ExplainedClose,
@@ -22,14 +30,6 @@ from .explain_records import (
     planned,
     switched_off,
 )
-from .models import Trace
-from .ruleset.schema import AnyRule, RuleSet
-from .threads.events import SessionEvent, ThreadEvent, table_key
-from .threads.gaps import inactivity_gaps
-from .threads.processor import ThreadProcessor
-from .threads.router import ThreadRouter
-from .threads.sources import source_name
-from .threads.state import ThreadClose, ThreadState
 
 
 @dataclass

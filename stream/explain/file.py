@@ -1,13 +1,6 @@
-"""``scorer explain``: what every rule would decide for a file of traces and session events,
-and why, offline.
-
-The same engine the worker runs, with no broker and no judge call: the scorer's plan for
-each trace (filters, sampling, variable lookups, checks, prompt rendering), then the file's
-traces and coaching-session events routed and folded into threads and pairs by the worker's
-own router and thread processor (``explain_threads.py``), every thread closed at the end of
-the file, and each close planned as the thread agent plans it. A rule that would be judged
-shows the prompt it would send instead of a score. What is shown: ``explain_records.py``.
-"""
+"""A file of messages explained: each trace's plan (every trace rule's decision, the
+comparison pairs it would be a side of), then the closes of the threads and pairs the file
+forms (``threads``), and the messages the worker would dead-letter."""
 
 from __future__ import annotations
 
@@ -17,13 +10,14 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from .engine.scorer import Scorer
-from .explain_records import (
-    DISABLED,
+from ..engine.scorer import Scorer
+from ..models import Trace, parse_trace
+from ..ruleset.schema import RuleSet
+from ..threads.events import SessionEvent, parse_session
+from ..threads.router import NotPaired, ThreadRouter
+from .records import (
     PAIRS,
-    WOULD_JUDGE,
     Explained,
-    ExplainedClose,
     ExplainedTrace,
     FileOptions,
     Invalid,
@@ -34,27 +28,7 @@ from .explain_records import (
     planning_scorer,
     switched_off,
 )
-from .explain_threads import FileThreads, explain_close, first_moment
-from .models import Trace, parse_trace
-from .ruleset.schema import RuleSet
-from .threads.events import SessionEvent, parse_session
-from .threads.router import NotPaired, ThreadRouter
-
-__all__ = [
-    "DISABLED",
-    "PAIRS",
-    "WOULD_JUDGE",
-    "Explained",
-    "ExplainedClose",
-    "ExplainedTrace",
-    "FileOptions",
-    "FileThreads",
-    "Invalid",
-    "Note",
-    "Record",
-    "explain_file",
-    "explain_trace",
-]
+from .threads import FileThreads, explain_close, first_moment
 
 
 def explain_trace(
@@ -106,7 +80,10 @@ def _pairs(ruleset: RuleSet, trace: Trace, document: Any, topic: str | None) -> 
     ]
 
 
-def _is_session_event(raw: bytes, topic: str, sessions_topic: str) -> bool:
+def is_session_event(raw: bytes, topic: str, sessions_topic: str) -> bool:
+    """Whether a message read from ``topic`` is a coaching-session event: every message of
+    the sessions topic is; elsewhere, a JSON object with a ``session_id`` and no ``id`` (a
+    trace's)."""
     if topic == sessions_topic:
         return True
     try:
@@ -131,7 +108,7 @@ def explain_file(
     topic = topic or options.traces_topic
     parsed: list[tuple[Trace, Any] | SessionEvent | Invalid] = []
     for raw in messages:
-        if _is_session_event(raw, topic, options.sessions_topic):
+        if is_session_event(raw, topic, options.sessions_topic):
             try:
                 parsed.append(parse_session(raw))
             except (ValueError, ValidationError) as exc:

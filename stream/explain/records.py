@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .engine.kinds.fan_out import left_out
-from .engine.plan import JudgeJob, Plan
-from .engine.prompt import DEFAULT_MAX_PROMPT_TOKENS, describe_cut
-from .engine.scorer import Scorer
-from .engine.verdicts import ToolBox, Verdict
-from .ruleset.schema import AnyRule, LLMJudgeRule, PromptedRule, RuleSet
-from .threads.router import DEFAULT_TURN_MAX_BYTES
-from .threads.state import ThreadLimits
+from ..engine.kinds.fan_out import left_out
+from ..engine.plan import JudgeJob, Plan
+from ..engine.prompt import DEFAULT_MAX_PROMPT_TOKENS, describe_cut
+from ..engine.scorer import Scorer
+from ..engine.verdicts import ToolBox, Verdict
+from ..ruleset.schema import AnyRule, LLMJudgeRule, PromptedRule, RuleSet
+from ..threads.router import DEFAULT_TURN_MAX_BYTES
+from ..threads.state import ThreadLimits
 
 WOULD_JUDGE = "judge"  # the outcome shown for a rule that would call the judge
 PAIRS = "pair"  # the outcome shown for a comparison rule the trace would be one side of
