@@ -110,7 +110,9 @@ async def test_a_pair_is_joined_across_a_kill_and_judged_once_and_a_lone_trace_t
     scores = await read_scores(broker.bootstrap, names.scores, until=lambda rs: False, timeout=2)
     compared = pair_scores(scores)
     by_id = {s["score_id"]: s for s in compared}
-    assert len(by_id) == 1 + 7 + 7 + 1, [(s["target_id"], s["criterion"]) for s in compared]
+    assert len(by_id) == 1 + 7 + 7 + 1, [
+        (s["target_id"], s["criterion"], s["status"], s.get("status_reason")) for s in compared
+    ]
     preference = next(
         s for s in by_id.values() if s["target_id"] == "cmp-1" and s["criterion"] == "preference"
     )
