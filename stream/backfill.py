@@ -27,19 +27,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from .engine.kinds import primary_shape
 from .engine.outcomes import TraceResult, score_rule_key
 from .engine.plan import JudgeJob, Plan
 from .engine.scorer import Scorer
 from .engine.verdicts import Judge
 from .errors import ConfigError
-from .explain import FileOptions, FileThreads, first_moment, is_session_event
-from .models import ScoreEvent, TokenUsage, Trace, parse_trace, score_id
+from .explain import FileOptions, FileThreads, Invalid, first_moment, parse_message
+from .models import ScoreEvent, TokenUsage, Trace, score_id
 from .observer import Observer
 from .ruleset.schema import RuleSet
-from .threads.events import SessionEvent, parse_session
+from .threads.events import SessionEvent
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +112,11 @@ def targets_of(
     parsed: list[tuple[str, Any]] = []
     found = Targets()
     for topic, raw in messages:
-        try:
-            # the same test a file's messages get from scorer explain
-            if is_session_event(raw, topic, options.sessions_topic):
-                parsed.append((topic, parse_session(raw)))
-            else:
-                parsed.append((topic, parse_trace(raw)))
-        except (ValueError, ValidationError):
+        item = parse_message(raw, topic, options.sessions_topic)  # as scorer explain reads
+        if isinstance(item, Invalid):
             found.invalid += 1
+        else:
+            parsed.append((topic, item))
     found.traces = [(*item, topic) for topic, item in parsed if isinstance(item, tuple)]
     if any(rule.scope != "trace" for rule in ruleset.rules):
         threads = FileThreads(ruleset, options, start=first_moment([i for _, i in parsed]))
@@ -183,6 +178,7 @@ class Backfill:
         self.on_progress = on_progress
         self.concurrency = concurrency
         self.tally = tally
+        self.reserved = 0.0  # the estimated cost of the targets being judged now
 
     def plans(self, targets: Targets, planner: Scorer | None = None) -> list[Plan]:
         """Every target's plan (made by ``planner``, else the scorer: a planner whose judge
@@ -205,27 +201,29 @@ class Backfill:
         if judge is not None:
             self.scorer.context.judge = judge
         waiting = asyncio.Semaphore(self.concurrency)
-        budget = asyncio.Lock()
-        reserved = [0.0]  # the estimated cost of the targets being judged
+        publishing = asyncio.Lock()  # one target's scores at a time, in the order finished
 
         async def one(plan: Plan) -> None:
             async with waiting:
                 if self.tally.stopped is not None:
                     return
                 cost = self.cost_of(plan) or 0.0
-                if self.max_usd is not None and self.tally.usd + reserved[0] + cost > self.max_usd:
+                if (
+                    self.max_usd is not None
+                    and self.tally.usd + self.reserved + cost > self.max_usd
+                ):
                     self.tally.stopped = (
                         f"the next target would pass the budget of ${self.max_usd:g} "
                         f"(${self.tally.usd:,.4f} spent)"
                     )
                     return
-                reserved[0] += cost
+                self.reserved += cost
                 try:
                     result: TraceResult = await self.scorer.finish(plan)
                 finally:
-                    reserved[0] -= cost
+                    self.reserved -= cost
                 fresh = [s for s in result.scores if s.score_id not in self.existing]
-                async with budget:
+                async with publishing:
                     self.existing.update(s.score_id for s in fresh)
                     if fresh:
                         await self.publish(plan.target.id, fresh)

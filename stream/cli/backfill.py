@@ -9,7 +9,6 @@ import typing
 from dataclasses import replace
 from typing import Annotated
 
-import orjson
 import typer
 from rich.markup import escape
 
@@ -38,19 +37,13 @@ async def existing_scores(
     """The ids of the named rules' scores on the scores topic since ``start_ms`` that need no
     asking again: a judged rule's ok ones (an error, or a skip for want of a judge or a
     budget, is asked again), and a check's whatever their status (it would say the same)."""
-    from ..kafka.time_range import read_range
+    from ..kafka.time_range import json_records
     from ..ruleset.schema import PromptedRule
 
     judged = {rule.id for rule in ruleset.rules if isinstance(rule, PromptedRule)}
     checks = {rule.id for rule in ruleset.rules} - judged
     found: set[str] = set()
-    async for record in read_range(bootstrap, topic, start_ms, None, security):
-        try:
-            event = orjson.loads(record.value)
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(event, dict):
-            continue
+    async for event in json_records(bootstrap, topic, start_ms, None, security):
         rule_id = event.get("rule_id")
         if rule_id in checks or (rule_id in judged and event.get("status") == "ok"):
             found.add(str(event.get("score_id")))
@@ -163,7 +156,7 @@ def backfill(
     )
     options = file_options(settings)
     targets = targets_of(ruleset, messages, options, traces_topic)
-    publish = _publisher(bootstrap, settings, security)
+    publish = ScorePublisher(bootstrap, settings.scores_topic, security)
 
     def cost_of(plan: Plan) -> float | None:
         return estimate_plans([plan], settings.judge_model, settings.judge_cost).total.usd
@@ -194,7 +187,7 @@ def backfill(
         if not sys.stdin.isatty():
             raise ConfigError(["not a terminal to ask on: add --yes to go on (or --dry-run)"])
         typer.confirm("go on?", abort=True)
-    asyncio.run(_run(run, plans, settings, mode, tally))
+    asyncio.run(_run(run, plans, settings, mode, tally, publish))
     _report(tally)
     raise typer.Exit(1 if tally.stopped or tally.errors else 0)
 
@@ -242,39 +235,42 @@ def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
     )
 
 
-def _publisher(
-    bootstrap: str, settings: Settings, security: KafkaSecurity | None
-) -> typing.Callable[[str, list[typing.Any]], typing.Awaitable[None]]:
+class ScorePublisher:
     """Publishes a target's scores to the scores topic, keyed by the target id as the
-    worker keys them (a producer started at the first score)."""
-    from aiokafka import AIOKafkaProducer
+    worker keys them (the producer started at the first score)."""
 
-    from ..kafka.io import options
+    def __init__(self, bootstrap: str, topic: str, security: KafkaSecurity | None) -> None:
+        self.bootstrap, self.topic, self.security = bootstrap, topic, security
+        self.producer: typing.Any = None
 
-    producer: list[AIOKafkaProducer] = []
+    async def __call__(self, key: str, scores: list[typing.Any]) -> None:
+        if self.producer is None:
+            from aiokafka import AIOKafkaProducer
 
-    async def publish(key: str, scores: list[typing.Any]) -> None:
-        if not producer:
-            producer.append(
-                AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **options(security))
+            from ..kafka.io import options
+
+            self.producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap, acks="all", **options(self.security)
             )
-            await producer[0].start()
+            await self.producer.start()
         sent = [
-            await producer[0].send(settings.scores_topic, score.to_bytes(), key=key.encode())
+            await self.producer.send(self.topic, score.to_bytes(), key=key.encode())
             for score in scores
         ]
         await asyncio.gather(*sent)
 
-    async def close() -> None:
-        if producer:
-            await producer[0].stop()
-
-    publish.close = close  # type: ignore[attr-defined]
-    return publish
+    async def close(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
 
 
 async def _run(
-    run: Backfill, plans: list[Plan], settings: Settings, mode: str, tally: Tally
+    run: Backfill,
+    plans: list[Plan],
+    settings: Settings,
+    mode: str,
+    tally: Tally,
+    publish: ScorePublisher,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -309,7 +305,7 @@ async def _run(
             else:
                 await run.run(plans)
         finally:
-            await run.publish.close()  # type: ignore[attr-defined]
+            await publish.close()
             closing = getattr(online, "close", None)
             if closing is not None:
                 await closing()

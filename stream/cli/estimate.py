@@ -53,8 +53,8 @@ def moment_ms(text: str) -> int:
 
 
 def time_range(since: str | None, start: str | None, end: str | None) -> tuple[int, int | None]:
-    """[start, end) in ms from ``--since`` or ``--from``/``--to`` (end None: now, read until
-    quiet)."""
+    """[start, end) in ms from ``--since`` or ``--from``/``--to`` (end None: up to the moment
+    the range is read)."""
     if since is not None and (start is not None or end is not None):
         raise ConfigError(["give either --since or --from/--to, not both"])
     if since is not None:
@@ -65,22 +65,13 @@ def time_range(since: str | None, start: str | None, end: str | None) -> tuple[i
 
 
 def topic_messages(
-    settings: Settings,
-    topic: str,
-    since: str | None,
-    start: str | None,
-    end: str | None,
-    ms: bool = False,
+    settings: Settings, topic: str, start_ms: int, end_ms: int | None
 ) -> list[bytes]:
-    """The values of ``topic``'s records in the range (``ms``: ``start`` is milliseconds
-    since the epoch), on the broker `scorer replay` uses."""
+    """The values of ``topic``'s records in [``start_ms``, ``end_ms``), on the broker
+    `scorer replay` uses."""
     from ..kafka.io import check_cluster
     from ..kafka.time_range import read_range
 
-    if ms:
-        start_ms, end_ms = int(start or 0), None
-    else:
-        start_ms, end_ms = time_range(since, start, end)
     bootstrap, security = scores_broker(settings)
 
     async def read() -> list[bytes]:
@@ -93,23 +84,24 @@ def topic_messages(
 def reported_prompt_tokens(settings: Settings, since: str) -> dict[str, int]:
     """Score id -> the prompt tokens its judge call reported, for the judged (not cached)
     scores of the last ``since`` on the scores topic."""
-    import orjson
+    from ..kafka.io import check_cluster
+    from ..kafka.time_range import json_records
 
     start_ms = int((time.time() - duration_s(since)) * 1000)
-    found: dict[str, int] = {}
-    for raw in topic_messages(settings, settings.scores_topic, None, str(start_ms), None, ms=True):
-        try:
-            event = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        usage = event.get("usage") if isinstance(event, dict) else None
-        if (
-            isinstance(usage, dict)
-            and event.get("criterion") is None
-            and usage.get("prompt_tokens")
-        ):
-            found[str(event.get("score_id"))] = int(usage["prompt_tokens"])
-    return found
+    bootstrap, security = scores_broker(settings)
+
+    async def read() -> dict[str, int]:
+        await check_cluster(bootstrap, security)
+        found: dict[str, int] = {}
+        topic = settings.scores_topic
+        async for event in json_records(bootstrap, topic, start_ms, None, security):
+            usage = event.get("usage")
+            tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+            if tokens and event.get("criterion") is None:
+                found[str(event.get("score_id"))] = int(tokens)
+        return found
+
+    return asyncio.run(read())
 
 
 @app.command()
@@ -158,7 +150,7 @@ def estimate(
         read_as = None
     else:
         assert topic is not None
-        messages = topic_messages(settings, topic, since, start, end)
+        messages = topic_messages(settings, topic, *time_range(since, start, end))
         read_as = topic
     if sample is not None:
         messages = messages[:sample]

@@ -10,7 +10,7 @@ would be judged shows the prompt it would send instead of a score. What is shown
 ``records``. ``scorer estimate`` and ``scorer backfill`` plan through the same pieces.
 """
 
-from .file import explain_file, explain_trace, is_session_event
+from .file import explain_file, explain_trace, is_session_event, parse_message
 from .records import (
     DISABLED,
     PAIRS,
@@ -42,5 +42,6 @@ __all__ = [
     "explain_trace",
     "first_moment",
     "is_session_event",
+    "parse_message",
     "planning_scorer",
 ]

@@ -93,6 +93,23 @@ def is_session_event(raw: bytes, topic: str, sessions_topic: str) -> bool:
     return isinstance(document, dict) and "session_id" in document and "id" not in document
 
 
+def parse_message(
+    raw: bytes, topic: str, sessions_topic: str
+) -> tuple[Trace, Any] | SessionEvent | Invalid:
+    """One message read from ``topic`` as the worker reads it: a session event
+    (``is_session_event``), else a trace with its document; what it would dead-letter, and
+    why, where it is neither."""
+    if is_session_event(raw, topic, sessions_topic):
+        try:
+            return parse_session(raw)
+        except (ValueError, ValidationError) as exc:
+            return Invalid("session event", str(exc))
+    try:
+        return parse_trace(raw)
+    except ValueError as exc:
+        return Invalid("trace", str(exc))
+
+
 def explain_file(
     ruleset: RuleSet, messages: Iterable[bytes], options: FileOptions, topic: str | None = None
 ) -> list[Record]:
@@ -106,18 +123,7 @@ def explain_file(
     sessions topic's events have.
     """
     topic = topic or options.traces_topic
-    parsed: list[tuple[Trace, Any] | SessionEvent | Invalid] = []
-    for raw in messages:
-        if is_session_event(raw, topic, options.sessions_topic):
-            try:
-                parsed.append(parse_session(raw))
-            except (ValueError, ValidationError) as exc:
-                parsed.append(Invalid("session event", str(exc)))
-            continue
-        try:
-            parsed.append(parse_trace(raw))
-        except ValueError as exc:
-            parsed.append(Invalid("trace", str(exc)))
+    parsed = [parse_message(raw, topic, options.sessions_topic) for raw in messages]
     scorer = planning_scorer(ruleset, options.default_model, options.max_prompt_tokens)
     threads = FileThreads(ruleset, options, start=first_moment(parsed))
     records: list[Record] = []

@@ -21,7 +21,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ..errors import ScorerError
@@ -92,6 +94,24 @@ async def read_range(
                     consumer.pause(tp)
     finally:
         await consumer.stop()
+
+
+async def json_records(
+    bootstrap: str,
+    topic: str,
+    start_ms: int,
+    end_ms: int | None = None,
+    security: KafkaSecurity | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects among ``topic``'s records in the range (score events, as the scores
+    topic holds them); a record that is not one is skipped."""
+    async for record in read_range(bootstrap, topic, start_ms, end_ms, security):
+        try:
+            document = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(document, dict):
+            yield document
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
