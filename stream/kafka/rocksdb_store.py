@@ -34,6 +34,11 @@ Faust-internal things this module overrides or relies on (faust-streaming 0.15.3
 - Faust's ``RocksDBOptions.open`` calls ``as_options`` twice and opens the database with the
   second (the first, given ``set_db_paths``, is dropped): both are built here, cheaply (the
   cache and the write buffer manager are shared, not made per call).
+- ``RocksDBOptions.open`` (extended, not replaced) opens a database; each one it opens is then
+  given ``uncache_aggressiveness`` through RocksDB's ``SetOptions`` (``Rdict.set_options``):
+  rocksdict's ``Options`` has no setter for it. Without it the shared cache keeps the blocks of
+  every file a compaction deleted until the cache is full, so a worker's memory rose for hours
+  towards the cache's capacity at a steady load (issue 43; design record 37).
 - The databases a worker can have are counted from ``app.tables`` (Faust's table manager)
   and each table's ``partitions`` (else ``app.conf.topic_partitions``).
 
@@ -53,8 +58,11 @@ partition of the table was revoked.
 
 from __future__ import annotations
 
+import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faust.stores import STORES
@@ -80,6 +88,10 @@ WRITE_BUFFER_MIN = 1 * MIB
 WRITE_BUFFER_MAX = 64 * MIB  # Faust's default
 # write buffers per database: the one written, and one being flushed
 WRITE_BUFFERS = 2
+# how hard RocksDB tries to erase a deleted file's blocks from the shared cache when the file
+# goes (RocksDB >= 9.6, a mutable column family option; 0, its default, leaves them to age
+# out): a few hundred erases nearly all of them (RocksDB's advanced_options.h)
+UNCACHE_AGGRESSIVENESS = 300
 
 
 @dataclass(frozen=True)
@@ -173,15 +185,42 @@ def shared_memory() -> SharedMemory:
 def memory_usage() -> dict[str, int]:
     """RocksDB's memory by the shared cache's account, in bytes: ``capacity``, ``usage``
     (blocks and write buffers charged), ``pinned``, ``write_buffers`` (all the databases'
-    write buffers); zeros before a database is opened."""
+    write buffers), ``data_blocks`` and ``index_filter_blocks`` (what the cache holds of the
+    files, by RocksDB's last scan of it); zeros before a database is opened."""
     if _shared is None:
-        return {"capacity": 0, "usage": 0, "pinned": 0, "write_buffers": 0}
+        return dict.fromkeys(USAGE_KINDS, 0)
     return {
         "capacity": _shared.budget.rocksdb_bytes,
         "usage": _shared.cache.get_usage(),
         "pinned": _shared.cache.get_pinned_usage(),
         "write_buffers": _shared.write_buffers.get_usage(),
+        **cache_entries(),
     }
+
+
+USAGE_KINDS = ("capacity", "usage", "pinned", "write_buffers", "data_blocks", "index_filter_blocks")
+_stores: weakref.WeakSet[RawRocksStore] = weakref.WeakSet()  # their ``_dbs`` (Faust's)
+# one entry of RocksDB's block-cache-entry-stats: Role(count,size unit,portion%)
+_ENTRY = re.compile(r"(\w+)\((\d+),([\d.]+) (\w+),")
+_UNITS = {"B": 1, "KB": 1 << 10, "MB": MIB, "GB": 1 << 30}
+
+
+def cache_entries() -> dict[str, int]:
+    """The shared cache's data blocks and index and filter blocks, in bytes, from RocksDB's
+    ``rocksdb.fast-block-cache-entry-stats`` of any open database (the cache is shared: one
+    answers for all; RocksDB rescans at most once a minute, a few milliseconds)."""
+    sizes = {"data_blocks": 0, "index_filter_blocks": 0}
+    for db in (db for store in list(_stores) for db in list(store._dbs.values())):
+        try:
+            text = db.property_value("rocksdb.fast-block-cache-entry-stats") or ""
+        except Exception:  # closed meanwhile: ask another
+            continue
+        for role, _count, size, unit in _ENTRY.findall(text):
+            kind = "data_blocks" if role == "DataBlock" else "index_filter_blocks"
+            if role in ("DataBlock", "FilterBlock", "FilterMetaBlock", "IndexBlock"):
+                sizes[kind] += int(float(size) * _UNITS.get(unit, 1))
+        break
+    return sizes
 
 
 class BudgetOptions(RocksDBOptions):
@@ -191,6 +230,13 @@ class BudgetOptions(RocksDBOptions):
     def __init__(self, app: AppT | None = None, **options: Any) -> None:
         super().__init__(**options)
         self.app = app
+
+    def open(self, path: Path, *, read_only: bool = False) -> Any:
+        """Faust's, and the database told to erase a deleted file's blocks from the cache."""
+        db = super().open(path, read_only=read_only)
+        if self.use_rocksdict and not read_only:
+            db.set_options({"uncache_aggressiveness": str(UNCACHE_AGGRESSIVENESS)})
+        return db
 
     def as_options(self) -> rocksdict.Options:
         if not self.use_rocksdict:  # python-rocksdb: Faust's (not a dependency of ours)
@@ -231,6 +277,7 @@ class RawRocksStore(Store):
         self.rocksdb_options = BudgetOptions(
             app, **(self.options or {}), use_rocksdict=self.use_rocksdict
         )
+        _stores.add(self)
 
     def _raw(self) -> bool:
         return self.key_serializer == "raw" and self.value_serializer == "raw"

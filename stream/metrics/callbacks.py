@@ -276,7 +276,7 @@ class ScorerMetrics(MetricFamilies, Observer):
     ) -> None:
         self.memory_budget.set(budget_bytes)
         if rocksdb is not None:
-            for kind in ("usage", "write_buffers"):
+            for kind in ("usage", "write_buffers", "data_blocks", "index_filter_blocks"):
                 child = self.held_bytes.labels(structure=f"rocksdb_{kind}")
                 child.set_function(lambda kind=kind: rocksdb().get(kind, 0))  # type: ignore[misc]
 
