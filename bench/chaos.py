@@ -92,7 +92,7 @@ from aiokafka.structs import ConsumerRecord
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
-from stream.kafka.tansu import fetched_highwaters
+from stream.kafka.mends.tansu import fetched_highwaters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixtures import fretcoach_rules, hub_trace

@@ -31,7 +31,7 @@ from pathlib import Path
 from threads import SESSION_RULES, session_events
 from throughput import rules_subset
 
-from stream.kafka.partitioning import key_hash
+from stream.kafka.mends.partitioning import key_hash
 from stream.ruleset.loader import load_rules
 from stream.settings import Settings
 from stream.threads.events import ThreadEvent, parse_session, progress

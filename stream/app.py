@@ -12,11 +12,11 @@ from faust.web import Request, Response, View
 from . import __version__
 from .delivery.publisher import Send
 from .errors import ScorerError
-from .kafka import rocksdb_store, snapshot_store
-from .kafka.consumer import producer_batch_cap, report_to
-from .kafka.monitor import QuietMonitor
-from .kafka.partitioning import cached_murmur2_partitioner
-from .kafka.tables import PromptTableManager
+from .kafka.mends import rocksdb_store, snapshot_store
+from .kafka.mends.consumer import producer_batch_cap, report_to
+from .kafka.mends.monitor import QuietMonitor
+from .kafka.mends.partitioning import cached_murmur2_partitioner
+from .kafka.mends.tables import PromptTableManager
 from .metrics import ScorerMetrics
 from .settings import Settings
 from .threads.events import ThreadEvent
@@ -25,9 +25,9 @@ from .threads.events import ThreadEvent
 def broker_urls(bootstrap: str, kind: str = "kafka") -> list[str]:
     """``host1:9092,host2:9092`` -> Faust broker URLs (``tansu://`` for the embedded broker).
     Both transports are Faust's aiokafka one with its at-least-once defects mended
-    (``kafka/consumer.py``, which takes over ``kafka://`` when imported)."""
+    (``kafka/mends/consumer.py``, which takes over ``kafka://`` when imported)."""
     if kind == "tansu":
-        from .kafka import tansu  # registers the transport
+        from .kafka.mends import tansu  # registers the transport
 
         kind = tansu.SCHEME
     return [f"{kind}://{h.strip()}" for h in bootstrap.split(",") if h.strip()]

@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     # from the changelogs (design record 38)
     stale_state: Literal["fail", "rebuild"] = "fail"
     # start on faust-streaming, aiokafka or rocksdict versions the mends were not read
-    # against (stream/kafka/library_versions.py), with a warning, instead of stopping
+    # against (stream/kafka/mends/library_versions.py), with a warning, instead of stopping
     allow_untested_libraries: bool = False
 
     # Threads (conversations and coaching sessions).

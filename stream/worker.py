@@ -11,7 +11,6 @@ import signal
 import tempfile
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
 
 import faust
 
@@ -29,20 +28,21 @@ from .engine.scorer import Scorer
 from .engine.silence import Silence, SilenceWatch, UnjudgedThreads
 from .engine.spend import SpendLedger
 from .engine.verdicts import NO_JUDGE_REASON, Judge
-from .errors import ConfigError, ScorerError
+from .errors import ConfigError
 from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge
 from .judge.client import JudgeClient
 from .judging import judge_of, verdict_table
-from .kafka import rocksdb_store
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
 from .kafka.io import check_cluster
-from .kafka.lag import LagMeter
-from .kafka.library_versions import check_libraries
+from .kafka.mends import rocksdb_store
+from .kafka.mends.faust_worker import MendedWorker
+from .kafka.mends.lag import LagMeter
+from .kafka.mends.library_versions import check_libraries
+from .kafka.mends.snapshot_store import write_snapshots
+from .kafka.mends.stale_state import settle_stale_state
 from .kafka.security import KafkaSecurity
-from .kafka.snapshot_store import write_snapshots
-from .kafka.stale_state import settle_stale_state
 from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
@@ -161,11 +161,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         observer=metrics,
         security=settings.kafka,
     )
-    worker = ScorerWorker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
-    # Faust's terminal spinner sets the root logger to DEBUG when the level is WARN or above,
-    # so every library builds a debug record per message (aiokafka logs one per send).
-    worker.spinner = None
-    return worker
+    return ScorerWorker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
 
 
 def register_batch_jobs(
@@ -227,19 +223,6 @@ def spend_ledger(settings: Settings, metrics: ScorerMetrics) -> SpendLedger:
             partial(ledger.share, index),
         )
     return ledger
-
-
-# libraries that log a line per judge call at INFO (httpx under the openai SDK: "HTTP
-# Request: POST ...", httpx2 under the openai SDK 3): heard at the worker's debug level only
-PER_CALL_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
-
-
-def quiet_per_call_loggers(level: int) -> None:
-    """Keep a library's line per call out of a worker's log above debug (``level``): at the
-    default level they were most of what it logged (a line per judge call)."""
-    if not level or level > logging.DEBUG:
-        for name in PER_CALL_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
@@ -323,28 +306,10 @@ def silence_watch(ruleset: RuleSet, after: int, observer: Observer) -> SilenceWa
     )
 
 
-class ScorerWorker(faust.Worker):
-    """Faust's worker, whose start-up failures we can name end the command as ours do (one
-    line, exit 2, through ``stream.cli.main``) instead of as mode's: a logged traceback, then
-    exit 1. A failure that is not ours to name keeps its traceback."""
-
-    start_error: ScorerError | None = None
-
-    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
-        """Faust has set the root logger up (mode's ``setup_logging``): then the libraries'
-        per-call lines are kept out, whatever it reset."""
-        super().on_setup_root_logger(logger, level)
-        quiet_per_call_loggers(level)
-
-    async def start(self) -> None:
-        try:
-            await super().start()
-        except ScorerError as exc:
-            self.start_error = exc
-        except OSError as exc:
-            self.start_error = self._listen_error(exc)
-            if self.start_error is None:
-                raise
+class ScorerWorker(MendedWorker):
+    """Faust's worker as a scorer worker runs it (``MendedWorker``): the memory store's
+    snapshots written once the app has stopped, and the metrics endpoint's failure to
+    listen named."""
 
     async def on_shutdown(self) -> None:
         """The app has stopped (its producer flushed and closed): the memory store's
@@ -352,15 +317,7 @@ class ScorerWorker(faust.Worker):
         await super().on_shutdown()
         write_snapshots(self.app)
 
-    def execute_from_commandline(self) -> NoReturn:
-        try:
-            super().execute_from_commandline()
-        except SystemExit:  # mode stops the worker, then exits; what stopped it is ours
-            if self.start_error is not None:
-                raise self.start_error from None
-            raise
-
-    def _listen_error(self, exc: OSError) -> ConfigError | None:
+    def start_failure(self, exc: OSError) -> ConfigError | None:
         """The metrics endpoint (Faust's web server, the only thing a worker listens on)
         could not listen where the settings say."""
         host, port = self.app.conf.web_bind, self.app.conf.web_port

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from stream import __version__
 from stream.app import Topics, broker_urls, create_app
-from stream.kafka import tansu
+from stream.kafka.mends import tansu
 from stream.metrics import ScorerMetrics
 from stream.settings import Settings
 from stream.threads.events import ThreadEvent, published

@@ -114,9 +114,9 @@ def known_environment() -> set[str]:
 
 
 ENVIRONMENT = known_environment()
-# the test hooks (stream/kafka/testhooks.py), documented as such
+# the test hooks (stream/kafka/mends/testhooks.py), documented as such
 TEST_HOOKS = set(
-    re.findall(r'"(SCORER_TEST_\w+)"', (REPO / "stream/kafka/testhooks.py").read_text())
+    re.findall(r'"(SCORER_TEST_\w+)"', (REPO / "stream/kafka/mends/testhooks.py").read_text())
 )
 
 

@@ -37,8 +37,8 @@ from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
 from ..engine.scorer import Scorer
-from ..kafka.faust_state import owned_partitions
 from ..kafka.lookback import RunReader
+from ..kafka.mends.faust_state import owned_partitions
 from ..models import ScoreEvent
 from ..observer import Observer
 from ..settings import Settings

@@ -11,7 +11,7 @@ import orjson
 
 from ..agreement.join import deadline
 from ..agreement.score_index import is_index_key
-from ..kafka.partitioning import key_hash
+from ..kafka.mends.partitioning import key_hash
 
 
 class _Keys(MutableMapping[bytes, bytes]):

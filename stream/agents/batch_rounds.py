@@ -33,7 +33,7 @@ from ..engine.plan import JudgedRule
 from ..engine.scorer import Scorer
 from ..judge.batch import BatchAPI, BatchJob, BatchState, ItemFailed, batch_key
 from ..judge.client import JudgeClient
-from ..kafka.commits import drain_producer
+from ..kafka.mends.commits import drain_producer
 from ..observer import Observer
 from .batch_finish import BatchFinisher, Items
 from .batch_table import BatchTable

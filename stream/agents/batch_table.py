@@ -3,7 +3,7 @@ by its key, in the partition of the record that asked for it; and the rules they
 with.
 
 An entry is written before the record that asked for it is acked (the commit waits for the
-changelog write, ``kafka/commits.py``): from then on the job is durably pending, and the source
+changelog write, ``kafka/mends/commits.py``): from then on the job is durably pending, and the source
 record may be committed. The table is co-partitioned with the traces and thread-events topics,
 so a job moves with its partition at a rebalance and whoever owns the partition finishes it.
 An entry is ``waiting``, then ``submitting`` (with its batch's key), then ``submitted`` (with
@@ -22,7 +22,7 @@ from ..app import raw_table
 from ..engine.deferred import Deferred
 from ..engine.plan import JudgedRule
 from ..engine.scorer import Scorer
-from ..kafka.faust_state import owned_partitions, put_in_partition
+from ..kafka.mends.faust_state import owned_partitions, put_in_partition
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ topic the agent reads (its events, keyed by what the table is keyed by), so each
 keeps only the keys of the partitions it owns:
 
 - the agent reads and writes the table through ``writes``: each write to the local store at
-  once, the changelog in record batches (``kafka/changelog.py``, design record 35);
+  once, the changelog in record batches (``kafka/mends/changelog.py``, design record 35);
 - the table's index is rebuilt from the table after every recovery (``on_recover``);
 - the agent applies each event while the worker is surely still a member of its group
   (``still_ours``); an event that cannot be read, or meets a bug when applied, is
@@ -32,9 +32,9 @@ from faust.types import Message, StreamT, TopicT
 from ..app import raw_table
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
-from ..kafka.changelog import BatchedWrites
-from ..kafka.faust_state import owned_partitions
-from ..kafka.membership import still_ours
+from ..kafka.mends.changelog import BatchedWrites
+from ..kafka.mends.faust_state import owned_partitions
+from ..kafka.mends.membership import still_ours
 from ..observer import Observer
 
 E = TypeVar("E")

@@ -32,8 +32,8 @@ from faust.types import Message, TopicT
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
-from ..kafka.faust_state import partition_count, read_positions
-from ..kafka.membership import still_ours
+from ..kafka.mends.faust_state import partition_count, read_positions
+from ..kafka.mends.membership import still_ours
 from ..observer import Observer
 from ..otlp.assembler import TraceAssembler, Whole
 from ..otlp.decode import decode

@@ -29,7 +29,7 @@ from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
 from ..kafka.io import options
-from ..kafka.partitioning import key_hash
+from ..kafka.mends.partitioning import key_hash
 from ..observer import Observer
 from ..settings import Settings
 from ..threads.events import ThreadEvent, parse_session

@@ -30,8 +30,8 @@ from ..delivery.publisher import Publisher, sends_of
 from ..engine.outcomes import TraceResult
 from ..engine.records import close_records
 from ..engine.scorer import Scorer
-from ..kafka.commits import DRAIN_TIMEOUT_S, drain_producer
-from ..kafka.faust_state import partition_count, read_positions
+from ..kafka.mends.commits import DRAIN_TIMEOUT_S, drain_producer
+from ..kafka.mends.faust_state import partition_count, read_positions
 from ..observer import Observer
 from ..settings import Settings
 from ..threads.events import ThreadEvent, progress, published, tick

@@ -21,7 +21,7 @@ from ..delivery.publisher import Publisher, Send, sends_of
 from ..engine.outcomes import TraceResult
 from ..engine.records import trace_records
 from ..engine.scorer import Plan, Scorer
-from ..kafka.faust_state import scoring
+from ..kafka.mends.faust_state import scoring
 from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter

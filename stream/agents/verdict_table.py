@@ -39,7 +39,7 @@ from faust.streams import current_event
 
 from ..app import raw_table
 from ..engine.verdicts import Verdict
-from ..kafka.faust_state import owned_partitions, put_in_partition
+from ..kafka.mends.faust_state import owned_partitions, put_in_partition
 
 log = logging.getLogger(__name__)
 

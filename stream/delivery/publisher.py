@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import faust
 from faust.types import TopicT
 
 from ..engine import records
 from ..engine.records import Records
-from ..kafka.handover import Handover
-from ..kafka.partitioning import cached_murmur2_partitioner
+from ..kafka.mends.faust_state import aiokafka_producer
+from ..kafka.mends.handover import Handover
+from ..kafka.mends.partitioning import cached_murmur2_partitioner
 from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class Publisher:
         """
         if not sends:
             return []
-        producer = cast(Any, self.app.producer)._ensure_producer()  # aiokafka's, under Faust's
+        producer = aiokafka_producer(self.app)
         timestamp_ms = int(timestamp * 1000) if timestamp else None
         partitions: dict[str, tuple[list[int], list[int]]] = {}
         placed: dict[tuple[str, int], list[int]] = {}

@@ -52,7 +52,7 @@ async def test_a_paused_partition_is_not_reported_caught_up(
     is reported read up to its last message (or not read yet), never up to now."""
     from faust.types import TP
 
-    from stream.kafka.faust_state import read_positions
+    from stream.kafka.mends.faust_state import read_positions
     from stream.threads.sources import SourceLog
 
     app = worker[0]

@@ -236,7 +236,7 @@ async def test_a_partition_revoked_while_its_records_are_taken_acks_nothing_past
             assert offsets == sorted(offsets)
         assert not any(key == keys[0, 3] for _, key, _, _ in broker.handed)  # never scored
         # the revoke's last commit looked at the acks made while it waited: the partitions'
-        # committed offsets forgotten, none is committed (mend 4, kafka/commits.py)
+        # committed offsets forgotten, none is committed (mend 4, kafka/mends/commits.py)
         assert {p0, p1} <= looked[-1]
         assert all(p0 not in offsets and p1 not in offsets for offsets in committed)
 

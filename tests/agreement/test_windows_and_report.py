@@ -17,7 +17,7 @@ from stream.agreement.measures import measure, win_rate
 from stream.agreement.preferences import PairPreference
 from stream.agreement.report import build
 from stream.agreement.windows import KEPT_S, AgreementWindows, Series
-from stream.kafka.partitioning import key_hash
+from stream.kafka.mends.partitioning import key_hash
 
 NOW = datetime(2026, 11, 27, 20, 0, tzinfo=UTC)
 

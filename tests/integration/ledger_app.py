@@ -5,7 +5,7 @@ to the ledger topic and waits until the broker has it before the record is acked
 committed source offset always has its ledger record). A test reads the ledger to see which
 source offsets were processed at least once, whatever rebalances happened in between.
 ``AGENT_DELAY_S`` makes the agent slow (a backlog queues in front of it);
-``SCORER_TEST_SEEK_DELAY_S`` (read by ``stream/kafka/testhooks.py``) widens the window
+``SCORER_TEST_SEEK_DELAY_S`` (read by ``stream/kafka/mends/testhooks.py``) widens the window
 between the seek to committed offsets and the end of a rebalance.
 
 A consumer at the head of a partition: ``FETCH_MAX_WAIT_MS`` is the longest a fetch waits for

@@ -4,7 +4,7 @@ Each input event ``{"key", "value"}`` sets ``latest[key] = value`` (idempotent, 
 redelivered input cannot hide a record missing from the recovered changelog), through a
 repartition by key, or straight from the input topic (keyed already) with
 ``TABLE_REPARTITION=0``. The web page ``/table`` shows whether recovery has completed and the
-table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/testhooks.py``)
+table's contents. ``SCORER_TEST_CHANGELOG_DELAY_S`` (read by ``stream/kafka/mends/testhooks.py``)
 makes each changelog write wait before it reaches the producer.
 
 An event with ``"hold_s"`` makes the agent wait that long before it applies the event (it says
@@ -12,7 +12,7 @@ An event with ``"hold_s"`` makes the agent wait that long before it applies the 
 taken and not yet applied. Right before it applies an event, the agent checks that the event
 is of the assignment it works on (Faust's own test when it takes an event, repeated), and with
 ``TABLE_FENCED=1`` also that the worker is surely a member of its group
-(``stream.kafka.membership.still_ours``, mend 9).
+(``stream.kafka.mends.membership.still_ours``, mend 9).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import faust
 
 from stream.app import broker_urls
-from stream.kafka.membership import of_current_assignment, still_ours
+from stream.kafka.mends.membership import of_current_assignment, still_ours
 
 app = faust.App(
     os.environ["TABLE_APP_ID"],

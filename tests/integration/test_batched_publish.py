@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from stream.delivery.publisher import Publisher, Send
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, reader
-from stream.kafka.partitioning import cached_murmur2_partitioner
+from stream.kafka.mends.partitioning import cached_murmur2_partitioner
 
 from .harness import Names
 

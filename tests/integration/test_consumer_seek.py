@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from stream.kafka.broker import EmbeddedBroker
-from stream.kafka.consumer_thread import seek_to_committed, stamp_fetches_when_sent
 from stream.kafka.io import ensure_topics
+from stream.kafka.mends.consumer_thread import seek_to_committed, stamp_fetches_when_sent
 
 from .harness import Names, produce
 

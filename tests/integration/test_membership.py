@@ -28,7 +28,7 @@ from aiokafka.structs import RecordMetadata
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
-from stream.kafka.membership import MembershipLease, lease_membership
+from stream.kafka.mends.membership import MembershipLease, lease_membership
 
 from .harness import Names, committed, produce, read
 from .test_table_recovery import log_path, start_app, wait_for

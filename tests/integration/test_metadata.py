@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from aiokafka import AIOKafkaConsumer
 
 from stream.kafka.broker import EmbeddedBroker
-from stream.kafka.faust_state import partition_count
 from stream.kafka.io import ensure_topics
+from stream.kafka.mends.faust_state import partition_count
 
 from .harness import Names
 

@@ -14,7 +14,7 @@ from typing import Any
 from fixtures import hub_trace
 
 from stream.kafka.broker import EmbeddedBroker
-from stream.kafka.partitioning import key_hash
+from stream.kafka.mends.partitioning import key_hash
 from stream.threads.events import ThreadEvent
 
 from .harness import Names, Worker, produce, read, read_scores, trace_bytes

@@ -16,10 +16,10 @@ from faust.types import TP
 from fixtures import live_trace
 from scorer_runs import error_lines, run_scorer
 
-from stream.kafka import snapshot_store
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
-from stream.kafka.stale_state import Held, find_stale
+from stream.kafka.mends import snapshot_store
+from stream.kafka.mends.stale_state import Held, find_stale
 from stream.metrics import sample_value
 
 from .harness import Names, Worker, produce, read_scores, trace_bytes

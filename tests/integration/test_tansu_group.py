@@ -1,7 +1,7 @@
 """The embedded broker's consumer groups: a member that leaves while its group rebalances.
 
 Tansu's coordinator keeps a leader that sent LeaveGroup mid-rebalance as the group's leader
-for ever (``stream/kafka/tansu.py``): the survivors' joins never complete. The mend: a
+for ever (``stream/kafka/mends/tansu.py``): the survivors' joins never complete. The mend: a
 stopping member leaves only while a Heartbeat says the group is stable, else the broker
 expires it at its session timeout (which clears the leader). Plain aiokafka consumers here,
 with the mend installed on the leader's coordinator as the ``tansu://`` transport does.
@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
-from stream.kafka.tansu import group_is_stable, leave_unless_rebalancing
+from stream.kafka.mends.tansu import group_is_stable, leave_unless_rebalancing
 
 from .harness import Names
 
@@ -79,7 +79,7 @@ async def test_a_leader_stopped_mid_rebalance_does_not_leave_the_group_stuck(
     while await group_is_stable(leader._coordinator):
         assert time.monotonic() < deadline, "the third member's join started no rebalance"
         await asyncio.sleep(0.05)
-    with caplog.at_level(logging.WARNING, logger="stream.kafka.tansu"):
+    with caplog.at_level(logging.WARNING, logger="stream.kafka.mends.tansu"):
         await leader.stop()  # the leader, mid-rebalance
     assert "not leaving group" in caplog.text
 

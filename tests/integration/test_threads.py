@@ -17,7 +17,7 @@ from scripted_judge import MockJudge, Reply, script_frustration
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, message_key
-from stream.kafka.partitioning import key_hash
+from stream.kafka.mends.partitioning import key_hash
 from stream.metrics import sample_value
 from stream.threads.events import table_key
 
@@ -422,7 +422,7 @@ async def test_kill_9_before_the_close_and_during_the_close(
 
 # the window between the seek to committed offsets and the end of a rebalance, widened from the
 # 13-17 ms measured on an idle worker past the 0.86 s measured under load: a record fetched in
-# it was dropped (faust-streaming #596, mended in stream/kafka/consumer.py)
+# it was dropped (faust-streaming #596, mended in stream/kafka/mends/consumer.py)
 WIDE_SEEK = {"SCORER_TEST_SEEK_DELAY_S": "1.0"}
 
 

@@ -1,4 +1,4 @@
-"""A table's writes batched (``stream/kafka/changelog.py``): the local store written at once,
+"""A table's writes batched (``stream/kafka/mends/changelog.py``): the local store written at once,
 the changelog in record batches, the store told how far its changelog is written, commits
 held until the broker has every batch, a refused batch stopping the commit."""
 
@@ -20,10 +20,10 @@ from faust.types import TP
 from prometheus_client import CollectorRegistry
 
 from stream.app import create_app
-from stream.kafka.changelog import UNANSWERED_AT_MOST, BatchedWrites, batched_writers
-from stream.kafka.commits import ChangelogFailures, changelog_failure, drain_producer
-from stream.kafka.faust_state import scoring
-from stream.kafka.snapshot_store import SnapshotStore
+from stream.kafka.mends.changelog import UNANSWERED_AT_MOST, BatchedWrites, batched_writers
+from stream.kafka.mends.commits import ChangelogFailures, changelog_failure, drain_producer
+from stream.kafka.mends.faust_state import scoring
+from stream.kafka.mends.snapshot_store import SnapshotStore
 from stream.metrics import ScorerMetrics
 from stream.settings import Settings
 

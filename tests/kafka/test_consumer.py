@@ -10,9 +10,9 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP
 
 from stream.app import broker_urls
-from stream.kafka.consumer import MendedTransport
-from stream.kafka.consumer_thread import MendedConsumerThread
-from stream.kafka.tansu import FetchCorrectedConsumerThread, TansuTransport
+from stream.kafka.mends.consumer import MendedTransport
+from stream.kafka.mends.consumer_thread import MendedConsumerThread
+from stream.kafka.mends.tansu import FetchCorrectedConsumerThread, TansuTransport
 
 
 def test_every_worker_transport_has_the_mended_seek() -> None:

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from intervaltree import IntervalTree
 
-from stream.kafka.consumer import MendedConsumer
-from stream.kafka.continuity import Action, ContinuityGuard, GapEvent
+from stream.kafka.mends.consumer import MendedConsumer
+from stream.kafka.mends.continuity import Action, ContinuityGuard, GapEvent
 
 TP = ("traces", 0)
 

@@ -13,7 +13,7 @@ import pytest
 from agent_tools import Worker
 from faust.types import TP, Message
 
-from stream.kafka.fetch_loop import hands_over_at_once
+from stream.kafka.mends.fetch_loop import hands_over_at_once
 
 TOPIC = "traces-in"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from stream.kafka.lag import LagMeter
+from stream.kafka.mends.lag import LagMeter
 from stream.observer import Observer
 
 TRACES, SESSIONS = "llm-traces", "coaching-sessions"

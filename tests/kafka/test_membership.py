@@ -13,8 +13,8 @@ import faust
 import pytest
 from faust.types.tuples import ConsumerMessage
 
-import stream.kafka.consumer  # noqa: F401  (kafka:// is the mended transport)
-from stream.kafka.membership import (
+import stream.kafka.mends.consumer  # noqa: F401  (kafka:// is the mended transport)
+from stream.kafka.mends.membership import (
     HEARTBEAT,
     JOIN_GROUP,
     SYNC_GROUP,

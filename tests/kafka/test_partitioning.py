@@ -7,7 +7,7 @@ from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream.kafka.partitioning import cached_murmur2_partitioner, murmur2
+from stream.kafka.mends.partitioning import cached_murmur2_partitioner, murmur2
 
 
 def test_same_partition_as_the_default_partitioner() -> None:

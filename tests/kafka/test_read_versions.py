@@ -1,5 +1,5 @@
 """The libraries whose internals ``stream/kafka/`` overrides are the versions the overrides
-were read against (``stream/kafka/consumer.py``'s index of mends, ``rocksdb_store.py``): a
+were read against (``stream/kafka/mends/consumer.py``'s index of mends, ``rocksdb_store.py``): a
 newer release can change ``_drain_messages``, ``_commit_offsets``, ``_send_req`` or
 ``_db_for_partition`` under a mend, and the failure would be a lost record, not an error. A
 version bump fails here until the mends are read again and ``READ_AGAINST`` says so; a worker
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from stream.errors import ConfigError
-from stream.kafka import library_versions
-from stream.kafka.library_versions import READ_AGAINST, check_libraries, minor_range
+from stream.kafka.mends import library_versions
+from stream.kafka.mends.library_versions import READ_AGAINST, check_libraries, minor_range
 
 REPO = Path(__file__).resolve().parents[2]
 

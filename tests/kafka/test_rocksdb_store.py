@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from stream.app import create_app
 from stream.config_errors import config_error
-from stream.kafka import rocksdb_store
-from stream.kafka.faust_state import put_in_partition
-from stream.kafka.rocksdb_store import (
+from stream.kafka.mends import rocksdb_store
+from stream.kafka.mends.faust_state import put_in_partition
+from stream.kafka.mends.rocksdb_store import (
     MIB,
     MemoryBudget,
     memory_usage,

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from stream.app import create_app
 from stream.errors import ConfigError
 from stream.kafka.data_dir import lock_data_dir
-from stream.kafka.faust_state import put_in_partition
-from stream.kafka.snapshot_store import SnapshotStore, encode_snapshot, write_snapshots
+from stream.kafka.mends.faust_state import put_in_partition
+from stream.kafka.mends.snapshot_store import SnapshotStore, encode_snapshot, write_snapshots
 from stream.metrics import ScorerMetrics
 from stream.settings import Settings
 from stream.worker import store_line

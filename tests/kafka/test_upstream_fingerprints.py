@@ -1,8 +1,8 @@
 """The upstream code under the mends is the code they were written against.
 
-``stream/`` overrides methods of faust-streaming, mode-streaming and aiokafka, patches their live
-objects, rewrites their registries and reads their private attributes (the mends' index:
-``stream/kafka/consumer.py``). A release can change that code under a mend, and the failure
+``stream/kafka/mends/`` overrides methods of faust-streaming, mode-streaming and aiokafka,
+patches their live objects, rewrites their registries and reads their private attributes (the
+room's index: ``docs/upstream/README.md``). A release can change that code under a mend, and the failure
 would be a lost record, not an error. ``upstream_fingerprints.json`` holds, for each such
 function, method or class (or, for compiled code, the file that stands for it), a fingerprint
 of its source as read, and the ``stream/`` files that depend on it. A fingerprint that no longer
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from stream.kafka import library_versions
+from stream.kafka.mends import library_versions
 
 TABLE = json.loads(Path(__file__).with_name("upstream_fingerprints.json").read_text())
 READ_AGAINST: dict[str, str] = TABLE["read_against"]
@@ -120,3 +120,43 @@ def test_each_entry_names_files_that_exist() -> None:
 def test_each_entry_is_listed_once() -> None:
     names = [entry_name(entry) for entry in ENTRIES]
     assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
+
+
+MENDS = "stream/kafka/mends/"
+# files outside the mends' room that rely on upstream code without overriding it: each
+# reads, catches or reuses what the entry names, and says why here
+RELIES_OUTSIDE = {
+    "stream/delivery/acking.py": "acks in offset order because Faust's commit takes the "
+    "first run of acked offsets (Consumer._new_offset, faust-streaming #606)",
+    "stream/delivery/publisher.py": "builds record batches: relies on aiokafka's partitioner "
+    "call and on add_batch waiting for the batch before (through faust_state and handover)",
+    "stream/agents/forward.py": "reads Channel.queue (public) for what is fetched and not taken",
+    "stream/agents/batch_table.py": "catches PartitionsMismatch (public), relies on the order "
+    "of Recovery._resume_streams",
+    "stream/agents/batch_jobs.py": "catches PartitionsMismatch (public)",
+    "stream/agents/verdict_table.py": "catches PartitionsMismatch (public)",
+    "stream/worker.py": "overrides on_shutdown, mode's public callback (Service.stop calls it)",
+    "stream/kafka/io.py": "opens an aiokafka connection (aiokafka.conn.create_conn) to check a "
+    "cluster",
+    "stream/kafka/security.py": "reuses Faust's credentials_to_aiokafka_auth",
+}
+
+
+def test_every_override_is_in_the_mends_room() -> None:
+    """What overrides, patches or replaces upstream code lives in ``stream/kafka/mends/``;
+    a file elsewhere may only rely on upstream code, and says how in ``RELIES_OUTSIDE``."""
+    outside = {
+        path: entry_name(entry)
+        for entry in ENTRIES
+        for path in entry["used_by"]
+        if not path.startswith(MENDS) and path not in RELIES_OUTSIDE
+    }
+    assert not outside, f"move these into {MENDS}, or say in RELIES_OUTSIDE why not: {outside}"
+
+
+def test_the_mends_index_names_every_module_of_the_room() -> None:
+    """``docs/upstream/README.md`` is the room's one index: each module in it is named there."""
+    index = (REPO / "docs/upstream/README.md").read_text()
+    modules = sorted(p.name for p in (REPO / MENDS).glob("*.py") if p.name != "__init__.py")
+    unnamed = [m for m in modules if f"{MENDS}{m}" not in index]
+    assert not unnamed, f"docs/upstream/README.md does not name: {unnamed}"

@@ -154,7 +154,7 @@ def configure(memory_mb: int) -> None:
 def _budget_mb() -> int:
     global _configured_mb
     if _configured_mb is None:  # never configured: SCORER_MEMORY_MB (or its default), once
-        from ..settings import Settings
+        from ...settings import Settings
 
         _configured_mb = Settings().memory_mb
     return _configured_mb

@@ -43,7 +43,7 @@ import faust
 from faust.types import Message
 from mode.utils.futures import notify
 
-from ..observer import Observer
+from ...observer import Observer
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from faust.sensors import Sensor
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
-from ..observer import Observer
+from ...observer import Observer
 from .changelog import batched_writers
 
 log = logging.getLogger(__name__)

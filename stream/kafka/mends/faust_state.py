@@ -5,6 +5,7 @@ when a partition's high watermark was fetched; aiokafka keeps the cluster's meta
 the consumer thread. Everything of theirs that the thread table and the span assembly read
 to say how far a worker has read its sources goes through here, so an upgrade of either
 library has one module to check (faust-streaming 0.15: ``Consumer._committed_offset``,
+``Producer._ensure_producer``,
 ``Consumer._paused_partitions``, ``ThreadDelegateConsumer._thread._consumer``, the stream's
 current event ``faust.streams._current_event``; aiokafka
 0.14: ``AIOKafkaConsumer.last_poll_timestamp``, ``_client.cluster``)."""
@@ -21,8 +22,15 @@ from faust.streams import _current_event
 from faust.transport.consumer import Consumer
 from faust.types import TP, EventT
 
-from ..threads.sources import Position, SourceLog, source_name
+from ...threads.sources import Position, SourceLog, source_name
 from .snapshot_store import SnapshotStore
+
+
+def aiokafka_producer(app: faust.App) -> Any:
+    """The aiokafka producer behind Faust's (started with it): record batches are built and
+    sent on it (``create_batch``, ``send_batch``), which Faust's producer has no call for
+    (faust-streaming 0.15: ``Producer._ensure_producer``)."""
+    return cast(Any, app.producer)._ensure_producer()
 
 
 def _aiokafka(consumer: Any) -> Any:

@@ -18,9 +18,9 @@ import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.transport.consumer import Consumer
 
-from ..observer import Observer
-from .io import options
-from .security import KafkaSecurity
+from ...observer import Observer
+from ..io import options
+from ..security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 

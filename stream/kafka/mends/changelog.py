@@ -52,6 +52,7 @@ import faust
 from faust import current_event
 from faust.types import TP
 
+from .faust_state import aiokafka_producer
 from .handover import Handover
 from .rocksdb_store import RawRocksStore
 from .snapshot_store import SnapshotStore
@@ -234,7 +235,7 @@ class BatchedWrites(MutableMapping[bytes, bytes]):
         self._arm()
 
     def _new_builder(self) -> Any:
-        return self.app.producer._ensure_producer().create_batch()  # type: ignore[attr-defined]
+        return aiokafka_producer(self.app).create_batch()
 
     def flush(self) -> None:
         """Hand every open batch to the producer (a drain)."""

@@ -1,8 +1,8 @@
 """The library versions the mends were read against, and the start's check of them.
 
-``stream/kafka/`` overrides internals of faust-streaming (and its mode-streaming), aiokafka and
-rocksdict (the mends' index: ``consumer.py``; the stores: ``rocksdb_store.py``). ``pyproject.toml`` pins them to the
-minor versions below; an environment can still hold another (an install that ignored the
+This room (``stream/kafka/mends/``, its index ``docs/upstream/README.md``) overrides internals
+of faust-streaming (and its mode-streaming), aiokafka and rocksdict. ``pyproject.toml`` pins
+them to the minor versions below; an environment can still hold another (an install that ignored the
 pins, a vendored copy), and a mend over changed code fails as a lost record, not an error.
 So a worker refuses to start on another version, in one line naming the tested ones, unless
 the operator says so (``SCORER_ALLOW_UNTESTED_LIBRARIES=true``: it starts, with a warning).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 log = logging.getLogger(__name__)
 

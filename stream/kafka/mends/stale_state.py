@@ -37,10 +37,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from faust.types import TP, AppT
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ..io import options
+from ..security import KafkaSecurity
 from . import rocksdb_store, snapshot_store
-from .io import options
-from .security import KafkaSecurity
 from .tansu import fetched_highwaters
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import faust
+
+from .faust_state import aiokafka_producer
 
 
 class Handover:
@@ -42,7 +44,7 @@ class Handover:
     async def _hand_over(self, queue: asyncio.Queue[tuple[Any, str, int, Any]]) -> None:
         """Hand each queued batch to the producer, in the order queued; its delivery future
         is done when the producer's is (a batch the producer refuses fails its future)."""
-        producer = cast(Any, self.app.producer)._ensure_producer()  # aiokafka's, under Faust's
+        producer = aiokafka_producer(self.app)
         while True:
             builder, topic, partition, delivered = await queue.get()
             try:
