@@ -10,6 +10,7 @@ from faust.types import TableT, TopicT
 from faust.web import Request, Response, View
 
 from . import __version__
+from .delivery.outbox import Outbox
 from .delivery.publisher import Send
 from .errors import ScorerError
 from .kafka.mends import rocksdb_store, snapshot_store
@@ -66,6 +67,10 @@ class Topics:
         """Topics the worker writes to (declared up front)."""
         joins = [self.agreement_events] if self.agreement_events is not None else []
         return [self.scores, self.decisions, self.dlq, self.thread_events, *joins]
+
+    def outbox(self) -> Outbox:
+        """Where a scored target's records go: scores, decisions, and the join's events."""
+        return Outbox(self.scores, self.decisions, self.agreement_events)
 
     def to_threads(self, event: ThreadEvent) -> Send:
         """``event`` on the thread-events topic, keyed by its thread (``placement_key``)."""

@@ -7,7 +7,7 @@ Three agents:
   unknown rule, criterion or a value off the rule's scale is dead-lettered with the reason)
   and forwarded, keyed by target id, to the internal agreement-events topic, where the
   agents that publish scores also send each ``ok`` score a judge gave (primary or shadow),
-  without its bulky fields (``agreement_sends``).
+  without its bulky fields (``delivery/outbox.py``).
 - ``join-agreement`` (``agreement_join.JoinAgent``) is the only writer of the ``agreement``
   table (co-partitioned with the internal topic): it pairs each label with the judged scores
   of its target, rule and criterion, and the primary score with each shadow's, whichever
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any
 
 import faust
 from faust.types import Message
 
+from ..agreement.events import LABEL, SCORE, TICK
 from ..agreement.join import Joined
 from ..agreement.labels import LabelError, parse_label
 from ..agreement.windows import AgreementWindows
@@ -39,10 +40,9 @@ from ..delivery.publisher import Publisher, Send
 from ..engine.scorer import Scorer
 from ..kafka.lookback import RunReader
 from ..kafka.mends.faust_state import owned_partitions
-from ..models import ScoreEvent
 from ..observer import Observer
 from ..settings import Settings
-from .agreement_join import LABEL, SCORE, TICK, JoinAgent
+from .agreement_join import JoinAgent
 from .forward import register_forwarder
 from .keyed_table import KeyedTable
 
@@ -52,30 +52,6 @@ JOIN_TABLE = "agreement"
 WINDOW_TABLE = "agreement-window"
 MEASURE_EVERY_S = 15.0  # how often the agreement gauges are worked out again
 SWEEP_EVERY_S = 60.0  # how often the join table's expired keys and buckets are dropped
-
-
-def judged(score: ScoreEvent) -> bool:
-    """A score a judge gave, with a value: what a label or another judge can agree with."""
-    return score.status == "ok" and score.raw_value is not None and score.judge_model is not None
-
-
-def slim(score: ScoreEvent) -> bytes:
-    """The score without what the join never reads (its reason, details, usage)."""
-    return score.model_copy(update={"reason": None, "details": None, "usage": None}).to_bytes()
-
-
-def agreement_sends(topics: Topics, scores: Iterable[ScoreEvent]) -> list[Send]:
-    """What the join gets of published scores: each judged one, keyed by its target, on the
-    internal agreement-events topic, in the same at-least-once set as the score itself (none
-    when the join is off). Sent where scores are published (the trace and thread agents, the
-    batch queue) rather than read back from the scores topic: a deterministic check's score,
-    most of them, costs the join nothing."""
-    if topics.agreement_events is None:
-        return []
-    events = topics.agreement_events
-    # a shadow's score after its primary's: the join pairs it with the primary just read
-    ordered = sorted((s for s in scores if judged(s)), key=lambda s: s.variant is not None)
-    return [(events, s.target_id.encode(), SCORE + slim(s), None) for s in ordered]
 
 
 def register_agreement_agents(

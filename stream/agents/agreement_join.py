@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from aiokafka import ConsumerRecord
 from faust.types import Message
 
+from ..agreement.events import LABEL, SCORE, TICK
 from ..agreement.join import AgreementJoin, Arrived, Joined, state_key
 from ..agreement.labels import parse_label, score_kinds, shadowed
 from ..agreement.score_index import Range, ScoreIndex
@@ -40,7 +41,6 @@ from .keyed_table import KeyedTable
 
 log = logging.getLogger(__name__)
 
-LABEL, SCORE, TICK = b"L", b"S", b"T"  # the internal events: a label, a score, a clock tick
 Read = tuple[int, bytes, float]  # a score read back: its offset, target id and arrival
 
 

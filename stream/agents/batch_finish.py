@@ -19,7 +19,7 @@ import faust
 
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.publisher import Publisher, sends_of
+from ..delivery.publisher import Publisher
 from ..engine.deferred import Deferred, finish_deferred
 from ..engine.kinds import primary_shape
 from ..engine.outcomes import Measured, RuleOutcome
@@ -32,7 +32,6 @@ from ..judge.cache import CachingJudge
 from ..judge.client import JudgeClient
 from ..models import utcnow
 from ..observer import Observer
-from .agreement import agreement_sends
 from .batch_table import BatchTable
 
 log = logging.getLogger(__name__)
@@ -85,9 +84,7 @@ class BatchFinisher:
         the entry; a bug on the way dead-letters the entry (kept, with the error)."""
         try:
             outcome, answers = await self._conclude(job, state, items)
-            sends = sends_of(self.topics.scores, self.topics.decisions, job.records(outcome))
-            published = [s for s in [outcome.score, *outcome.extra] if s is not None]
-            sends += agreement_sends(self.topics, published)  # judged scores meet their labels
+            sends = self.topics.outbox().sends(job.records(outcome))
         except Exception as exc:
             log.exception("finishing batch job %s of %s failed", job.key, job.rule_id)
             where = {"scorer.batch.id": state.id, "scorer.rule": job.rule_id}

@@ -26,7 +26,7 @@ from faust.types import Message
 
 from ..app import Topics
 from ..delivery.dead_letter import DeadLetters
-from ..delivery.publisher import Publisher, sends_of
+from ..delivery.publisher import Publisher
 from ..engine.outcomes import TraceResult
 from ..engine.records import close_records
 from ..engine.scorer import Scorer
@@ -40,7 +40,6 @@ from ..threads.processor import ThreadProcessor
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
-from .agreement import agreement_sends
 from .keyed_table import KeyedTable
 from .sessions import SessionIntake
 
@@ -71,6 +70,7 @@ def register_thread_agent(
     observer = observer or Observer()
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
+    outbox = topics.outbox()  # what a scored close publishes
     threads: KeyedTable[ThreadEvent] = KeyedTable(
         app,
         table_name=TABLE_NAME,
@@ -125,8 +125,7 @@ def register_thread_agent(
         try:
             # a rule judged in a batch keeps its job in this partition of the batch-jobs table
             result = await scorer.score_thread(close, partition)
-            sends = sends_of(topics.scores, topics.decisions, close_records(result, close))
-            sends += agreement_sends(topics, result.scores)  # judged scores meet their labels
+            sends = outbox.sends(close_records(result, close))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -17,7 +17,7 @@ from ..app import Topics
 from ..delivery.acking import Pending
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.ordered import Delivery, OrderedDelivery
-from ..delivery.publisher import Publisher, Send, sends_of
+from ..delivery.publisher import Publisher, Send
 from ..engine.outcomes import TraceResult
 from ..engine.records import trace_records
 from ..engine.scorer import Plan, Scorer
@@ -26,7 +26,6 @@ from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
 from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog, source_name
-from .agreement import agreement_sends
 from .forward import Taken, register_batched
 
 log = logging.getLogger(__name__)
@@ -75,6 +74,7 @@ def register_trace_agent(
     observer = observer or Observer()
     publisher = Publisher(app)
     dead_letters = DeadLetters(topics.dlq, observer)
+    outbox = topics.outbox()  # what a scored trace publishes
     router = router if router is not None and router.wants_traces else None
     sources = sources if router is not None else None
 
@@ -89,8 +89,7 @@ def register_trace_agent(
         try:
             result = await scorer.finish(plan)
             engine_started = time.perf_counter()
-            sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
-            sends += agreement_sends(topics, result.scores)  # judged scores meet their labels
+            sends = outbox.sends(trace_records(result, trace))
             observer.on_scoring_overhead(
                 entry.engine_seconds + time.perf_counter() - engine_started
             )
@@ -129,7 +128,7 @@ def register_trace_agent(
             return Scored([], early=early, plan=plan, trace=trace)
         result = TraceResult(plan.outcomes)
         try:
-            sends = sends_of(topics.scores, topics.decisions, trace_records(result, trace))
+            sends = outbox.sends(trace_records(result, trace))
         except Exception as exc:  # a bug: its turn (early) goes all the same
             return Scored(dead_letters.engine_failure(message, exc), early=early)
         observer.on_scoring_overhead(time.perf_counter() - started)

@@ -10,12 +10,9 @@ from typing import Any
 import faust
 from faust.types import TopicT
 
-from ..engine import records
-from ..engine.records import Records
 from ..kafka.mends.faust_state import aiokafka_producer
 from ..kafka.mends.handover import Handover
 from ..kafka.mends.partitioning import cached_murmur2_partitioner
-from ..models import ScoreEvent, ThreadDecisions, TraceDecisions
 
 log = logging.getLogger(__name__)
 
@@ -23,29 +20,6 @@ PUBLISH_BACKOFF_MAX_S = 30.0
 
 # (topic, key, value, headers): one message to publish
 Send = tuple[TopicT, bytes | None, bytes, dict[str, bytes] | None]
-
-
-def sends_of(scores_topic: TopicT, decisions_topic: TopicT, records: Records) -> list[Send]:
-    """The messages that publish ``records``: score events, then decision records."""
-    sends: list[Send] = [
-        (scores_topic, key, score.to_bytes(), None) for key, score in records.scores
-    ]
-    sends.extend(
-        (decisions_topic, key, record.to_bytes(), None) for key, record in records.decisions
-    )
-    return sends
-
-
-def scored(
-    scores_topic: TopicT,
-    decisions_topic: TopicT,
-    key: str,
-    scores: list[ScoreEvent],
-    record: TraceDecisions | ThreadDecisions,
-) -> list[Send]:
-    """What one scored target publishes: its score events, then its decision record, all
-    keyed by the target id (so they share a partition)."""
-    return sends_of(scores_topic, decisions_topic, records.scored(key, scores, record))
 
 
 class Publisher:

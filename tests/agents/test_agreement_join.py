@@ -17,8 +17,8 @@ import orjson
 import pytest
 from fixtures import score_event
 
-from stream.agents.agreement import SCORE, slim
-from stream.agents.agreement_join import LABEL, TICK, JoinAgent
+from stream.agents.agreement_join import JoinAgent
+from stream.agreement.events import LABEL, SCORE, TICK, slim
 from stream.agreement.join import Joined
 from stream.agreement.score_index import BUCKET_SPAN_S
 from stream.kafka.lookback import IncompleteReadError

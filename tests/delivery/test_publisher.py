@@ -10,7 +10,9 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from stream.delivery.publisher import Publisher, Send, scored
+from stream.delivery.outbox import Outbox
+from stream.delivery.publisher import Publisher, Send
+from stream.engine.records import scored
 from stream.models import Decision, Scale, ScoreEvent, TraceDecisions
 
 
@@ -76,7 +78,9 @@ def test_scored_sends_scores_then_the_decision_record_all_keyed_by_target() -> N
     scores_topic, decisions_topic = cast(Any, Topic("scores")), cast(Any, Topic("decisions"))
     decision = Decision("t-1", "a", "p", 1, "proj", "scored")
     record = TraceDecisions("t-1", "proj", [decision])
-    sends = scored(scores_topic, decisions_topic, "t-1", [score("a"), score("b")], record)
+    sends = Outbox(scores_topic, decisions_topic).sends(
+        scored("t-1", [score("a"), score("b")], record)
+    )
     assert [(s[0], s[1], s[3]) for s in sends] == [
         (scores_topic, b"t-1", None),
         (scores_topic, b"t-1", None),

@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY
 from scripted_judge import MockJudge
 from seed_rubrics import CRITIQUE_SEED, critique_dimensions, section
 
-from stream.delivery.publisher import sends_of
+from stream.delivery.outbox import Outbox
 from stream.engine.outcomes import TraceResult
 from stream.engine.prompt import render_prompt, resolve_variables
 from stream.engine.records import pair_records
@@ -461,7 +461,7 @@ def test_each_trace_of_the_pair_gets_its_decision_record() -> None:
     (close,) = closes
     result, _ = score_pair(close, judge_answer())
     topics = SimpleNamespace(scores="scores", decisions="decisions")
-    sends = sends_of(topics.scores, topics.decisions, pair_records(result, close))  # type: ignore[arg-type]
+    sends = Outbox(topics.scores, topics.decisions).sends(pair_records(result, close))  # type: ignore[arg-type]
     keys = [key.decode() for topic, key, _, _ in sends if topic == "decisions"]
     assert sorted(keys) == ["t-a", "t-a2", "t-b"]  # one record per trace
     records = {
