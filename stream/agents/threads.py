@@ -41,7 +41,7 @@ from ..threads.router import ThreadRouter
 from ..threads.sources import SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
 from .keyed_table import KeyedTable
-from .sessions import SessionIntake
+from .session_intake import SessionIntake
 
 # the sessions topic co-partitioned with the thread events: the router, the partition count
 SessionsHere = tuple[ThreadRouter, int]
