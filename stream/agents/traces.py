@@ -62,7 +62,16 @@ def register_trace_agent(
     sources: SourceLog | None = None,
     observer: Observer | None = None,
 ) -> AgentT[bytes]:
-    """The trace agent: one actor, up to ``max_in_flight`` traces in flight at once.
+    """The trace agent (``TraceAgent``) registered on ``app``: one actor, up to
+    ``max_in_flight`` traces in flight at once, taken in batches of up to ``batch_max``."""
+    agent = TraceAgent(app, topics, scorer, router=router, sources=sources, observer=observer)
+    return agent.register(
+        max_in_flight=max_in_flight, batch_max=batch_max, batch_wait_s=batch_wait_s
+    )
+
+
+class TraceAgent:
+    """Scores each trace on arrival, and sends its turn to its conversation.
 
     Synchronous work (parsing, filters, checks, rendering) runs inline in the actor; only
     traces that wait for the judge get a task. Each trace's messages are acknowledged by the
@@ -71,14 +80,48 @@ def register_trace_agent(
     topic at once (not after its own judge calls), in the same at-least-once set, and
     ``sources`` records how far each partition is read (after its turn is handed over).
     """
-    observer = observer or Observer()
-    publisher = Publisher(app)
-    dead_letters = DeadLetters(topics.dlq, observer)
-    outbox = topics.outbox()  # what a scored trace publishes
-    router = router if router is not None and router.wants_traces else None
-    sources = sources if router is not None else None
+
+    def __init__(
+        self,
+        app: faust.App,
+        topics: Topics,
+        scorer: Scorer,
+        *,
+        router: ThreadRouter | None = None,
+        sources: SourceLog | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.app = app
+        self.topics = topics
+        self.scorer = scorer
+        self.observer = observer or Observer()
+        self.publisher = Publisher(app)
+        self.dead_letters = DeadLetters(topics.dlq, self.observer)
+        self.outbox = topics.outbox()  # what a scored trace publishes
+        self.router = router if router is not None and router.wants_traces else None
+        self.sources = sources if self.router is not None else None
+
+    def register(
+        self, *, max_in_flight: int, batch_max: int = 64, batch_wait_s: float = 0.0
+    ) -> AgentT[bytes]:
+        """The agent on the traces topic (``forward.register_batched``: batches in, offsets
+        acked in order)."""
+        return register_batched(
+            self.app,
+            self.topics.traces,
+            "score-traces",
+            self.score_batch,
+            declare=self.topics.outputs(),
+            max_in_flight=max_in_flight,
+            batch_max=batch_max,
+            batch_wait_s=batch_wait_s,
+            sources=self.sources,
+            observer=self.observer,
+            watch_in_flight=True,
+        )
 
     async def judged(
+        self,
         delivery: OrderedDelivery,
         tp: TP,
         entry: Pending,
@@ -86,23 +129,25 @@ def register_trace_agent(
         trace: Trace,
         early: Early | None,
     ) -> None:
+        """A trace that waited for the judge: finished, published, acked in order."""
         try:
-            result = await scorer.finish(plan)
+            result = await self.scorer.finish(plan)
             engine_started = time.perf_counter()
-            sends = outbox.sends(trace_records(result, trace))
-            observer.on_scoring_overhead(
+            sends = self.outbox.sends(trace_records(result, trace))
+            self.observer.on_scoring_overhead(
                 entry.engine_seconds + time.perf_counter() - engine_started
             )
         except Exception as exc:
-            failure = dead_letters.engine_failure(entry.event.message, exc)
+            failure = self.dead_letters.engine_failure(entry.event.message, exc)
             await delivery.deliver(tp, entry, failure, [])
             return
         await delivery.deliver(tp, entry, sends, result.scores, early)
 
-    def score(entry: Pending, message: Message) -> Scored:
+    def score(self, entry: Pending, message: Message) -> Scored:
         """One trace's synchronous part: parsed, planned, its turn routed. Returns what it
         sends now (its scores and decisions, or a dead letter), or its plan when it waits
         for the judge; and its turn's messages (sent ahead, before any judge call)."""
+        topics, observer, dead_letters = self.topics, self.observer, self.dead_letters
         topic = topics.input_topic(message.topic)  # assembled from spans: their topic
         observer.on_trace_consumed(topic)
         started = entry.taken_at or time.perf_counter()  # its wait for the batch counts
@@ -111,12 +156,12 @@ def register_trace_agent(
         except (ValueError, ValidationError) as exc:
             return Scored(dead_letters.invalid(message, exc))
         try:
-            plan = scorer.plan(trace, document, topic)
+            plan = self.scorer.plan(trace, document, topic)
             routed = (
-                router.events_for_trace(
+                self.router.events_for_trace(
                     trace, document, topic, message.timestamp, source_of(message), message.key
                 )
-                if router
+                if self.router
                 else []
             )
             early = [topics.to_threads(event) for event in routed]
@@ -128,40 +173,40 @@ def register_trace_agent(
             return Scored([], early=early, plan=plan, trace=trace)
         result = TraceResult(plan.outcomes)
         try:
-            sends = outbox.sends(trace_records(result, trace))
+            sends = self.outbox.sends(trace_records(result, trace))
         except Exception as exc:  # a bug: its turn (early) goes all the same
             return Scored(dead_letters.engine_failure(message, exc), early=early)
         observer.on_scoring_overhead(time.perf_counter() - started)
         return Scored(sends, result.scores, early)
 
-    async def send_turns(sends: list[Send]) -> list[Awaitable[Any]]:
+    async def send_turns(self, sends: list[Send]) -> list[Awaitable[Any]]:
         """The batch's turns handed to the producer; if it refuses them (its buffer full
         through a broker outage), they are sent until the broker has them before the batch
         goes on (no turn may be lost, and the batch's sources are read only past them)."""
         try:
             # in the producer before the sources are read past them (a progress report, sent
             # by the producer directly, must not pass them)
-            return await publisher.send_batched(sends, at_once=True)
+            return await self.publisher.send_batched(sends, at_once=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("handing %d turns to the producer failed (%s): retrying", len(sends), exc)
-            await publisher.send_until_delivered(sends)
+            await self.publisher.send_until_delivered(sends)
             delivered = asyncio.get_running_loop().create_future()
             delivered.set_result(None)
             return [delivered] * len(sends)
 
-    async def score_batch(delivery: OrderedDelivery, taken: Taken) -> None:
+    async def score_batch(self, delivery: OrderedDelivery, taken: Taken) -> None:
         """A batch of traces: each scored as ``score`` says; the turns of the batch handed to
         the producer first (and the sources read up to them), then the judged traces' tasks
         started, then every other trace's messages sent as one producer batch."""
-        observer.on_trace_batch(len(taken))
+        self.observer.on_trace_batch(len(taken))
         scored = []
         for _, entry in taken:
             with scoring(entry.event):  # its table writes (verdicts, batch jobs) in its partition
-                scored.append(score(entry, entry.event.message))
+                scored.append(self.score(entry, entry.event.message))
         early_sends = [send for item in scored for send in item.early]
-        early_futures = await send_turns(early_sends) if early_sends else []
+        early_futures = await self.send_turns(early_sends) if early_sends else []
         delivered: list[Delivery] = []
         at = 0
         for (tp, entry), item in zip(taken, scored, strict=True):
@@ -170,26 +215,14 @@ def register_trace_agent(
                 early = (item.early, early_futures[at : at + len(item.early)])
                 at += len(item.early)
                 delivery.watch(tp, entry, early[1])  # a failed turn holds its source back
-            if sources:
+            if self.sources:
                 message = entry.event.message  # its turn is handed over: read up to it
-                sources.read(source_of(message), message.offset, message.timestamp, entry.moment)
+                self.sources.read(
+                    source_of(message), message.offset, message.timestamp, entry.moment
+                )
             if item.plan is not None and item.trace is not None:
                 with scoring(entry.event):  # the task's table writes: the record's partition
-                    delivery.spawn(judged(delivery, tp, entry, item.plan, item.trace, early))
+                    delivery.spawn(self.judged(delivery, tp, entry, item.plan, item.trace, early))
             else:
                 delivered.append((tp, entry, item.sends, item.scores, early))
         await delivery.deliver_batch(delivered)
-
-    return register_batched(
-        app,
-        topics.traces,
-        "score-traces",
-        score_batch,
-        declare=topics.outputs(),
-        max_in_flight=max_in_flight,
-        batch_max=batch_max,
-        batch_wait_s=batch_wait_s,
-        sources=sources,
-        observer=observer,
-        watch_in_flight=True,
-    )
