@@ -62,54 +62,108 @@ def register_thread_agent(
     sources: SourceLog | None = None,
     sessions: SessionsHere | None = None,
 ) -> ThreadProcessor:
+    """The thread agent (``ThreadAgent``) registered on ``app``; returns its processor."""
+    agent = ThreadAgent(app, topics, scorer, settings, observer, sources, sessions)
+    agent.register()
+    return agent.processor
+
+
+class ThreadAgent:
     """The thread table, the agent that folds thread events into it and scores closes, and
     the timer that ticks every owned partition (after telling every partition how far this
-    worker has read its sources); returns the processor. ``sessions``: the sessions topic is
-    co-partitioned with the thread events (its partition count, and the router): the agent
-    reads it too and folds its events in place (``SessionIntake``)."""
-    observer = observer or Observer()
-    publisher = Publisher(app)
-    dead_letters = DeadLetters(topics.dlq, observer)
-    outbox = topics.outbox()  # what a scored close publishes
-    threads: KeyedTable[ThreadEvent] = KeyedTable(
-        app,
-        table_name=TABLE_NAME,
-        events=topics.thread_events,
-        partitions=settings.topic_partitions,
-        publisher=publisher,
-        dead_letters=dead_letters,
-        observer=observer,
-    )
-    processor = ThreadProcessor(
-        threads.writes,
-        gaps=inactivity_gaps(scorer.ruleset, settings.thread_inactivity_gap_s),
-        limits=ThreadLimits(
-            max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
-        ),
-        retention_s=settings.thread_retention_s,
-        sessions_topic=settings.sessions_topic,
-        unheard_wait_s=settings.unheard_source_wait_s,
-        observer=observer,
-    )
-    observer.watch_threads(processor.open_threads, processor.pending_closes)
-    observer.watch_held("threads", processor.held_threads, None)
-    events_topic = threads.events_name
-    in_flight: dict[tuple[str, str, int], asyncio.Task[None]] = {}
-    # closes scored and published at once: a burst of closes (many threads idle together, or
-    # pending closes resumed after a recovery) must not hand the producer thousands of sends
-    # at once (every task blocked on a full batch is woken at each drain: quadratic)
-    scoring = asyncio.Semaphore(max(1, min(settings.max_in_flight, CLOSES_AT_ONCE)))
-    source_topics = {*topics.traces.topics, *topics.sessions.topics}
+    worker has read its sources). ``sessions``: the sessions topic is co-partitioned with the
+    thread events (its partition count, and the router): the agent reads it too and folds
+    its events in place (``SessionIntake``)."""
 
-    def expect_source_partitions() -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        topics: Topics,
+        scorer: Scorer,
+        settings: Settings,
+        observer: Observer | None = None,
+        sources: SourceLog | None = None,
+        sessions: SessionsHere | None = None,
+    ) -> None:
+        self.app = app
+        self.topics = topics
+        self.scorer = scorer
+        self.settings = settings
+        self.sources = sources
+        self.observer = observer = observer or Observer()
+        self.publisher = publisher = Publisher(app)
+        self.dead_letters = dead_letters = DeadLetters(topics.dlq, observer)
+        self.outbox = topics.outbox()  # what a scored close publishes
+        self.threads: KeyedTable[ThreadEvent] = KeyedTable(
+            app,
+            table_name=TABLE_NAME,
+            events=topics.thread_events,
+            partitions=settings.topic_partitions,
+            publisher=publisher,
+            dead_letters=dead_letters,
+            observer=observer,
+        )
+        self.processor = ThreadProcessor(
+            self.threads.writes,
+            gaps=inactivity_gaps(scorer.ruleset, settings.thread_inactivity_gap_s),
+            limits=ThreadLimits(
+                max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
+            ),
+            retention_s=settings.thread_retention_s,
+            sessions_topic=settings.sessions_topic,
+            unheard_wait_s=settings.unheard_source_wait_s,
+            observer=observer,
+        )
+        observer.watch_threads(self.processor.open_threads, self.processor.pending_closes)
+        observer.watch_held("threads", self.processor.held_threads, None)
+        self.in_flight: dict[tuple[str, str, int], asyncio.Task[None]] = {}
+        # closes scored and published at once: a burst of closes (many threads idle
+        # together, or pending closes resumed after a recovery) must not hand the producer
+        # thousands of sends at once (every task blocked on a full batch is woken at each
+        # drain: quadratic)
+        self.scoring = asyncio.Semaphore(max(1, min(settings.max_in_flight, CLOSES_AT_ONCE)))
+        self.source_topics = {*topics.traces.topics, *topics.sessions.topics}
+        self.intake = None
+        if sessions is not None:
+            router, partitions = sessions
+            self.intake = SessionIntake(
+                topics,
+                router,
+                partitions,
+                publisher=publisher,
+                dead_letters=dead_letters,
+                sources=sources,
+                observer=observer,
+            )
+
+    def register(self) -> None:
+        """The agent on the thread-events topic (and the co-partitioned sessions topic), its
+        recovery's index rebuild, and its clock."""
+        observer, intake = self.observer, self.intake
+        self.threads.on_recover(self.rebuild)
+        self.threads.agent(
+            "fold-threads",
+            decode=ThreadEvent.from_bytes,
+            what="thread event",
+            apply=self.fold,
+            doing=FOLDING,
+            declare=self.topics.outputs(),
+            set_aside=lambda: observer.on_thread_event("failed"),
+            stopped=self.cancel_in_flight,
+            inputs=self.topics.sessions if intake is not None else None,
+            take=self.take_session if intake is not None else None,
+        )
+        self.threads.clock(self.settings.thread_tick_s, progress=self.positions, tick=tick)
+
+    def expect_source_partitions(self) -> None:
         """Tell the processor the source topics' partitions (from the consumer's metadata)."""
-        counts = {topic: partition_count(app.consumer, topic) for topic in source_topics}
-        processor.expect({topic: count for topic, count in counts.items() if count})
+        counts = {topic: partition_count(self.app.consumer, topic) for topic in self.source_topics}
+        self.processor.expect({topic: count for topic, count in counts.items() if count})
 
-    def rebuild(partitions: set[int]) -> None:
+    def rebuild(self, partitions: set[int]) -> None:
         started = time.perf_counter()
-        expect_source_partitions()
-        count = processor.rebuild(partitions)
+        self.expect_source_partitions()
+        count = self.processor.rebuild(partitions)
         log.info(
             "thread index rebuilt: %d threads in partitions %s (%.2fs)",
             count,
@@ -117,87 +171,66 @@ def register_thread_agent(
             time.perf_counter() - started,
         )
 
-    async def publish_close(close: ThreadClose, partition: int) -> None:
-        async with scoring:
-            await score_and_publish(close, partition)
+    async def publish_close(self, close: ThreadClose, partition: int) -> None:
+        async with self.scoring:
+            await self.score_and_publish(close, partition)
 
-    async def score_and_publish(close: ThreadClose, partition: int) -> None:
+    async def score_and_publish(self, close: ThreadClose, partition: int) -> None:
         try:
             # a rule judged in a batch keeps its job in this partition of the batch-jobs table
-            result = await scorer.score_thread(close, partition)
-            sends = outbox.sends(close_records(result, close))
+            result = await self.scorer.score_thread(close, partition)
+            sends = self.outbox.sends(close_records(result, close))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("scoring close %d of %s failed", close.pending.close_seq, close.thread_id)
             kept = close.pending.model_dump_json().encode()
             where = {"scorer.thread.close_seq": str(close.pending.close_seq)}
-            sends = dead_letters.kept(
-                close.thread_id, kept, events_topic, "scoring thread close", exc, where
+            sends = self.dead_letters.kept(
+                close.thread_id,
+                kept,
+                self.threads.events_name,
+                "scoring thread close",
+                exc,
+                where,
             )
             result = TraceResult([])
-        await publisher.send_until_delivered(sends)
+        await self.publisher.send_until_delivered(sends)
         for score in result.scores:
-            observer.on_score_published(score)
+            self.observer.on_score_published(score)
         if any(decision.outcome == "deferred" for decision in result.decisions):
             # the marker clears the close: its deferred jobs' table writes go first (they
             # wait in Faust's producer buffer; the sends above do not)
-            while not await drain_producer(app.producer, DRAIN_TIMEOUT_S):
+            while not await drain_producer(self.app.producer, DRAIN_TIMEOUT_S):
                 log.warning("close %s waits for its batch jobs to be written", close.thread_id)
         marker = published(close.kind, close.thread_id, close.pending.close_seq)
-        await publisher.send_until_delivered([topics.to_threads(marker)])
+        await self.publisher.send_until_delivered([self.topics.to_threads(marker)])
 
-    def schedule(close: ThreadClose, partition: int) -> None:
+    def schedule(self, close: ThreadClose, partition: int) -> None:
         key = (close.kind, close.thread_id, close.pending.close_seq)
-        if key in in_flight:
+        if key in self.in_flight:
             return  # already being scored by this worker
-        task = asyncio.create_task(publish_close(close, partition))
-        in_flight[key] = task
-        task.add_done_callback(lambda _: in_flight.pop(key, None))
+        task = asyncio.create_task(self.publish_close(close, partition))
+        self.in_flight[key] = task
+        task.add_done_callback(lambda _: self.in_flight.pop(key, None))
 
-    async def fold(message: Message, event: ThreadEvent) -> None:
-        for close in processor.apply(message.partition, event):
-            schedule(close, message.partition)
+    async def fold(self, message: Message, event: ThreadEvent) -> None:
+        for close in self.processor.apply(message.partition, event):
+            self.schedule(close, message.partition)
 
-    def cancel_in_flight() -> None:
-        for task in list(in_flight.values()):
+    def cancel_in_flight(self) -> None:
+        for task in list(self.in_flight.values()):
             task.cancel()
 
-    def positions(now: float) -> bytes | None:
-        expect_source_partitions()
-        if sources is not None and (read := read_positions(app, sources, source_topics, now)):
+    def positions(self, now: float) -> bytes | None:
+        self.expect_source_partitions()
+        sources = self.sources
+        if sources is not None and (
+            read := read_positions(self.app, sources, self.source_topics, now)
+        ):
             return progress(now, read)
         return None
 
-    intake = None
-    if sessions is not None:
-        router, partitions = sessions
-        intake = SessionIntake(
-            topics,
-            router,
-            partitions,
-            publisher=publisher,
-            dead_letters=dead_letters,
-            sources=sources,
-            observer=observer,
-        )
-
-    async def take_session(message: Message) -> None:
-        assert intake is not None
-        await intake.take(message, fold)
-
-    threads.on_recover(rebuild)
-    threads.agent(
-        "fold-threads",
-        decode=ThreadEvent.from_bytes,
-        what="thread event",
-        apply=fold,
-        doing=FOLDING,
-        declare=topics.outputs(),
-        set_aside=lambda: observer.on_thread_event("failed"),
-        stopped=cancel_in_flight,
-        inputs=topics.sessions if intake is not None else None,
-        take=take_session if intake is not None else None,
-    )
-    threads.clock(settings.thread_tick_s, progress=positions, tick=tick)
-    return processor
+    async def take_session(self, message: Message) -> None:
+        assert self.intake is not None
+        await self.intake.take(message, self.fold)
