@@ -17,11 +17,15 @@ keeps only the keys of the partitions it owns:
   it owns, each behind what is queued there.
 
 What the table holds and decides (``ThreadProcessor``, ``TraceAssembler``) is pure and
-lives in ``threads/`` and ``otlp/``; the two agents configure this skeleton.
+lives in ``threads/`` and ``otlp/``. The two agents are ``KeyedTableAgent``s: the steps both
+take around their table (tell it the source topics' partitions, rebuild its index after a
+recovery, report how far this worker has read the sources) are written here once; each
+agent says what its table makes of them.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
@@ -33,11 +37,14 @@ from ..app import raw_table
 from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher, Send
 from ..kafka.mends.changelog import BatchedWrites
-from ..kafka.mends.faust_state import owned_partitions
+from ..kafka.mends.faust_state import owned_partitions, partition_count, read_positions
 from ..kafka.mends.membership import still_ours
 from ..observer import Observer
+from ..threads.sources import Position, SourceLog
 
 E = TypeVar("E")
+
+log = logging.getLogger(__name__)
 
 
 class KeyedTable(Generic[E]):
@@ -168,3 +175,50 @@ class KeyedTable(Generic[E]):
             after(now)
 
         self.app.timer(interval_s, name=f"{self.events_name}-clock")(send_clock)
+
+
+class KeyedTableAgent(Generic[E]):
+    """An agent on the skeleton: its ``keyed`` table, the topics whose partitions feed it
+    (``source_topics``) and how far this worker has read them (``sources``). Subclasses say
+    what their table is told of the sources' partitions (``expect``), how its index is
+    rebuilt (``rebuild_index``) and what a progress report says (``report``)."""
+
+    app: faust.App
+    keyed: KeyedTable[E]
+    source_topics: set[str]
+    sources: SourceLog | None
+    rebuilt_said = "index rebuilt: %d entries in partitions %s (%.2fs)"
+
+    def expect(self, counts: dict[str, int]) -> None:
+        """The table is told each source topic's partition count (those known)."""
+        raise NotImplementedError
+
+    def rebuild_index(self, partitions: set[int]) -> int:
+        """The table's index rebuilt for ``partitions``; returns the entries found."""
+        raise NotImplementedError
+
+    def report(self, now: float, read: dict[str, Position]) -> bytes:
+        """The progress event that tells every partition how far this worker has read."""
+        raise NotImplementedError
+
+    def expect_source_partitions(self) -> None:
+        """Tell the table the source topics' partitions (from the consumer's metadata)."""
+        counts = {topic: partition_count(self.app.consumer, topic) for topic in self.source_topics}
+        self.expect({topic: count for topic, count in counts.items() if count})
+
+    def rebuild(self, partitions: set[int]) -> None:
+        """After a recovery: the sources' partitions told, the index rebuilt, said."""
+        started = time.perf_counter()
+        self.expect_source_partitions()
+        count = self.rebuild_index(partitions)
+        log.info(self.rebuilt_said, count, sorted(partitions), time.perf_counter() - started)
+
+    def positions(self, now: float) -> bytes | None:
+        """How far this worker has read the sources it owns, as a report (None: nothing)."""
+        self.expect_source_partitions()
+        sources = self.sources
+        if sources is not None and (
+            read := read_positions(self.app, sources, self.source_topics, now)
+        ):
+            return self.report(now, read)
+        return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import faust
 from faust.types import Message
@@ -31,16 +30,15 @@ from ..engine.outcomes import TraceResult
 from ..engine.records import close_records
 from ..engine.scorer import Scorer
 from ..kafka.mends.commits import DRAIN_TIMEOUT_S, drain_producer
-from ..kafka.mends.faust_state import partition_count, read_positions
 from ..observer import Observer
 from ..settings import Settings
 from ..threads.events import ThreadEvent, progress, published, tick
 from ..threads.gaps import inactivity_gaps
 from ..threads.processor import ThreadProcessor
 from ..threads.router import ThreadRouter
-from ..threads.sources import SourceLog
+from ..threads.sources import Position, SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
-from .keyed_table import KeyedTable
+from .keyed_table import KeyedTable, KeyedTableAgent
 from .session_intake import SessionIntake
 
 # the sessions topic co-partitioned with the thread events: the router, the partition count
@@ -68,12 +66,14 @@ def register_thread_agent(
     return agent.processor
 
 
-class ThreadAgent:
+class ThreadAgent(KeyedTableAgent[ThreadEvent]):
     """The thread table, the agent that folds thread events into it and scores closes, and
     the timer that ticks every owned partition (after telling every partition how far this
     worker has read its sources). ``sessions``: the sessions topic is co-partitioned with the
     thread events (its partition count, and the router): the agent reads it too and folds
     its events in place (``SessionIntake``)."""
+
+    rebuilt_said = "thread index rebuilt: %d threads in partitions %s (%.2fs)"
 
     def __init__(
         self,
@@ -94,7 +94,7 @@ class ThreadAgent:
         self.publisher = publisher = Publisher(app)
         self.dead_letters = dead_letters = DeadLetters(topics.dlq, observer)
         self.outbox = topics.outbox()  # what a scored close publishes
-        self.threads: KeyedTable[ThreadEvent] = KeyedTable(
+        self.keyed = threads = KeyedTable[ThreadEvent](
             app,
             table_name=TABLE_NAME,
             events=topics.thread_events,
@@ -104,7 +104,7 @@ class ThreadAgent:
             observer=observer,
         )
         self.processor = ThreadProcessor(
-            self.threads.writes,
+            threads.writes,
             gaps=inactivity_gaps(scorer.ruleset, settings.thread_inactivity_gap_s),
             limits=ThreadLimits(
                 max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
@@ -140,8 +140,8 @@ class ThreadAgent:
         """The agent on the thread-events topic (and the co-partitioned sessions topic), its
         recovery's index rebuild, and its clock."""
         observer, intake = self.observer, self.intake
-        self.threads.on_recover(self.rebuild)
-        self.threads.agent(
+        self.keyed.on_recover(self.rebuild)
+        self.keyed.agent(
             "fold-threads",
             decode=ThreadEvent.from_bytes,
             what="thread event",
@@ -153,23 +153,16 @@ class ThreadAgent:
             inputs=self.topics.sessions if intake is not None else None,
             take=self.take_session if intake is not None else None,
         )
-        self.threads.clock(self.settings.thread_tick_s, progress=self.positions, tick=tick)
+        self.keyed.clock(self.settings.thread_tick_s, progress=self.positions, tick=tick)
 
-    def expect_source_partitions(self) -> None:
-        """Tell the processor the source topics' partitions (from the consumer's metadata)."""
-        counts = {topic: partition_count(self.app.consumer, topic) for topic in self.source_topics}
-        self.processor.expect({topic: count for topic, count in counts.items() if count})
+    def expect(self, counts: dict[str, int]) -> None:
+        self.processor.expect(counts)
 
-    def rebuild(self, partitions: set[int]) -> None:
-        started = time.perf_counter()
-        self.expect_source_partitions()
-        count = self.processor.rebuild(partitions)
-        log.info(
-            "thread index rebuilt: %d threads in partitions %s (%.2fs)",
-            count,
-            sorted(partitions),
-            time.perf_counter() - started,
-        )
+    def rebuild_index(self, partitions: set[int]) -> int:
+        return self.processor.rebuild(partitions)
+
+    def report(self, now: float, read: dict[str, Position]) -> bytes:
+        return progress(now, read)
 
     async def publish_close(self, close: ThreadClose, partition: int) -> None:
         async with self.scoring:
@@ -189,7 +182,7 @@ class ThreadAgent:
             sends = self.dead_letters.kept(
                 close.thread_id,
                 kept,
-                self.threads.events_name,
+                self.keyed.events_name,
                 "scoring thread close",
                 exc,
                 where,
@@ -221,15 +214,6 @@ class ThreadAgent:
     def cancel_in_flight(self) -> None:
         for task in list(self.in_flight.values()):
             task.cancel()
-
-    def positions(self, now: float) -> bytes | None:
-        self.expect_source_partitions()
-        sources = self.sources
-        if sources is not None and (
-            read := read_positions(self.app, sources, self.source_topics, now)
-        ):
-            return progress(now, read)
-        return None
 
     async def take_session(self, message: Message) -> None:
         assert self.intake is not None
