@@ -62,124 +62,152 @@ def register_agreement_agents(
     observer: Observer,
     bootstrap: str,
 ) -> AgreementWindows:
-    """The three agents and their tables; returns the windows the measuring agent keeps."""
-    publisher = Publisher(app)
-    dead_letters = DeadLetters(topics.dlq, observer)
-    assert topics.labels is not None and topics.agreement is not None
-    assert topics.agreement_events is not None and topics.agreement_measure is not None
-    events, agreement = topics.agreement_events, topics.agreement
-    to_measure = topics.agreement_measure
-    declare = [*topics.outputs(), events, agreement, to_measure]
+    """The three agents and their tables (``AgreementAgents``); returns the windows the
+    measuring agent keeps."""
+    agents = AgreementAgents(app, topics, scorer, settings, observer, bootstrap)
+    agents.register()
+    return agents.windows
 
-    def route(message: Message) -> tuple[list[Send], datetime | None]:
+
+class AgreementAgents:
+    """``route-agreement``, ``join-agreement`` (``JoinAgent``, on the ``agreement`` table)
+    and ``measure-agreement`` (the ``agreement-window`` table), and the timer that exports
+    the measures."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        topics: Topics,
+        scorer: Scorer,
+        settings: Settings,
+        observer: Observer,
+        bootstrap: str,
+    ) -> None:
+        assert topics.labels is not None and topics.agreement is not None
+        assert topics.agreement_events is not None and topics.agreement_measure is not None
+        self.app = app
+        self.topics = topics
+        self.scorer = scorer
+        self.settings = settings
+        self.observer = observer
+        self.publisher = publisher = Publisher(app)
+        self.dead_letters = dead_letters = DeadLetters(topics.dlq, observer)
+        self.labels = topics.labels
+        self.events, self.agreement = topics.agreement_events, topics.agreement
+        self.to_measure = topics.agreement_measure
+        self.declare = [*topics.outputs(), self.events, self.agreement, self.to_measure]
+        self.joins = KeyedTable[bytes](
+            app,
+            table_name=JOIN_TABLE,
+            events=self.events,
+            partitions=settings.topic_partitions,
+            publisher=publisher,
+            dead_letters=dead_letters,
+            observer=observer,
+        )
+        # the scores before a label are read back from the internal topic they came in on
+        self.reader = RunReader(bootstrap, self.events.get_topic_name(), settings.kafka)
+        self.join = JoinAgent(self.joins, scorer, settings, observer, self.reader, self.pair_sends)
+        self.windows = AgreementWindows()
+        self.measured = KeyedTable[Joined](
+            app,
+            table_name=WINDOW_TABLE,
+            events=self.to_measure,
+            partitions=1,
+            publisher=publisher,
+            dead_letters=dead_letters,
+            observer=observer,
+        )
+
+    def register(self) -> None:
+        """The three agents, the join's clock, the reader's close at shutdown, the timer."""
+        app, declare = self.app, self.declare
+        register_forwarder(
+            app,
+            self.labels,
+            "route-agreement",
+            self.route,
+            declare=declare,
+            dead_letters=self.dead_letters,
+            max_in_flight=self.settings.max_in_flight,
+            observer=self.observer,
+        )
+        app.on_before_shutdown.connect(self.close_reader)
+        self.joins.agent(
+            "join-agreement",
+            decode=self.decode,
+            what="agreement event",
+            apply=self.apply,
+            doing="joining labels and scores",
+            declare=declare,
+        )
+        self.joins.clock(SWEEP_EVERY_S, progress=lambda now: None, tick=lambda now: TICK)
+        self.measured.on_recover(self.rebuild)
+        # emptied by ``rebuild`` on a worker that does not own the measuring partition
+        self.observer.watch_held("agreement_window", lambda: len(self.windows), None)
+        self.measured.agent(
+            "measure-agreement",
+            decode=Joined.model_validate_json,
+            what="agreement pair",
+            apply=self.keep,
+            doing="measuring agreement",
+            declare=declare,
+        )
+        app.timer(MEASURE_EVERY_S, name="agreement-measures")(self.export)
+
+    def route(self, message: Message) -> tuple[list[Send], datetime | None]:
+        """A label, validated against the rule set, to the join's partition of its target."""
         raw = message.value or b""
         try:
-            label, _ = parse_label(raw, scorer.ruleset)
+            label, _ = parse_label(raw, self.scorer.ruleset)
         except LabelError as exc:
-            return dead_letters.invalid(message, exc, what="human label"), None
-        return [(events, label.target_id.encode(), LABEL + raw, None)], None
+            return self.dead_letters.invalid(message, exc, what="human label"), None
+        return [(self.events, label.target_id.encode(), LABEL + raw, None)], None
 
-    register_forwarder(
-        app,
-        topics.labels,
-        "route-agreement",
-        route,
-        declare=declare,
-        dead_letters=dead_letters,
-        max_in_flight=settings.max_in_flight,
-        observer=observer,
-    )
+    def close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> Awaitable[None]:
+        return self.reader.close()
 
-    joins: KeyedTable[bytes] = KeyedTable(
-        app,
-        table_name=JOIN_TABLE,
-        events=events,
-        partitions=settings.topic_partitions,
-        publisher=publisher,
-        dead_letters=dead_letters,
-        observer=observer,
-    )
-
+    @staticmethod
     def decode(value: bytes) -> bytes:
         if value[:1] not in (LABEL, SCORE, TICK):
             raise ValueError(f"not an agreement event: {value[:40]!r}")
         return value
 
-    def pair_sends(pair: Joined) -> list[Send]:
+    def pair_sends(self, pair: Joined) -> list[Send]:
         record = pair.model_dump_json().encode()
         return [
-            (agreement, pair.target_id.encode(), record, None),
-            (to_measure, pair.rule_id.encode(), record, None),
+            (self.agreement, pair.target_id.encode(), record, None),
+            (self.to_measure, pair.rule_id.encode(), record, None),
         ]
 
-    # the scores before a label are read back from the internal topic they came in on
-    reader = RunReader(bootstrap, events.get_topic_name(), settings.kafka)
-
-    def close_reader(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> Awaitable[None]:
-        return reader.close()
-
-    app.on_before_shutdown.connect(close_reader)
-    join = JoinAgent(joins, scorer, settings, observer, reader, pair_sends)
-
-    async def apply(message: Message, value: bytes) -> None:
-        sends = await join.apply(message, value)
+    async def apply(self, message: Message, value: bytes) -> None:
+        sends = await self.join.apply(message, value)
         if sends:  # on the broker before the state that forgets their sides is written
-            await publisher.send_until_delivered(sends)
-        join.commit()
+            await self.publisher.send_until_delivered(sends)
+        self.join.commit()
 
-    joins.agent(
-        "join-agreement",
-        decode=decode,
-        what="agreement event",
-        apply=apply,
-        doing="joining labels and scores",
-        declare=declare,
-    )
-    joins.clock(SWEEP_EVERY_S, progress=lambda now: None, tick=lambda now: TICK)
-
-    windows = AgreementWindows()
-    measured: KeyedTable[Joined] = KeyedTable(
-        app,
-        table_name=WINDOW_TABLE,
-        events=to_measure,
-        partitions=1,
-        publisher=publisher,
-        dead_letters=dead_letters,
-        observer=observer,
-    )
-
-    def rebuild(partitions: set[int]) -> None:
-        windows.__init__()  # type: ignore[misc]
+    def rebuild(self, partitions: set[int]) -> None:
+        """The week of pairs read again from the table's one partition, where owned."""
+        self.windows.__init__()  # type: ignore[misc]
         if 0 not in partitions:
             return
-        for value in list(measured.table.data.values()):
+        for value in list(self.measured.table.data.values()):
             try:
-                windows.add(Joined.model_validate_json(value))
+                self.windows.add(Joined.model_validate_json(value))
             except ValueError:
                 continue
 
-    async def keep(message: Message, pair: Joined) -> None:
-        measured.table[pair.agreement_id.encode()] = pair.model_dump_json().encode()
-        windows.add(pair)
+    async def keep(self, message: Message, pair: Joined) -> None:
+        self.measured.table[pair.agreement_id.encode()] = pair.model_dump_json().encode()
+        self.windows.add(pair)
 
-    measured.on_recover(rebuild)
-    # emptied by ``rebuild`` on a worker that does not own the measuring partition
-    observer.watch_held("agreement_window", lambda: len(windows), None)
-    measured.agent(
-        "measure-agreement",
-        decode=Joined.model_validate_json,
-        what="agreement pair",
-        apply=keep,
-        doing="measuring agreement",
-        declare=declare,
-    )
-
-    async def export() -> None:
+    async def export(self) -> None:
         """The gauges from the week's pairs (none where this worker does not measure), after
         dropping what the week no longer holds (tombstoned in the table's one partition). A
         failure is logged: an exception out of a Faust timer stops the worker."""
+        observer, windows, measured = self.observer, self.windows, self.measured
         try:
-            if 0 not in owned_partitions(app, settings.agreement_measure_topic):
+            if 0 not in owned_partitions(self.app, self.settings.agreement_measure_topic):
                 observer.on_agreement_measured({})
                 return
             now = time.time()
@@ -190,6 +218,3 @@ def register_agreement_agents(
             observer.on_agreement_measured(windows.measures(now))
         except Exception:
             log.exception("measuring agreement failed: measured again in %s s", MEASURE_EVERY_S)
-
-    app.timer(MEASURE_EVERY_S, name="agreement-measures")(export)
-    return windows
