@@ -7,7 +7,7 @@ import faust
 
 from .agents.verdict_table import VerdictTable
 from .engine.verdicts import Judge
-from .judge.cache import CachingJudge, VerdictCache
+from .judge.cache import CachingJudge, VerdictCache, VerdictStore
 from .judge.client import JudgeClient
 from .observer import Observer
 from .settings import Settings
@@ -15,13 +15,25 @@ from .settings import Settings
 CACHE_SHARE, TABLE_SHARE = 1 / 16, 1 / 8  # of the memory budget: the verdicts in memory
 
 
-def judge_of(settings: Settings, observer: Observer) -> Judge | None:
+def caches_verdicts(settings: Settings) -> bool:
+    """Whether the worker's judge sits behind the verdict cache (``judge_of``)."""
+    return bool(
+        settings.judge_configured
+        and settings.judge_cache_ttl_s
+        and settings.judge_cache_max_entries
+    )
+
+
+def judge_of(
+    settings: Settings, observer: Observer, store: VerdictStore | None = None
+) -> Judge | None:
     """The worker's judge (None: none configured), behind the verdict cache unless
-    ``SCORER_JUDGE_CACHE_TTL_S`` or ``SCORER_JUDGE_CACHE_MAX_ENTRIES`` is 0."""
+    ``SCORER_JUDGE_CACHE_TTL_S`` or ``SCORER_JUDGE_CACHE_MAX_ENTRIES`` is 0; ``store``: where
+    the cache keeps verdicts beyond its front (the ``verdicts`` table)."""
     if not settings.judge_configured:
         return None
     client = JudgeClient(settings.judge_config(), observer)
-    if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
+    if not caches_verdicts(settings):
         return client
     cache = VerdictCache(
         settings.judge_cache_ttl_s,
@@ -34,6 +46,7 @@ def judge_of(settings: Settings, observer: Observer) -> Judge | None:
         default_model=settings.judge_model,
         observer=observer,
         price=settings.judge_cost,
+        store=store,
     )
 
 

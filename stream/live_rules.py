@@ -128,6 +128,7 @@ class LiveRules:
         router: ThreadRouter,
         metrics: Observer,
         silence: Callable[[RuleSet], SilenceWatch | None],
+        processor: ThreadProcessor | None = None,
     ) -> None:
         self.settings = settings
         self.ruleset = ruleset
@@ -136,7 +137,7 @@ class LiveRules:
         self.metrics = metrics
         self.silence = silence
         self.wiring = Wiring.of(ruleset, router)
-        self.processor: ThreadProcessor | None = None  # the thread agent's, when it has one
+        self.processor = processor  # the thread agent's, when it has one
         self.fingerprint = rules_fingerprint(settings.rules_dir)
 
     def check(self) -> bool:

@@ -32,7 +32,7 @@ from .errors import ConfigError
 from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge
 from .judge.client import JudgeClient
-from .judging import judge_of, verdict_table
+from .judging import caches_verdicts, judge_of, verdict_table
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
 from .kafka.io import check_cluster
@@ -62,10 +62,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     metrics.label_projects(
         ProjectLabels(settings.metric_projects, ruleset.projects, settings.metric_project_limit)
     )
-    judge = judge_of(settings, metrics)
     app, topics = create_app(settings, bootstrap, metrics)
-    if isinstance(judge, CachingJudge) and settings.judge_cache_table:
-        judge.store = verdict_table(app, settings, metrics)
+    # the verdict cache's store: the verdicts table (made only where a cache will use it)
+    caching = settings.judge_cache_table and caches_verdicts(settings)
+    judge = judge_of(settings, metrics, verdict_table(app, settings, metrics) if caching else None)
     ledger = spend_ledger(settings, metrics)
     scorer = Scorer(
         ruleset,
@@ -75,9 +75,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         max_prompt_tokens=settings.judge_max_prompt_tokens,
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
+        holds=judge.holds if isinstance(judge, CachingJudge) else None,
     )
-    if isinstance(judge, CachingJudge):
-        scorer.context.holds = judge.holds  # a spent budget still publishes kept verdicts
     if judge is not None:
         register_batch_jobs(app, settings, scorer, judge, topics, metrics)
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)
@@ -104,6 +103,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
             sources=sources,
             observer=metrics,
         )
+    processor = None
+    if ruleset.for_scope("thread") or ruleset.pair_rules():
+        sessions = (router, here) if here is not None else None
+        processor = register_thread_agent(app, topics, scorer, settings, metrics, sources, sessions)
     live = LiveRules(
         settings,
         ruleset,
@@ -111,12 +114,8 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         router,
         metrics,
         partial(silence_watch, after=settings.silent_after_traces, observer=metrics),
+        processor,
     )
-    if ruleset.for_scope("thread") or ruleset.pair_rules():
-        sessions = (router, here) if here is not None else None
-        live.processor = register_thread_agent(
-            app, topics, scorer, settings, metrics, sources, sessions
-        )
     if topics.otlp is not None:
         register_otlp_agents(app, topics, settings, metrics)
     if topics.labels is not None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MissingVariable
 from ..models import Trace
 from ..observer import Observer
 from ..ruleset.conversations import ConversationRules
-from ..ruleset.schema import AnyRule, ComparisonRule, RuleSet
+from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RuleSet
 from ..threads.state import ThreadClose
 from .context import ScoringContext
 from .deferred import defer, deferred_says
@@ -49,11 +50,15 @@ class Scorer:
         max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
         ledger: SpendLedger | None = None,
         silence: SilenceWatch | None = None,
+        holds: Callable[[PromptedRule, str, str | None], bool] | None = None,
     ) -> None:
+        """``holds``: whether the verdict cache holds a rule's verdict for a prompt (a spent
+        budget still publishes kept verdicts)."""
         self.silence = silence
         self.context = ScoringContext(
             judge, default_model, max_prompt_tokens, {}, ledger, observer or Observer()
         )
+        self.context.holds = holds
         self.use(ruleset, silence)
 
     def use(self, ruleset: RuleSet, silence: SilenceWatch | None = None) -> None:

@@ -164,8 +164,7 @@ class CachingJudge:
     make one call: the later ones wait for it, and make their own if it fails.
     ``price(model, usage)``: the US dollars a call's usage costs (None: no price), so the
     metrics say what a hit saved. ``store``: where verdicts are kept beyond ``cache`` (asked
-    when ``cache`` misses, written with it; ``cache`` then keeps only ``FRONT_ENTRIES``); set
-    after construction by the worker, whose table exists only once its app does."""
+    when ``cache`` misses, written with it; ``cache`` then keeps only ``FRONT_ENTRIES``)."""
 
     def __init__(
         self,
@@ -175,6 +174,7 @@ class CachingJudge:
         default_model: str,
         observer: Observer | None = None,
         price: Callable[[str, TokenUsage], float | None] = lambda model, usage: None,
+        store: VerdictStore | None = None,
     ) -> None:
         self.inner = judge
         self.cache = cache
@@ -183,6 +183,7 @@ class CachingJudge:
         self.price = price
         self._in_flight: dict[str, asyncio.Future[Verdict]] = {}
         self._store: VerdictStore | None = None
+        self.store = store
         self.observer.watch_judge_cache(lambda: len(cache), lambda: cache.bytes)
 
     @property
