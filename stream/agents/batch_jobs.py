@@ -81,6 +81,8 @@ class BatchJobs:
         )
         self._not_copartitioned: set[str] = set()
         self._said: set[str] = set()  # why jobs were not deferred, said once each
+        # the queue needs the scorer (to conclude its jobs) and the scorer the queue (to defer
+        # them to it): the one collaborator set after construction
         scorer.context.deferrer = self
         app.timer(poll_s, name="batch-jobs")(self.rounds.tick)
 
