@@ -9,7 +9,6 @@ import logging
 import math
 from collections.abc import Iterator
 
-from .close import close_reason
 from .index import PartitionIndex
 from .spread import SpreadThreads
 from .state import ThreadClose, ThreadState
@@ -86,13 +85,11 @@ class ThreadClocks(SpreadThreads):
             held = bool(state.held)
             if held:  # every held event reached Kafka the gap ago: folded, in event-time order
                 closes.extend(self._catch_up(state, None, None))
-            reason = close_reason(
-                state, wall_now=max(now, deadline), watermark=None, gap_s=self.gaps[state.kind]
-            )
-            if reason is not None:
+            close = self._close_if_due(state, wall_now=max(now, deadline), at=now)
+            if close is not None:
                 self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
-                closes.append(self._close(state, reason, closed_at=now))
-            if held or reason is not None:
+                closes.append(close)
+            if held or close is not None:
                 self._store(index, key, state)
         for behind, deadline, key in deferred:
             heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
@@ -115,11 +112,8 @@ class ThreadClocks(SpreadThreads):
                 heapq.heappush(index.due.setdefault(index.slowest(sources), []), (deadline, key))
                 continue
             state = ThreadState.from_bytes(self.table[key])
-            reason = close_reason(
-                state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
-            )
-            if reason is not None:
-                closes.append(self._close(state, reason, closed_at=watermark))
+            if (close := self._close_if_due(state, watermark=watermark)) is not None:
+                closes.append(close)
                 self._store(index, key, state)
         return closes
 

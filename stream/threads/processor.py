@@ -52,7 +52,7 @@ from __future__ import annotations
 import sys
 
 from .clocks import ThreadClocks
-from .close import close_reason, mark_published
+from .close import mark_published
 from .events import ThreadEvent
 from .fold import fold_turn, mark_end
 from .index import PartitionIndex
@@ -173,15 +173,14 @@ class ThreadProcessor(ThreadClocks):
             # the thread went quiet for the gap before this event (in Kafka time, or in its
             # sources' event time): it closes first, as it would have live, and the event
             # reopens it. So a backlog read late closes threads where they closed live.
-            reason = close_reason(
+            close = self._close_if_due(
                 state,
                 wall_now=event.arrival,
                 watermark=watermark if state.sources else None,
-                gap_s=self.gaps[state.kind],
+                idle_only=True,
             )
-            if reason in ("inactivity", "inactivity_event_time"):
-                at = event.arrival if reason == "inactivity" else watermark
-                closes.append(self._close(state, reason, closed_at=at))
+            if close is not None:
+                closes.append(close)
                 self._store(index, key, state)
         if event.turn is not None and event.turn.member is not None:
             admitted = admit_member(state, event.turn)
@@ -204,7 +203,7 @@ class ThreadProcessor(ThreadClocks):
         if changed and state.kind == "pair" and state.is_open and pair_complete(state):
             state.ended = True  # both traces of the pair are here: it is judged now
         if changed and state.is_open and state.ended:
-            closes.append(self._close(state, "end", closed_at=event.arrival))
+            closes.append(self._ended(state, event.arrival))
         if changed:
             self._store(index, key, state)
         return closes

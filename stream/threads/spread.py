@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import heapq
 
-from .close import close_reason
 from .events import ThreadEvent
 from .fold import fold_turn, hold, mark_end, next_held
 from .index import PartitionIndex
@@ -84,12 +83,12 @@ class SpreadThreads(ThreadTable):
         closes = []
         while (event := next_held(state, horizon)) is not None:
             closes.extend(self._fold(state, event))
-        if watermark is not None and state.last_event_time is not None:
-            reason = close_reason(
-                state, wall_now=None, watermark=watermark, gap_s=self.gaps[state.kind]
-            )
-            if reason is not None:
-                closes.append(self._close(state, reason, closed_at=watermark))
+        if (
+            watermark is not None
+            and state.last_event_time is not None
+            and (close := self._close_if_due(state, watermark=watermark)) is not None
+        ):
+            closes.append(close)
         return closes
 
     def _fold(self, state: ThreadState, event: HeldEvent) -> list[ThreadClose]:
@@ -97,18 +96,16 @@ class SpreadThreads(ThreadTable):
         event time when it is folded (its own, or the thread's when it arrived if that was
         later), so a thread quiet for the gap before it closes first."""
         moment = max(event.at, event.floor)
-        gap = self.gaps[state.kind]
         closes = []
         if state.last_event_time is not None:  # it has had activity
-            reason = close_reason(
+            close = self._close_if_due(
                 state,
                 wall_now=event.arrival,
                 watermark=moment if state.sources else None,
-                gap_s=gap,
+                idle_only=True,
             )
-            if reason in ("inactivity", "inactivity_event_time"):
-                at = event.arrival if reason == "inactivity" else moment
-                closes.append(self._close(state, reason, closed_at=at))
+            if close is not None:
+                closes.append(close)
         changed = False
         if event.turn is not None:
             changed = fold_turn(
@@ -131,7 +128,7 @@ class SpreadThreads(ThreadTable):
         if changed and event.at > state.sources.get(event.source, 0.0):
             state.sources[event.source] = event.at
         if changed and state.is_open and state.ended:
-            closes.append(self._close(state, "end", closed_at=event.arrival))
+            closes.append(self._ended(state, event.arrival))
         return closes
 
     def _settle(self, index: PartitionIndex, topic: str) -> list[ThreadClose]:

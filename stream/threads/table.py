@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 
 from ..observer import Observer
-from .close import close_thread
+from .close import close_reason, close_thread
 from .index import EVERY_PARTITION, EVERY_TRACE_SOURCE, NO_DEADLINE, PartitionIndex
 from .pairs import pair_document
 from .sources import source_name, source_topic
@@ -211,7 +211,40 @@ class ThreadTable:
         self.table[key] = state.to_bytes()
         self._index(index, key, IndexEntry.of(state))
 
+    def _close_if_due(
+        self,
+        state: ThreadState,
+        *,
+        wall_now: float | None = None,
+        watermark: float | None = None,
+        at: float | None = None,
+        idle_only: bool = False,
+    ) -> ThreadClose | None:
+        """The one path by which a thread closes (``close.close_reason`` says whether it
+        does): by the wall clock at ``wall_now`` (its last arrival the gap before), by its
+        sources' event time at ``watermark`` (its activity the gap before), or because it
+        ended; ``idle_only``: not for its end (an event about to be folded into it). It
+        closes at ``at``, else at ``watermark`` when its event time closed it (or no wall
+        clock was given), else at ``wall_now``. Returns the close to score, or None."""
+        reason = close_reason(
+            state, wall_now=wall_now, watermark=watermark, gap_s=self.gaps[state.kind]
+        )
+        if reason is None or (idle_only and reason == "end"):
+            return None
+        if at is None:
+            by_event_time = reason == "inactivity_event_time" or wall_now is None
+            at = watermark if by_event_time else wall_now
+        assert at is not None
+        return self._close(state, reason, closed_at=at)
+
+    def _ended(self, state: ThreadState, arrival: float) -> ThreadClose:
+        """An open thread whose end was just folded in closes, at the end's ``arrival``."""
+        close = self._close_if_due(state, wall_now=arrival)
+        assert close is not None and close.pending.reason == "end"
+        return close
+
     def _close(self, state: ThreadState, reason: CloseReason, *, closed_at: float) -> ThreadClose:
+        """Close ``state`` (only through ``_close_if_due``): its pending close, counted."""
         document = pair_document if state.kind == "pair" else None
         pending = close_thread(state, reason, closed_at=closed_at, document=document)
         self.observer.on_thread_close(state.kind, reason, len(state.turns))
