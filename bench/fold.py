@@ -34,11 +34,11 @@ from throughput import rules_subset
 from stream.kafka.mends.partitioning import key_hash
 from stream.ruleset.loader import load_rules
 from stream.settings import Settings
+from stream.sources.log import Positions, SourceLog, source_name
 from stream.threads.events import ThreadEvent, parse_session, progress
 from stream.threads.gaps import inactivity_gaps
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
-from stream.threads.sources import Positions, SourceLog, source_name
 from stream.threads.state import ThreadLimits
 
 TOPIC = "coaching-sessions"

@@ -29,7 +29,7 @@ from strategies import (
 from stream.engine.scorer import Scorer
 from stream.models import parse_trace
 from stream.ruleset.loader import load_rules
-from stream.threads.sources import SourceLog
+from stream.sources.log import SourceLog
 
 
 def test_non_object_json_is_rejected() -> None:

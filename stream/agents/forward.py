@@ -29,7 +29,7 @@ from ..delivery.dead_letter import DeadLetters
 from ..delivery.ordered import OrderedDelivery
 from ..delivery.publisher import Publisher, Send
 from ..observer import Observer
-from ..threads.sources import SourceLog, source_name
+from ..sources.log import SourceLog, source_name
 
 # a message -> what to send for it, and its event time (None: unknown)
 Convert = Callable[[Message], tuple[list[Send], datetime | None]]

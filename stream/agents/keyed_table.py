@@ -40,7 +40,7 @@ from ..kafka.mends.changelog import BatchedWrites
 from ..kafka.mends.faust_state import owned_partitions, partition_count, read_positions
 from ..kafka.mends.membership import still_ours
 from ..observer import Observer
-from ..threads.sources import Position, SourceLog
+from ..sources.log import Position, SourceLog
 
 E = TypeVar("E")
 

@@ -40,7 +40,7 @@ from ..otlp.document import trace_document
 from ..otlp.events import AssemblyEvent, progress, spans_events, tick
 from ..otlp.spans import Span
 from ..settings import Settings
-from ..threads.sources import Position, SourceLog, source_name
+from ..sources.log import Position, SourceLog, source_name
 from .forward import register_forwarder
 from .keyed_table import KeyedTable, KeyedTableAgent
 

@@ -15,9 +15,9 @@ from ..delivery.dead_letter import DeadLetters
 from ..delivery.publisher import Publisher
 from ..kafka.mends.partitioning import key_hash
 from ..observer import Observer
+from ..sources.log import SourceLog, source_name
 from ..threads.events import ThreadEvent, parse_session
 from ..threads.router import ThreadRouter
-from ..threads.sources import SourceLog, source_name
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from ..delivery.publisher import Send
 from ..kafka.io import options
 from ..observer import Observer
 from ..settings import Settings
+from ..sources.log import SourceLog, source_name
 from ..threads.events import parse_session
 from ..threads.router import ThreadRouter
-from ..threads.sources import SourceLog, source_name
 from .forward import register_forwarder
 
 log = logging.getLogger(__name__)

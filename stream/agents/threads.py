@@ -32,11 +32,11 @@ from ..engine.scorer import Scorer
 from ..kafka.mends.commits import DRAIN_TIMEOUT_S, drain_producer
 from ..observer import Observer
 from ..settings import Settings
+from ..sources.log import Position, SourceLog
 from ..threads.events import ThreadEvent, progress, published, tick
 from ..threads.gaps import inactivity_gaps
 from ..threads.processor import ThreadProcessor
 from ..threads.router import ThreadRouter
-from ..threads.sources import Position, SourceLog
 from ..threads.state import ThreadClose, ThreadLimits
 from .keyed_table import KeyedTable, KeyedTableAgent
 from .session_intake import SessionIntake

@@ -24,8 +24,8 @@ from ..engine.scorer import Plan, Scorer
 from ..kafka.mends.faust_state import scoring
 from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
+from ..sources.log import SourceLog, source_name
 from ..threads.router import ThreadRouter
-from ..threads.sources import SourceLog, source_name
 from .forward import Taken, register_batched
 
 log = logging.getLogger(__name__)

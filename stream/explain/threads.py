@@ -14,11 +14,11 @@ from typing import Any
 from ..engine.scorer import Scorer
 from ..models import Trace
 from ..ruleset.schema import AnyRule, RuleSet
+from ..sources.log import source_name
 from ..threads.events import SessionEvent, ThreadEvent, table_key
 from ..threads.gaps import inactivity_gaps
 from ..threads.processor import ThreadProcessor
 from ..threads.router import ThreadRouter
-from ..threads.sources import source_name
 from ..threads.state import ThreadClose, ThreadState
 from .records import (
     AT_END_OF_FILE,

@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from ..sources.wait import ReportWait
 from .spans import Span
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ class TraceAssembler:
         # spans source (topic:partition) -> (Kafka time read up to, when that was reported)
         self.read: dict[int, dict[str, tuple[float, float]]] = {}
         self.expected: set[str] = set()  # every spans source (topic:partition)
-        self.unheard_until = -math.inf  # the clocks wait for reports on them until then
+        # the clocks wait for reports on them after a recovery
+        self.reports = ReportWait(unheard_wait_s, "span-assembly partitions")
 
     def expect(self, sources: Iterable[str]) -> None:
         """The spans topic's partitions are ``sources`` (topic:partition)."""
@@ -141,9 +143,9 @@ class TraceAssembler:
         on every expected source (none when no partition is owned: no trace to hold)."""
         self._due = {p: [] for p in partitions}
         self.read = {p: {} for p in partitions}
-        self.unheard_until = -math.inf
+        self.reports.end(())
         if self._due:
-            self.unheard_until = (time.time() if now is None else now) + self.unheard_wait_s
+            self.reports.begin(time.time() if now is None else now)
         self._handed_out = set()
         count = 0
         for key, raw in self.table.items():
@@ -164,21 +166,14 @@ class TraceAssembler:
     def unheard(self, now: float) -> list[str]:
         """The expected sources not reported on, since the last recovery, in some partition
         this assembler owns, while the clocks wait for them. The wait ends once every one is
-        heard of in every partition, or at ``unheard_until``: those still silent then count
+        heard of in every partition, or when ``reports`` is over: those still silent then count
         as read (said once in the log)."""
-        if self.unheard_until == -math.inf:
+        if not self.reports.waiting:
             return []
         missing = sorted(set().union(*(self._missing(p) for p in self._due)))
-        if missing and now < self.unheard_until:
+        if missing and now < self.reports.until:
             return missing
-        self.unheard_until = -math.inf
-        if missing:
-            log.warning(
-                "no worker reported on %s within %.0f s of a recovery of span-assembly "
-                "partitions: counted as read (is a worker of the group reading it?)",
-                ", ".join(missing),
-                self.unheard_wait_s,
-            )
+        self.reports.end(missing)
         return []
 
     def _missing(self, partition: int) -> set[str]:
@@ -186,7 +181,7 @@ class TraceAssembler:
 
     def waited_since(self) -> float:
         """When the current wait for reports began (the recovery)."""
-        return self.unheard_until - self.unheard_wait_s
+        return self.reports.since
 
     def clock(self, partition: int, now: float) -> float:
         """``now``, held back by the least read spans source as reported in ``partition``;

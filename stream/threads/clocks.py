@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from collections.abc import Iterator
 
 from .index import PartitionIndex
@@ -33,7 +32,7 @@ class ThreadClocks(SpreadThreads):
 
     def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         closes = []
-        if now >= index.unheard_until > -math.inf:
+        if index.reports.over(now):
             closes.extend(self._give_up_unheard(index, now))
         closes.extend(self._close_idle(index, index.wall, now, now))
         self._compact(index, now)
@@ -49,15 +48,8 @@ class ThreadClocks(SpreadThreads):
     def _give_up_unheard(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         """The wait for reports after a recovery is over: the threads that waited for a source
         no report has named since close (as if it were read), and it is said in the log."""
-        index.unheard_until = -math.inf
         unheard = sorted(s for s in index.waiting if s not in index.read)
-        if unheard:
-            log.warning(
-                "no worker reported on %s within %.0f s of taking over thread partitions: "
-                "counted as read (is a worker of the group reading it?)",
-                ", ".join(unheard),
-                self.unheard_wait_s,
-            )
+        index.reports.end(unheard)
         closes = []
         for source in unheard:
             closes.extend(self._close_idle(index, index.waiting[source], now, now))

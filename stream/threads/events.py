@@ -12,7 +12,7 @@ id: ``placement_key``). Four event types travel there:
   close when their partition receives nothing else;
 - ``published``: the scores of a close are on the scores topic (its pending copy can go);
 - ``progress``: how far each source (topic:partition) a worker reads has been read, in
-  event time and in Kafka time (``sources.py``), sent by that worker to every partition on
+  event time and in Kafka time (``stream/sources/log.py``), sent by that worker to every partition on
   its timer, so a partition a source rarely feeds learns it too.
 
 ``arrival`` is the Kafka timestamp of the source message, not the time the event was
@@ -29,7 +29,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .sources import Position, Positions
+from ..sources.log import Position, Positions
 from .state import ThreadKind
 from .turns import Turn
 

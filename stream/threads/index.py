@@ -9,9 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from ..sources.wait import ReportWait
+
 EVERY_TRACE_SOURCE = "*"  # in a pair's sources: every source of traces (see sources_of)
 EVERY_PARTITION = ":*"  # a spread thread's sources: "<topic>:*", every partition of the topic
 NO_DEADLINE = -math.inf  # a spread thread's event-time slot in ``open`` (it has its own heaps)
+THREAD_PARTITIONS = "thread partitions"  # what a recovery takes over, as the log says it
 
 
 @dataclass
@@ -47,10 +50,10 @@ class PartitionIndex:
     spread_at: dict[bytes, float] = field(default_factory=dict)
     held_due: dict[str, list[tuple[float, bytes]]] = field(default_factory=dict)
     held_at: dict[bytes, float] = field(default_factory=dict)
-    # a partition taken over (a recovery): until this wall-clock time a source no report has
-    # named since is taken as unread (its owner may not have it yet, in a rebalance, and its
+    # a partition taken over (a recovery): while this waits a source no report has named
+    # since is taken as unread (its owner may not have it yet, in a rebalance, and its
     # backlog may hold a thread's next turn); after it, as read (no worker reads it)
-    unheard_until: float = -math.inf
+    reports: ReportWait = field(default_factory=lambda: ReportWait(0.0, THREAD_PARTITIONS))
     learnt: set[str] = field(default_factory=set)  # the sources ``learn`` was told of
 
     def advance(self, source: str, event_time: float) -> None:
@@ -132,7 +135,7 @@ class PartitionIndex:
     def unread(self, sources: Iterable[str], deadline: float) -> str | None:
         """The source of ``sources`` read least far, if it is not read up to ``deadline``.
         A source no report has named counts as unread while the partition waits for reports
-        after a recovery (``unheard_until``, ended by a tick), then as read."""
-        unheard = 0.0 if self.unheard_until > -math.inf else deadline
+        after a recovery (``reports``, ended by a tick), then as read."""
+        unheard = 0.0 if self.reports.waiting else deadline
         behind = [(r, s) for s in sources if (r := self.read.get(s, unheard)) < deadline]
         return min(behind)[1] if behind else None

@@ -7,7 +7,7 @@ per partition so that neither a tick nor an event scans every thread:
 - ``open``: each open thread's two deadlines, wall clock (last arrival + gap) and event
   time (activity + gap), with its sources, and min-heaps of them (stale heap entries are
   skipped lazily);
-- how far each source (topic:partition) has been read (``sources.py``): in event time
+- how far each source (topic:partition) has been read (``stream/sources/log.py``): in event time
   (``progress``) and in Kafka time (``read``), as the events of the source and the
   ``progress`` events of the worker reading it say. Turns reach a partition from every
   source, and a replay's sources run at different speeds, so there is no single clock:
@@ -51,13 +51,13 @@ from __future__ import annotations
 
 import sys
 
+from ..sources.log import source_topic
 from .clocks import ThreadClocks
 from .close import mark_published
 from .events import ThreadEvent
 from .fold import fold_turn, mark_end
 from .index import PartitionIndex
 from .pairs import admit_member, ignore_member, pair_complete
-from .sources import source_topic
 from .state import ThreadClose, ThreadLimits, ThreadState, new_thread
 
 # a pair holds one trace of each variant, each within the turn cap: nothing is dropped

@@ -10,10 +10,17 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 
 from ..observer import Observer
+from ..sources.log import source_name, source_topic
+from ..sources.wait import ReportWait
 from .close import close_reason, close_thread
-from .index import EVERY_PARTITION, EVERY_TRACE_SOURCE, NO_DEADLINE, PartitionIndex
+from .index import (
+    EVERY_PARTITION,
+    EVERY_TRACE_SOURCE,
+    NO_DEADLINE,
+    THREAD_PARTITIONS,
+    PartitionIndex,
+)
 from .pairs import pair_document
-from .sources import source_name, source_topic
 from .state import (
     CloseReason,
     IndexEntry,
@@ -70,9 +77,10 @@ class ThreadTable:
         ``published`` events of closes the previous owner finished are seen first.
         """
         self.partitions = {p: self._new_index() for p in partitions}
-        unheard_until = self.clock() + self.unheard_wait_s
+        now = self.clock()
         for taken in self.partitions.values():
-            taken.unheard_until = unheard_until
+            taken.reports = ReportWait(self.unheard_wait_s, THREAD_PARTITIONS)
+            taken.reports.begin(now)
         entries = []
         for key, raw in self.table.items():
             state = IndexEntry.from_bytes(raw)

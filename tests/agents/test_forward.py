@@ -14,7 +14,7 @@ from faust.types import Message
 from stream.agents.forward import Pace, register_batched, register_forwarder
 from stream.delivery.dead_letter import DeadLetters
 from stream.delivery.publisher import Send
-from stream.threads.sources import SourceLog
+from stream.sources.log import SourceLog
 
 
 async def test_a_message_its_converter_raises_on_is_dead_lettered_and_the_rest_go_on(

@@ -53,7 +53,7 @@ async def test_a_paused_partition_is_not_reported_caught_up(
     from faust.types import TP
 
     from stream.kafka.mends.faust_state import read_positions
-    from stream.threads.sources import SourceLog
+    from stream.sources.log import SourceLog
 
     app = worker[0]
     owned = [TP("llm-traces", 0), TP("llm-traces", 1)]

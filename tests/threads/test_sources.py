@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from stream.sources.log import SourceLog
 from stream.threads.events import ThreadEvent, progress
-from stream.threads.sources import SourceLog
 
 NOW = 1_800_000_000.0
 

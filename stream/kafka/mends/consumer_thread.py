@@ -16,7 +16,7 @@ also installs mend 9's membership lease (``membership.py``).
    the time a fetch response is *processed* (``last_poll_timestamp``), with the high
    watermark the broker answered with. A worker stopped for a while (SIGSTOP, a long pause)
    processes on waking an answer the broker gave before or during the pause, stamped with
-   the present: the sources it reports caught up "up to now" (``stream/threads/sources.py``)
+   the present: the sources it reports caught up "up to now" (``stream/sources/log.py``)
    were not read past what arrived in the pause, and a thread closed or a trace was assembled
    without it. Here the stamp is the time the request was sent, which the answer cannot
    predate (a fetch is answered at most ``fetch_max_wait_ms`` later).

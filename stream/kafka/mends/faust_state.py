@@ -22,7 +22,7 @@ from faust.streams import _current_event
 from faust.transport.consumer import Consumer
 from faust.types import TP, EventT
 
-from ...threads.sources import Position, SourceLog, source_name
+from ...sources.log import Position, SourceLog, source_name
 from .snapshot_store import SnapshotStore
 
 
