@@ -11,12 +11,18 @@ from collections.abc import Iterator
 from .index import PartitionIndex
 from .spread import SpreadThreads
 from .state import ThreadClose, ThreadState
+from .table import ThreadTable
 
 log = logging.getLogger(__name__)
 
 
-class ThreadClocks(SpreadThreads):
-    """Closing threads by the wall clock and by their sources' event time."""
+class ThreadClocks:
+    """Closing the threads of ``threads`` by the wall clock and by their sources' event
+    time (a spread thread's held events folded first, by ``spread``)."""
+
+    def __init__(self, threads: ThreadTable, spread: SpreadThreads) -> None:
+        self.threads = threads
+        self.spread = spread
 
     def _due(
         self, index: PartitionIndex, heap: list[tuple[float, bytes]], slot: int, bound: float
@@ -30,7 +36,7 @@ class ThreadClocks(SpreadThreads):
             if entry is not None and entry[slot] == deadline:
                 yield deadline, key, entry[2]
 
-    def _tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
+    def tick(self, index: PartitionIndex, now: float) -> list[ThreadClose]:
         closes = []
         if index.reports.over(now):
             closes.extend(self._give_up_unheard(index, now))
@@ -39,9 +45,11 @@ class ThreadClocks(SpreadThreads):
         if index.resume:
             resume, index.resume = index.resume, set()
             for key, close_seq in sorted(resume):
-                state = ThreadState.from_bytes(self.table[key])
+                state = ThreadState.from_bytes(self.threads.table[key])
                 closes.extend(
-                    self._as_close(state, p) for p in state.pending if p.close_seq == close_seq
+                    self.threads.as_close(state, p)
+                    for p in state.pending
+                    if p.close_seq == close_seq
                 )
         return closes
 
@@ -55,7 +63,7 @@ class ThreadClocks(SpreadThreads):
             closes.extend(self._close_idle(index, index.waiting[source], now, now))
         return closes
 
-    def _release(self, index: PartitionIndex, source: str, now: float) -> list[ThreadClose]:
+    def release(self, index: PartitionIndex, source: str, now: float) -> list[ThreadClose]:
         """Close the threads past their wall-clock deadline that waited for ``source`` to be
         read past it (and for no other source)."""
         heap = index.waiting.get(source)
@@ -70,24 +78,26 @@ class ThreadClocks(SpreadThreads):
         closes = []
         deferred: list[tuple[str, float, bytes]] = []
         for deadline, key, sources in self._due(index, heap, 0, bound):
-            if (behind := index.unread(self._resolve(index, sources), deadline)) is not None:
+            if (behind := index.unread(self.threads.resolve(index, sources), deadline)) is not None:
                 deferred.append((behind, deadline, key))
                 continue
-            state = ThreadState.from_bytes(self.table[key])
+            state = ThreadState.from_bytes(self.threads.table[key])
             held = bool(state.held)
             if held:  # every held event reached Kafka the gap ago: folded, in event-time order
-                closes.extend(self._catch_up(state, None, None))
-            close = self._close_if_due(state, wall_now=max(now, deadline), at=now)
+                closes.extend(self.spread.catch_up(state, None, None))
+            close = self.threads.close_if_due(state, wall_now=max(now, deadline), at=now)
             if close is not None:
-                self.observer.on_thread_close_delay(max(0.0, self.clock() - deadline))
+                self.threads.observer.on_thread_close_delay(
+                    max(0.0, self.threads.clock() - deadline)
+                )
                 closes.append(close)
             if held or close is not None:
-                self._store(index, key, state)
+                self.threads.store(index, key, state)
         for behind, deadline, key in deferred:
             heapq.heappush(index.waiting.setdefault(behind, []), (deadline, key))
         return closes
 
-    def _close_by_event_time(self, index: PartitionIndex, source: str) -> list[ThreadClose]:
+    def close_by_event_time(self, index: PartitionIndex, source: str) -> list[ThreadClose]:
         """Close the threads whose slowest source is ``source`` and whose event-time deadline
         its progress has passed; a thread still waiting for another of its sources moves to
         that source's heap."""
@@ -97,16 +107,16 @@ class ThreadClocks(SpreadThreads):
         if not heap or heap[0][0] > progress:
             return closes  # no deadline of it is past (asked at every event of the source)
         for deadline, key, own in self._due(index, heap, 1, progress):
-            sources = self._resolve(index, own)
+            sources = self.threads.resolve(index, own)
             watermark = index.watermark(sources)
             assert watermark is not None
             if watermark < deadline:
                 heapq.heappush(index.due.setdefault(index.slowest(sources), []), (deadline, key))
                 continue
-            state = ThreadState.from_bytes(self.table[key])
-            if (close := self._close_if_due(state, watermark=watermark)) is not None:
+            state = ThreadState.from_bytes(self.threads.table[key])
+            if (close := self.threads.close_if_due(state, watermark=watermark)) is not None:
                 closes.append(close)
-                self._store(index, key, state)
+                self.threads.store(index, key, state)
         return closes
 
     def _compact(self, index: PartitionIndex, now: float) -> None:
@@ -115,11 +125,11 @@ class ThreadClocks(SpreadThreads):
         closes get score ids of their own (``ThreadState.opened``)."""
         while index.closed and index.closed[0][0] <= now:
             deadline, key = heapq.heappop(index.closed)
-            raw = self.table.get(key)
+            raw = self.threads.table.get(key)
             if raw is None:
                 continue
             state = ThreadState.from_bytes(raw)
-            expected = state.last_arrival + self.gaps[state.kind] + self.retention_s
+            expected = state.last_arrival + self.threads.gaps[state.kind] + self.threads.retention_s
             if state.is_open or state.pending or state.held or expected != deadline:
                 continue
-            del self.table[key]
+            del self.threads.table[key]

@@ -50,7 +50,10 @@ where the previous owner would have, and scores the closes it left pending.
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable, Iterable, MutableMapping
 
+from ..observer import Observer
 from ..sources.log import source_topic
 from .clocks import ThreadClocks
 from .close import mark_published
@@ -58,23 +61,89 @@ from .events import ThreadEvent
 from .fold import fold_turn, mark_end
 from .index import PartitionIndex
 from .pairs import admit_member, ignore_member, pair_complete
+from .spread import SpreadThreads
 from .state import ThreadClose, ThreadLimits, ThreadState, new_thread
+from .table import ThreadTable
 
 # a pair holds one trace of each variant, each within the turn cap: nothing is dropped
 PAIR_LIMITS = ThreadLimits(max_turns=2, max_bytes=sys.maxsize)
 
 
-class ThreadProcessor(ThreadClocks):
-    """Folds thread events into the table and says which threads close, and when."""
+class ThreadProcessor:
+    """Folds thread events into the table and says which threads close, and when: the
+    table and its index (``ThreadTable``, the one close path), spread threads
+    (``SpreadThreads``) and the clocks (``ThreadClocks``), composed."""
+
+    def __init__(
+        self,
+        table: MutableMapping[bytes, bytes],
+        *,
+        gaps: dict[str, float],
+        limits: ThreadLimits,
+        retention_s: float,
+        sessions_topic: str | None = None,
+        unheard_wait_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        observer: Observer | None = None,
+    ) -> None:
+        self.threads = ThreadTable(
+            table,
+            gaps=gaps,
+            limits=limits,
+            retention_s=retention_s,
+            sessions_topic=sessions_topic,
+            unheard_wait_s=unheard_wait_s,
+            clock=clock,
+            observer=observer,
+        )
+        self.spread = SpreadThreads(self.threads)
+        self.clocks = ThreadClocks(self.threads, self.spread)
+
+    @property
+    def table(self) -> MutableMapping[bytes, bytes]:
+        return self.threads.table
+
+    @property
+    def gaps(self) -> dict[str, float]:
+        """Each thread kind's inactivity gap (a live reload sets new ones)."""
+        return self.threads.gaps
+
+    @gaps.setter
+    def gaps(self, gaps: dict[str, float]) -> None:
+        self.threads.gaps = gaps
+
+    @property
+    def unheard_wait_s(self) -> float:
+        """How long a recovered partition waits for reports on its sources."""
+        return self.threads.unheard_wait_s
+
+    @unheard_wait_s.setter
+    def unheard_wait_s(self, seconds: float) -> None:
+        self.threads.unheard_wait_s = seconds
+
+    def expect(self, partitions: dict[str, int]) -> None:
+        self.threads.expect(partitions)
+
+    def rebuild(self, partitions: Iterable[int]) -> int:
+        return self.threads.rebuild(partitions)
+
+    def open_threads(self) -> int:
+        return self.threads.open_threads()
+
+    def pending_closes(self) -> int:
+        return self.threads.pending_closes()
+
+    def held_threads(self) -> int:
+        return self.threads.held_threads()
 
     def apply(self, partition: int, event: ThreadEvent) -> list[ThreadClose]:
         """Apply one event of ``partition``; returns the closes to score now."""
-        index = self.partitions.get(partition)
+        index = self.threads.partitions.get(partition)
         if index is None:  # before the first recovery completed (tests drive this directly)
-            index = self.partitions[partition] = self._new_index()
-        self.observer.on_thread_event(event.type)
+            index = self.threads.partitions[partition] = self.threads.new_index()
+        self.threads.observer.on_thread_event(event.type)
         if event.type == "tick":
-            return self._tick(index, event.arrival)
+            return self.clocks.tick(index, event.arrival)
         if event.type == "progress":
             return self._on_progress(index, event)
         if event.type == "published":
@@ -93,21 +162,21 @@ class ThreadProcessor(ThreadClocks):
             caught_up = read >= event.arrival
             last = event.arrived.get(source)
             index.reported(source, event_time, caught_up, last, event.arrival)
-            closes.extend(self._close_by_event_time(index, source))
-            closes.extend(self._release(index, source, event.arrival))
+            closes.extend(self.clocks.close_by_event_time(index, source))
+            closes.extend(self.clocks.release(index, source, event.arrival))
         topics = sorted({source_topic(s) for s in event.positions})
         index.named.update(topics)
         for topic in topics:
-            closes.extend(self._settle(index, topic))
+            closes.extend(self.spread.settle(index, topic))
         return closes
 
     def _on_published(self, index: PartitionIndex, event: ThreadEvent) -> None:
         """A close's scores are on the broker: it is no longer pending."""
-        raw = self.table.get(event.key)
+        raw = self.threads.table.get(event.key)
         if raw is not None:
             state = ThreadState.from_bytes(raw)
             if mark_published(state, event.close_seq):
-                self._store(index, event.key, state)
+                self.threads.store(index, event.key, state)
 
     def _on_activity(
         self, partition: int, index: PartitionIndex, event: ThreadEvent
@@ -115,7 +184,7 @@ class ThreadProcessor(ThreadClocks):
         """A turn or an end of a thread: folded (a spread thread's held first), after closing
         the thread if it went quiet for its gap before it."""
         key = event.key
-        raw = self.table.get(key)
+        raw = self.threads.table.get(key)
         if raw is None:
             opened = round(event.arrival * 1000)
             state = new_thread(
@@ -133,14 +202,14 @@ class ThreadProcessor(ThreadClocks):
         index.advance(event.source, clamped)
         index.learn(event.source)
         index.idle.discard(event.source)  # it has sent something
-        if self._spreads(state, event):
+        if self.spread.spreads(state, event):
             state.spread = True
-            closes = self._take(index, key, state, event, clamped)
+            closes = self.spread.take(index, key, state, event, clamped)
         else:
             closes = self._fold_event(index, key, state, event, raw is not None, clamped)
         if index.held_due or index.spread_due:  # a spread thread waits on some topic
-            closes.extend(self._settle(index, source_topic(event.source)))
-        closes.extend(self._close_by_event_time(index, event.source))
+            closes.extend(self.spread.settle(index, source_topic(event.source)))
+        closes.extend(self.clocks.close_by_event_time(index, event.source))
         return closes
 
     def _adopt(self, state: ThreadState, key: bytes, partition: int) -> None:
@@ -148,7 +217,7 @@ class ThreadProcessor(ThreadClocks):
         events are placed here now (a coaching session is placed by its session id since
         design record 33; the memory store holds every partition's threads in one map). It
         moves: the other partition's index forgets it."""
-        moved_from = self.partitions.get(state.partition)
+        moved_from = self.threads.partitions.get(state.partition)
         if moved_from is not None:
             for held in (moved_from.open, moved_from.spread_at, moved_from.held_at):
                 held.pop(key, None)
@@ -166,14 +235,16 @@ class ThreadProcessor(ThreadClocks):
     ) -> list[ThreadClose]:
         """Fold a turn or an end into a thread whose sources are its own (not spread)."""
         closes = []
-        sources = self._resolve(index, self._sources_of(state.kind, {*state.sources, event.source}))
+        sources = self.threads.resolve(
+            index, self.threads.sources_of(state.kind, {*state.sources, event.source})
+        )
         watermark = index.watermark(sources)
         assert watermark is not None
         if existed:
             # the thread went quiet for the gap before this event (in Kafka time, or in its
             # sources' event time): it closes first, as it would have live, and the event
             # reopens it. So a backlog read late closes threads where they closed live.
-            close = self._close_if_due(
+            close = self.threads.close_if_due(
                 state,
                 wall_now=event.arrival,
                 watermark=watermark if state.sources else None,
@@ -181,18 +252,18 @@ class ThreadProcessor(ThreadClocks):
             )
             if close is not None:
                 closes.append(close)
-                self._store(index, key, state)
+                self.threads.store(index, key, state)
         if event.turn is not None and event.turn.member is not None:
             admitted = admit_member(state, event.turn)
             if admitted == "ignored":
                 # a pair is judged once, on the first trace of each variant: not activity
                 if event.turn.key not in state.ignored:  # a redelivery is not counted again
-                    self.observer.on_pair_trace("ignored")
+                    self.threads.observer.on_pair_trace("ignored")
                 if ignore_member(state, event.turn):
-                    self._store(index, key, state)
+                    self.threads.store(index, key, state)
                 return closes
             if admitted == "joins":
-                self.observer.on_pair_trace("paired")
+                self.threads.observer.on_pair_trace("paired")
                 if event.turn.member.slot == "a":
                     state.project_name = event.project_name  # a pair is filed under its A's
         # the thread's activity mark: its own event time, or its watermark if that is later
@@ -203,9 +274,9 @@ class ThreadProcessor(ThreadClocks):
         if changed and state.kind == "pair" and state.is_open and pair_complete(state):
             state.ended = True  # both traces of the pair are here: it is judged now
         if changed and state.is_open and state.ended:
-            closes.append(self._ended(state, event.arrival))
+            closes.append(self.threads.ended(state, event.arrival))
         if changed:
-            self._store(index, key, state)
+            self.threads.store(index, key, state)
         return closes
 
     def _fold_into(self, state: ThreadState, event: ThreadEvent, *, mark: float) -> bool:
@@ -218,7 +289,7 @@ class ThreadProcessor(ThreadClocks):
                 event.turn,
                 arrival=event.arrival,
                 watermark=mark,
-                limits=PAIR_LIMITS if state.kind == "pair" else self.limits,
+                limits=PAIR_LIMITS if state.kind == "pair" else self.threads.limits,
             )
             if missing := [r for r in event.rules if r not in state.rules]:
                 state.rules.extend(missing)

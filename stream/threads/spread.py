@@ -14,11 +14,14 @@ from .state import HeldEvent, ThreadClose, ThreadState
 from .table import ThreadTable
 
 
-class SpreadThreads(ThreadTable):
-    """Holding, folding and closing spread threads."""
+class SpreadThreads:
+    """Holding, folding and closing spread threads, in ``threads``."""
+
+    def __init__(self, threads: ThreadTable) -> None:
+        self.threads = threads
 
     @staticmethod
-    def _spreads(state: ThreadState, event: ThreadEvent) -> bool:
+    def spreads(state: ThreadState, event: ThreadEvent) -> bool:
         """Whether ``state``'s turns may come through any partition of their source topic: a
         message of it was not keyed by its thread id, or its key was not known (a pair waits
         for every source of traces in its own way). A thread whose messages were all keyed by
@@ -26,7 +29,7 @@ class SpreadThreads(ThreadTable):
         waits for those, as any thread for its own sources."""
         return state.kind != "pair" and bool(event.source) and (state.spread or event.spread)
 
-    def _take(
+    def take(
         self,
         index: PartitionIndex,
         key: bytes,
@@ -37,10 +40,10 @@ class SpreadThreads(ThreadTable):
         """An event of a spread thread: held, then folded with every held event of the thread
         that its event time has reached, in event-time order (at once when it has reached this
         one); the thread closes if that event time is the gap past its last activity."""
-        own = self._sources_of(
+        own = self.threads.sources_of(
             state.kind, [*state.sources, *(h.source for h in state.held), event.source], spread=True
         )
-        watermark = self._spread_watermark(index, own)
+        watermark = self.threads.spread_watermark(index, own)
         moment = event.turn.event_time if event.turn else event.event_time
         assert moment is not None
         ends = event.type == "end" or event.end
@@ -61,20 +64,23 @@ class SpreadThreads(ThreadTable):
         elif not hold(state, held):
             return []  # held already
         else:
-            closes = self._catch_up(
-                state, self._spread_watermark(index, own, ahead=True), watermark
+            closes = self.catch_up(
+                state, self.threads.spread_watermark(index, own, ahead=True), watermark
             )
             # bounded: past the thread's caps its earliest held events are folded at once
             size = sum(h.size for h in state.held)
-            while len(state.held) > self.limits.max_turns or size > self.limits.max_bytes:
+            while (
+                len(state.held) > self.threads.limits.max_turns
+                or size > self.threads.limits.max_bytes
+            ):
                 earliest = next_held(state, None)
                 assert earliest is not None
                 size -= earliest.size
                 closes.extend(self._fold(state, earliest))
-        self._store(index, key, state)
+        self.threads.store(index, key, state)
         return closes
 
-    def _catch_up(
+    def catch_up(
         self, state: ThreadState, horizon: float | None, watermark: float | None
     ) -> list[ThreadClose]:
         """Fold the held events of ``state`` that no earlier event can come before (up to
@@ -86,7 +92,7 @@ class SpreadThreads(ThreadTable):
         if (
             watermark is not None
             and state.last_event_time is not None
-            and (close := self._close_if_due(state, watermark=watermark)) is not None
+            and (close := self.threads.close_if_due(state, watermark=watermark)) is not None
         ):
             closes.append(close)
         return closes
@@ -98,7 +104,7 @@ class SpreadThreads(ThreadTable):
         moment = max(event.at, event.floor)
         closes = []
         if state.last_event_time is not None:  # it has had activity
-            close = self._close_if_due(
+            close = self.threads.close_if_due(
                 state,
                 wall_now=event.arrival,
                 watermark=moment if state.sources else None,
@@ -109,7 +115,11 @@ class SpreadThreads(ThreadTable):
         changed = False
         if event.turn is not None:
             changed = fold_turn(
-                state, event.turn, arrival=event.arrival, watermark=moment, limits=self.limits
+                state,
+                event.turn,
+                arrival=event.arrival,
+                watermark=moment,
+                limits=self.threads.limits,
             )
             if missing := [r for r in event.rules if r not in state.rules]:
                 state.rules.extend(missing)
@@ -128,10 +138,10 @@ class SpreadThreads(ThreadTable):
         if changed and event.at > state.sources.get(event.source, 0.0):
             state.sources[event.source] = event.at
         if changed and state.is_open and state.ended:
-            closes.append(self._ended(state, event.arrival))
+            closes.append(self.threads.ended(state, event.arrival))
         return closes
 
-    def _settle(self, index: PartitionIndex, topic: str) -> list[ThreadClose]:
+    def settle(self, index: PartitionIndex, topic: str) -> list[ThreadClose]:
         """The spread threads whose slowest topic is ``topic``: those whose first held events
         no earlier event can come before any more are folded, and those whose event-time
         deadline its progress has passed close; one still waiting for another of its topics
@@ -160,14 +170,16 @@ class SpreadThreads(ThreadTable):
             entry = index.open.get(key)
             if entry is None or at.get(key) != moment:
                 continue  # stale: the thread moved on
-            if self._spread_watermark(index, entry[2], ahead=ahead) < moment:
-                topics = self._topics(entry[2])
+            if self.threads.spread_watermark(index, entry[2], ahead=ahead) < moment:
+                topics = self.threads.topics_of(entry[2])
                 slowest = min(topics, key=lambda t: index.topic_watermark(t, ahead=ahead))
                 heapq.heappush(due.setdefault(slowest, []), (moment, key))
                 continue
-            state = ThreadState.from_bytes(self.table[key])
+            state = ThreadState.from_bytes(self.threads.table[key])
             del at[key]  # indexed afresh
-            horizon = self._spread_watermark(index, entry[2], ahead=True)
-            closes.extend(self._catch_up(state, horizon, self._spread_watermark(index, entry[2])))
-            self._store(index, key, state)
+            horizon = self.threads.spread_watermark(index, entry[2], ahead=True)
+            closes.extend(
+                self.catch_up(state, horizon, self.threads.spread_watermark(index, entry[2]))
+            )
+            self.threads.store(index, key, state)
         return closes

@@ -32,7 +32,9 @@ from .state import (
 
 
 class ThreadTable:
-    """The table of threads and the index of each partition this worker owns."""
+    """The table of threads and the index of each partition this worker owns, and the one
+    path by which a thread closes (``close_if_due``): what the processor's parts share
+    (``SpreadThreads``, ``ThreadClocks``, ``ThreadProcessor`` each hold it)."""
 
     def __init__(
         self,
@@ -66,7 +68,7 @@ class ThreadTable:
         for topic, count in partitions.items():
             self.topics[topic] = max(self.topics.get(topic, 0), count)
 
-    def _new_index(self) -> PartitionIndex:
+    def new_index(self) -> PartitionIndex:
         return PartitionIndex(partitions=self.topics, named=self.named)
 
     def rebuild(self, partitions: Iterable[int]) -> int:
@@ -76,7 +78,7 @@ class ThreadTable:
         next tick: a tick is queued behind every event already in the partition, so the
         ``published`` events of closes the previous owner finished are seen first.
         """
-        self.partitions = {p: self._new_index() for p in partitions}
+        self.partitions = {p: self.new_index() for p in partitions}
         now = self.clock()
         for taken in self.partitions.values():
             taken.reports = ReportWait(self.unheard_wait_s, THREAD_PARTITIONS)
@@ -102,13 +104,13 @@ class ThreadTable:
         if state.spread and state.waiting:
             self._index_spread(index, key, state, gap)
         elif state.is_open:
-            sources = self._sources_of(state.kind, state.sources)
+            sources = self.sources_of(state.kind, state.sources)
             entry = (state.last_arrival + gap, state.activity + gap, sources)
             if index.open.get(key) != entry:
                 index.open[key] = entry
                 heapq.heappush(index.wall, (entry[0], key))
                 if state.sources:  # a thread from before sources were recorded: wall clock only
-                    slowest = index.slowest(self._resolve(index, sources))
+                    slowest = index.slowest(self.resolve(index, sources))
                     heapq.heappush(index.due.setdefault(slowest, []), (entry[1], key))
         else:
             index.open.pop(key, None)
@@ -128,7 +130,7 @@ class ThreadTable:
         held events' too, + gap), and on the heaps of its slowest topic its event-time
         deadline and the event time from which a held event of it can be folded."""
         own = [*state.sources, *(source for source, _, _ in state.held)]
-        sources = self._sources_of(state.kind, own, spread=True)
+        sources = self.sources_of(state.kind, own, spread=True)
         wall = max(state.last_arrival, state.last_held_arrival) + gap
         entry = (wall, NO_DEADLINE, sources)
         if index.open.get(key) != entry:
@@ -158,7 +160,7 @@ class ThreadTable:
         if at.get(key) == moment:
             return  # on a heap already
         at[key] = moment
-        slowest = min(self._topics(sources), key=lambda t: index.topic_watermark(t, ahead=ahead))
+        slowest = min(self.topics_of(sources), key=lambda t: index.topic_watermark(t, ahead=ahead))
         heapq.heappush(due.setdefault(slowest, []), (moment, key))
 
     def open_threads(self) -> int:
@@ -172,7 +174,7 @@ class ThreadTable:
         return sum(len(i.open) + len(i.closed) for i in self.partitions.values())
 
     @staticmethod
-    def _sources_of(kind: str, own: Iterable[str], *, spread: bool = False) -> tuple[str, ...]:
+    def sources_of(kind: str, own: Iterable[str], *, spread: bool = False) -> tuple[str, ...]:
         """The sources a thread waits for: its own events' (a conversation's turns come
         through the partitions they came through before); a spread thread's, every partition
         of their topics. A pair waits for every source of traces: its partner may come
@@ -183,17 +185,17 @@ class ThreadTable:
         return (EVERY_TRACE_SOURCE, *ordered) if kind == "pair" and ordered else ordered
 
     @staticmethod
-    def _topics(sources: tuple[str, ...]) -> list[str]:
+    def topics_of(sources: tuple[str, ...]) -> list[str]:
         """The topics of a spread thread's sources (``<topic>:*``)."""
         return [s.removesuffix(EVERY_PARTITION) for s in sources]
 
-    def _spread_watermark(
+    def spread_watermark(
         self, index: PartitionIndex, sources: tuple[str, ...], *, ahead: bool = False
     ) -> float:
         """Event time of a spread thread: the least of its topics' (``<topic>:*``)."""
-        return min(index.topic_watermark(t, ahead=ahead) for t in self._topics(sources))
+        return min(index.topic_watermark(t, ahead=ahead) for t in self.topics_of(sources))
 
-    def _resolve(self, index: PartitionIndex, sources: tuple[str, ...]) -> tuple[str, ...]:
+    def resolve(self, index: PartitionIndex, sources: tuple[str, ...]) -> tuple[str, ...]:
         """``sources`` with ``EVERY_TRACE_SOURCE`` replaced by every source of traces this
         partition has heard of (a coaching-session source holds no trace), and each
         ``<topic>:*`` by every partition of the topic (numbered below the highest heard of)."""
@@ -215,11 +217,11 @@ class ThreadTable:
             for number in range(index.partitions.get(topic, 0))
         )
 
-    def _store(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
+    def store(self, index: PartitionIndex, key: bytes, state: ThreadState) -> None:
         self.table[key] = state.to_bytes()
         self._index(index, key, IndexEntry.of(state))
 
-    def _close_if_due(
+    def close_if_due(
         self,
         state: ThreadState,
         *,
@@ -245,20 +247,20 @@ class ThreadTable:
         assert at is not None
         return self._close(state, reason, closed_at=at)
 
-    def _ended(self, state: ThreadState, arrival: float) -> ThreadClose:
+    def ended(self, state: ThreadState, arrival: float) -> ThreadClose:
         """An open thread whose end was just folded in closes, at the end's ``arrival``."""
-        close = self._close_if_due(state, wall_now=arrival)
+        close = self.close_if_due(state, wall_now=arrival)
         assert close is not None and close.pending.reason == "end"
         return close
 
     def _close(self, state: ThreadState, reason: CloseReason, *, closed_at: float) -> ThreadClose:
-        """Close ``state`` (only through ``_close_if_due``): its pending close, counted."""
+        """Close ``state`` (only through ``close_if_due``): its pending close, counted."""
         document = pair_document if state.kind == "pair" else None
         pending = close_thread(state, reason, closed_at=closed_at, document=document)
         self.observer.on_thread_close(state.kind, reason, len(state.turns))
-        return self._as_close(state, pending)
+        return self.as_close(state, pending)
 
-    def _as_close(self, state: ThreadState, pending: PendingClose) -> ThreadClose:
+    def as_close(self, state: ThreadState, pending: PendingClose) -> ThreadClose:
         return ThreadClose(
             thread_id=state.thread_id,
             kind=state.kind,
