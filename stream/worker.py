@@ -49,8 +49,8 @@ from .observer import Observer
 from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
+from .sources.log import SourceLog
 from .threads.router import ThreadRouter
-from .threads.sources import SourceLog
 
 log = logging.getLogger(__name__)
 
