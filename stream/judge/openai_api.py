@@ -68,15 +68,7 @@ class OpenAIChatAPI:
             )
             completion = raw.parse()
         except openai.RateLimitError as exc:
-            headers = exc.response.headers
-            code = _error_field(exc, "code") or _error_field(exc, "type")
-            if code == "insufficient_quota":
-                message = f"the judge's quota is exhausted (429 insufficient_quota): {exc.message}"
-                return Failed("quota_exhausted", message, 429, None, headers, code)
-            message = f"rate limited (429): {exc.message}"
-            retry_after = retry_after_seconds(headers)
-            limit = named_limit(_error_field(exc, "type"), exc.message)
-            return Failed("rate_limited", message, 429, retry_after, headers, code, limit=limit)
+            return rate_limited(exc)
         except openai.APITimeoutError:
             return Failed("timeout", "judge call timed out")
         except openai.APIConnectionError as exc:
@@ -84,6 +76,20 @@ class OpenAIChatAPI:
         except openai.APIStatusError as exc:
             return _refused(request, exc)
         return _answered(request, completion, raw.headers)
+
+
+def rate_limited(exc: openai.RateLimitError) -> Failed:
+    """A 429: the quota exhausted (billing: waiting will not help), or a rate limit, with its
+    Retry-After and the limit it names."""
+    headers = exc.response.headers
+    code = _error_field(exc, "code") or _error_field(exc, "type")
+    if code == "insufficient_quota":
+        message = f"the judge's quota is exhausted (429 insufficient_quota): {exc.message}"
+        return Failed("quota_exhausted", message, 429, None, headers, code)
+    message = f"rate limited (429): {exc.message}"
+    retry_after = retry_after_seconds(headers)
+    limit = named_limit(_error_field(exc, "type"), exc.message)
+    return Failed("rate_limited", message, 429, retry_after, headers, code, limit=limit)
 
 
 def named_limit(kind: str | None, message: str) -> Literal["requests", "tokens"] | None:
@@ -137,6 +143,13 @@ def _refused(request: ChatRequest, exc: openai.APIStatusError) -> Failed:
     if status == 400 and code in ("unsupported_parameter", "unsupported_value") and param:
         message = f"the model does not take {param!r} ({status} {code}): {exc.message}"
         return Failed("unsupported_parameter", message, status, code=code, param=param)
+    return status_failure(exc)
+
+
+def status_failure(exc: openai.APIStatusError) -> Failed:
+    """Any other HTTP error status: this request's own fault (4xx), or the provider's
+    trouble (5xx, 408, 409: with the Retry-After it asked for)."""
+    status = exc.status_code
     if status < 500 and status not in (408, 409):
         message = f"judge refused the request ({status}): {exc.message}"
         return Failed("client_error", message, status)

@@ -85,9 +85,39 @@ class Failed:
     limit: Literal["requests", "tokens"] | None = None  # the limit a 429 names, if it names one
 
 
+@dataclass
+class DecisionRequest:
+    """One request to a decision model (OpenAI's Decisions API): the input every question is
+    asked of (a text, or messages), and the questions (``decision_questions.question_of``)."""
+
+    model: str
+    input: str | list[dict[str, Any]]
+    questions: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The decision model answered: one answer per question in question order (each an
+    ``openai.types.decision.Answer`` as a dict; a refusal among them is that question's
+    only), the tokens used, the model that answered, and the response's headers."""
+
+    answers: list[dict[str, Any]]
+    usage: TokenUsage | None
+    model: str
+    headers: Mapping[str, str]
+
+
 class ChatAPI(Protocol):
     """One chat endpoint: a request in, one outcome out; retries are the caller's."""
 
     async def complete(self, request: ChatRequest) -> Answered | Failed: ...
+
+    async def close(self) -> None: ...
+
+
+class DecisionsAPI(Protocol):
+    """One decisions endpoint: a request in, one outcome out; retries are the caller's."""
+
+    async def decide(self, request: DecisionRequest) -> Decided | Failed: ...
 
     async def close(self) -> None: ...

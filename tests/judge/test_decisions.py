@@ -1,0 +1,166 @@
+"""A rule's output as a decision question, and the Decisions API's answer as a verdict, over
+HTTP against ``decisions_double.DecisionsDouble`` (which speaks the installed openai SDK's
+``client.decisions`` contract) through the real SDK (issue 46, item 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from decisions_double import MODEL, REFUSE, DecisionsDouble
+
+from stream.judge.decision_questions import (
+    NotAskableError,
+    question_of,
+    verdict_of,
+)
+from stream.judge.decisions_api import OpenAIDecisionsAPI
+from stream.judge.transport import Decided, DecisionRequest, Failed
+from stream.ruleset.specs import OutputSpec
+
+YES_NO = OutputSpec(type="choice", choices={"Yes": 1.0, "No": 0.0})
+GRADES = OutputSpec(type="choice", choices={"poor": 0.0, "fair": 0.5, "good": 1.0})
+LIKERT = OutputSpec(
+    min=1, max=5, integer=True, labels={1: "Very poor", 3: "Adequate", 5: "Excellent"}
+)
+
+
+@pytest.fixture
+def model() -> Iterator[DecisionsDouble]:
+    with DecisionsDouble() as double:
+        yield double
+
+
+def api(model: DecisionsDouble) -> OpenAIDecisionsAPI:
+    return OpenAIDecisionsAPI(base_url=model.base_url, api_key="sk-test", timeout_s=5)
+
+
+def test_each_output_shape_is_asked_as_its_question() -> None:
+    assert question_of(YES_NO, "Is it correct?", "correct") == {
+        "type": "predicate",
+        "name": "correct",
+        "instructions": "Is it correct?",
+    }
+    choice = question_of(GRADES, "Grade it.", "grade")
+    assert choice["type"] == "choice"
+    assert [c["value"] for c in choice["choices"]] == ["poor", "fair", "good"]
+    score = question_of(LIKERT, "Rate it.", "quality")
+    assert score["type"] == "score"
+    assert [level["label"] for level in score["levels"]] == [
+        "Very poor",
+        "2",
+        "Adequate",
+        "4",
+        "Excellent",
+    ]
+    true_false = OutputSpec(type="choice", choices={"true": 1.0, "false": 0.0})
+    assert question_of(true_false, "?", "q")["type"] == "predicate"
+
+
+def test_a_continuous_scale_cannot_be_asked() -> None:
+    with pytest.raises(NotAskableError, match="continuous scale"):
+        question_of(OutputSpec(min=0, max=1), "Rate it.", "q")
+
+
+async def test_every_answer_comes_back_as_a_verdict_on_the_rules_scale(
+    model: DecisionsDouble,
+) -> None:
+    model.script("correct", 0.92)
+    model.script("grade", {"good": 0.7, "fair": 0.2})
+    model.script("quality", {"Excellent": 0.6, "4": 0.3})
+    questions = [
+        question_of(YES_NO, "Is the answer correct?", "correct"),
+        question_of(GRADES, "Grade the answer.", "grade"),
+        question_of(LIKERT, "Rate the answer's quality.", "quality"),
+    ]
+    client = api(model)
+    try:
+        outcome = await client.decide(DecisionRequest(MODEL, "Q: 2+2? A: 4", questions))
+    finally:
+        await client.close()
+    assert isinstance(outcome, Decided)
+    assert outcome.model == MODEL
+    assert outcome.usage is not None and outcome.usage.prompt_tokens > 0
+    assert outcome.usage.completion_tokens == 0
+    correct, grade, quality = (
+        verdict_of(spec, answer)
+        for spec, answer in zip((YES_NO, GRADES, LIKERT), outcome.answers, strict=True)
+    )
+    assert correct is not None and (correct.label, correct.value) == ("Yes", 1.0)
+    assert correct.confidence == pytest.approx(0.92)
+    assert correct.expected == pytest.approx(0.92)
+    assert grade is not None and (grade.label, grade.value) == ("good", 1.0)
+    assert grade.probabilities == pytest.approx({"poor": 0.1, "fair": 0.2, "good": 0.7})
+    assert grade.expected == pytest.approx(0.2 * 0.5 + 0.7)
+    assert quality is not None and (quality.label, quality.value) == ("Excellent", 5.0)
+    assert quality.confidence == pytest.approx(0.6)
+    # the rest (0.1) over the other three levels: 1, 2, 3
+    assert quality.expected == pytest.approx(0.6 * 5 + 0.3 * 4 + 0.1 / 3 * (1 + 2 + 3))
+
+
+async def test_a_refused_question_has_no_verdict_and_the_others_are_answered(
+    model: DecisionsDouble,
+) -> None:
+    model.script("grade", REFUSE)
+    model.script("correct", 0.1)
+    questions = [
+        question_of(GRADES, "Grade the answer.", "grade"),
+        question_of(YES_NO, "Is the answer correct?", "correct"),
+    ]
+    client = api(model)
+    try:
+        outcome = await client.decide(DecisionRequest(MODEL, "text", questions))
+    finally:
+        await client.close()
+    assert isinstance(outcome, Decided)
+    assert verdict_of(GRADES, outcome.answers[0]) is None
+    correct = verdict_of(YES_NO, outcome.answers[1])
+    assert correct is not None and correct.label == "No" and correct.confidence == 0.9
+
+
+async def test_the_providers_refusals_are_failures_of_the_kind_the_client_handles(
+    model: DecisionsDouble,
+) -> None:
+    question = [question_of(YES_NO, "Is it correct?", "correct")]
+    client = api(model)
+    try:
+        model.rate_limit_next(2.0)
+        limited = await client.decide(DecisionRequest(MODEL, "text", question))
+        model.fail_next(503)
+        down = await client.decide(DecisionRequest(MODEL, "text", question))
+        wrong_model = await client.decide(DecisionRequest("gpt-4.1", "text", question))
+        too_many = await client.decide(DecisionRequest(MODEL, "text", question * 401))
+        fine = await client.decide(DecisionRequest(MODEL, "text", question))
+    finally:
+        await client.close()
+    assert isinstance(limited, Failed) and limited.kind == "rate_limited"
+    assert limited.retry_after == 2.0
+    assert isinstance(down, Failed) and (down.kind, down.status) == ("server_error", 503)
+    assert isinstance(wrong_model, Failed) and wrong_model.kind == "client_error"
+    assert "gpt-6-luna" in wrong_model.message
+    assert isinstance(too_many, Failed) and too_many.kind == "client_error"
+    assert isinstance(fine, Decided)
+
+
+async def test_the_cached_input_tokens_are_reported(model: DecisionsDouble) -> None:
+    model.cached_tokens = 5
+    client = api(model)
+    try:
+        outcome = await client.decide(
+            DecisionRequest(MODEL, "x" * 400, [question_of(YES_NO, "Is it?", "q")])
+        )
+    finally:
+        await client.close()
+    assert isinstance(outcome, Decided) and outcome.usage is not None
+    assert outcome.usage.cached_tokens == 5
+
+
+def test_an_answer_outside_the_rules_labels_is_an_error() -> None:
+    answer = {
+        "type": "choice",
+        "choice": "excellent",
+        "confidence": 0.9,
+        "probabilities": [{"value": "excellent", "probability": 0.9}],
+    }
+    with pytest.raises(ValueError, match="not one of the rule's labels"):
+        verdict_of(GRADES, answer)
