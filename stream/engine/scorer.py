@@ -205,6 +205,8 @@ class Scorer:
         ctx, rule = self.context, job.rule
         deferrer = ctx.deferrer
         cannot = "this worker has no batch queue" if deferrer is None else None
+        if rule.judge.api == "decisions":  # the Decisions API has no batch mode
+            deferrer, cannot = None, "a decision model is asked online only"
         if deferrer is not None:
             if deferrer.holds(job):
                 return False

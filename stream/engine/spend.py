@@ -78,6 +78,9 @@ DEFAULT_JUDGE_PRICES = {
     "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40, cached_input=0.025),
     "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60, cached_input=0.10),
     "gpt-4.1": ModelPrice(input=2.00, output=8.00, cached_input=0.50),
+    # OpenAI's decision model (the Decisions API, beta since 2026-10-06): input only, no
+    # output charge
+    "gpt-6-luna": ModelPrice(input=0.10, output=0.0),
 }
 
 

@@ -28,6 +28,9 @@ class ParsedAnswer:
     raw_value: float
     label: str | None
     reason: str | None
+    # a decision model's answer: each label's probability, the confidence and the expected
+    # value on the rule's scale (``details.decision`` of the score); None from a chat judge
+    decision: dict[str, Any] | None = None
 
 
 # the remarks a rule asks for beside the ratings: lists (``notes``) and texts (``summaries``)

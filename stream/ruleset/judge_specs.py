@@ -32,10 +32,34 @@ class BatchSpec(Strict):
     )
 
 
+DECISION_MODEL = "gpt-6-luna"  # the Decisions API's one model (the openai SDK's types)
+
+
 class JudgeSpec(Strict):
     """Which judge a rule asks, and how: its model, tools, caps, cache, online or batch."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _decision_model_by_default(cls, data: Any) -> Any:
+        """A decision rule naming no model asks the Decisions API's (the deployment's default
+        model is a chat model)."""
+        if isinstance(data, dict) and data.get("api") == "decisions" and not data.get("model"):
+            return {**data, "model": DECISION_MODEL}
+        return data
+
     model: str | None = Field(default=None, description="None: the deployment's default model")
+    api: Literal["chat", "decisions"] = Field(
+        default="chat",
+        description="chat: a chat completion reading the rule's prompt; decisions: a decision "
+        "model (OpenAI's Decisions API) asked the rule's question of the rendered prompt, "
+        "answering probabilities and no text (llm_judge rules with a choice or integer output)",
+    )
+    instructions: str | None = Field(
+        default=None,
+        min_length=1,
+        description="With api: decisions, the question asked of the input (default: the rule's "
+        "description)",
+    )
     tools: Literal["trace"] | None = Field(
         default=None,
         description="trace: the judge reads the trace through tools (trace info, spans, "
@@ -73,6 +97,15 @@ class JudgeSpec(Strict):
         default=BatchSpec(),
         description="When a batch is submitted (mode batch, or a budget of mode defer)",
     )
+
+    @model_validator(mode="after")
+    def _decisions_online_without_tools(self) -> JudgeSpec:
+        if self.api == "decisions" and (self.mode == "batch" or self.tools is not None):
+            raise ValueError(
+                "api: decisions is asked online and without tools (a decision model answers "
+                "the input it is given, in one request)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_answers_once(self) -> JudgeSpec:

@@ -39,6 +39,27 @@ class LLMJudgeRule(PromptedRule):
         return self
 
     @model_validator(mode="after")
+    def _askable_of_a_decision_model(self) -> LLMJudgeRule:
+        """A decision model answers a predicate, a choice or a score over levels: a rule it
+        judges has a choice or an integer output (at most 255 values), one verdict."""
+        if self.judge.api != "decisions":
+            return self
+        if self.fan_out is not None:
+            raise ValueError("judge.api: decisions judges one verdict: drop fan_out")
+        output = self.output
+        levels = (output.max or 0) - (output.min or 0) + 1
+        if output.type != "choice" and not (output.integer and levels <= 255):
+            raise ValueError(
+                "judge.api: decisions needs a choice output or an integer one of at most 255 "
+                "values (a continuous scale has no levels to ask about)"
+            )
+        if self.judge.instructions is None and self.description is None:
+            raise ValueError(
+                "judge.api: decisions asks a question: set judge.instructions (or description)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _agreement_fits_the_output(self) -> LLMJudgeRule:
         """A choice rule's labels agree by kappa or accuracy, a numeric one's (and a fan-out
         rule's, labelled with its mean) by mae or spearman."""

@@ -5,10 +5,18 @@ HTTP against ``decisions_double.DecisionsDouble`` (which speaks the installed op
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from decisions_double import MODEL, REFUSE, DecisionsDouble
+from fixtures import settings
+from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import ValidationError
 
+from stream.engine.scorer import Scorer
+from stream.engine.verdicts import ParsedAnswer
+from stream.errors import JudgeError
+from stream.judge.client import JudgeClient
 from stream.judge.decision_questions import (
     NotAskableError,
     question_of,
@@ -16,6 +24,9 @@ from stream.judge.decision_questions import (
 )
 from stream.judge.decisions_api import OpenAIDecisionsAPI
 from stream.judge.transport import Decided, DecisionRequest, Failed
+from stream.metrics import ScorerMetrics, sample_value
+from stream.models import Trace
+from stream.ruleset.schema import LLMJudgeRule, RuleSet
 from stream.ruleset.specs import OutputSpec
 
 YES_NO = OutputSpec(type="choice", choices={"Yes": 1.0, "No": 0.0})
@@ -164,3 +175,157 @@ def test_an_answer_outside_the_rules_labels_is_an_error() -> None:
     }
     with pytest.raises(ValueError, match="not one of the rule's labels"):
         verdict_of(GRADES, answer)
+
+
+# --- a rule judged by a decision model, through the judge client's policy ---------------
+
+
+def decision_rule(**judge: Any) -> LLMJudgeRule:
+    return LLMJudgeRule.model_validate(
+        {
+            "id": "answer_correct",
+            "pack": "p",
+            "version": 1,
+            "kind": "llm_judge",
+            "scope": "trace",
+            "description": "Is the assistant's answer correct?",
+            "prompt": "Question: {{question}}\nAnswer: {{answer}}",
+            "variables": {
+                "question": {"path": "input.messages[-1].content"},
+                "answer": {"path": "output.content"},
+            },
+            "output": {"type": "choice", "choices": {"yes": 1.0, "no": 0.0}},
+            "judge": {"api": "decisions", **judge},
+        }
+    )
+
+
+def test_a_decision_rule_asks_the_decision_model_by_default() -> None:
+    assert decision_rule().judge.model == MODEL
+    assert decision_rule(model="gpt-6-luna-mini").judge.model == "gpt-6-luna-mini"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"output": {"min": 0, "max": 1}}, "continuous scale"),
+        ({"judge": {"api": "decisions", "mode": "batch"}}, "online and without tools"),
+        ({"description": None}, "set judge.instructions"),
+    ],
+)
+def test_a_rule_a_decision_model_cannot_answer_is_refused_with_the_reason(
+    change: dict[str, Any], says: str
+) -> None:
+    data = decision_rule().model_dump(exclude_none=True, exclude_defaults=True)
+    data = {**data, "kind": "llm_judge", "judge": {"api": "decisions"}, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(ValidationError, match=says):
+        LLMJudgeRule.model_validate(data)
+
+
+def client_at(model: DecisionsDouble, registry: CollectorRegistry) -> JudgeClient:
+    config = settings(
+        openai_base_url=model.base_url, openai_api_key="sk-test", judge_backoff_base_s=0.01
+    ).judge_config()
+    return JudgeClient(config, ScorerMetrics(registry))
+
+
+async def test_a_decision_rule_gets_its_verdict_with_probabilities(
+    model: DecisionsDouble,
+) -> None:
+    model.script("answer_correct", 0.87)
+    client = client_at(model, CollectorRegistry())
+    try:
+        verdict = await client.judge(decision_rule(), "Question: 2+2?\nAnswer: 4", "Be strict.")
+    finally:
+        await client.close()
+    answer = verdict.answer
+    assert isinstance(answer, ParsedAnswer)
+    assert (answer.raw_value, answer.label, answer.reason) == (1.0, "yes", None)
+    assert answer.decision is not None
+    assert answer.decision["probabilities"] == pytest.approx({"yes": 0.87, "no": 0.13})
+    assert answer.decision["confidence"] == pytest.approx(0.87)
+    assert verdict.model == MODEL and verdict.usage is not None
+    sent = model.requests[0]
+    assert sent["model"] == MODEL
+    assert [m["role"] for m in sent["input"]] == ["system", "user"]
+    assert sent["questions"] == [
+        {
+            "type": "predicate",
+            "name": "answer_correct",
+            "instructions": "Is the assistant's answer correct?",
+        }
+    ]
+
+
+async def test_a_rate_limited_decision_waits_its_turn_and_a_refusal_fails_at_once(
+    model: DecisionsDouble,
+) -> None:
+    registry = CollectorRegistry()
+    client = client_at(model, registry)
+    try:
+        model.rate_limit_next(0.05)
+        verdict = await client.judge(decision_rule(), "p")
+        assert verdict.attempts == 2
+        model.script("answer_correct", REFUSE)
+        with pytest.raises(JudgeError) as refused:
+            await client.judge(decision_rule(), "p")
+    finally:
+        await client.close()
+    assert refused.value.kind == "refused"
+    assert len(model.requests) == 3  # the refusal was not asked again
+    page = generate_latest(registry).decode()
+    calls = {
+        outcome: sample_value(page, "scorer_judge_calls_total", model=MODEL, outcome=outcome)
+        for outcome in ("ok", "rate_limited", "refused")
+    }
+    assert calls == {"ok": 1.0, "rate_limited": 1.0, "refused": 1.0}
+
+
+async def test_a_decision_call_is_priced_at_the_decision_models_input_price(
+    model: DecisionsDouble,
+) -> None:
+    registry = CollectorRegistry()
+    client = client_at(model, registry)
+    try:
+        verdict = await client.judge(decision_rule(), "x" * 4000)
+    finally:
+        await client.close()
+    assert verdict.usage is not None and verdict.usage.completion_tokens == 0
+    page = generate_latest(registry).decode()
+    cost = sample_value(page, "scorer_judge_cost_usd_total", model=MODEL, outcome="ok")
+    assert cost == pytest.approx(verdict.usage.prompt_tokens * 0.10 / 1_000_000)
+
+
+async def test_the_published_score_carries_the_decision(model: DecisionsDouble) -> None:
+    """Through the scorer: the score of a decision rule is the most probable label's value,
+    with the probabilities, the confidence and the expected value in ``details.decision``."""
+    model.script("answer_correct", 0.3)
+    rules = RuleSet([decision_rule()])
+    metrics = ScorerMetrics(CollectorRegistry())
+    cfg = settings(openai_base_url=model.base_url, openai_api_key="sk-test")
+    client = JudgeClient(cfg.judge_config(), metrics)
+    scorer = Scorer(rules, client, default_model=cfg.judge_model, observer=metrics)
+    document = {
+        "id": "t-1",
+        "project_name": "shop",
+        "input": {"messages": [{"role": "user", "content": "2+2?"}]},
+        "output": {"content": "5"},
+    }
+    try:
+        result = await scorer.score_trace(Trace.model_validate(document), document)
+    finally:
+        await client.close()
+    (score,) = result.scores
+    assert (score.status, score.raw_value, score.label, score.judge_model) == (
+        "ok",
+        0.0,
+        "no",
+        MODEL,
+    )
+    assert score.details is not None
+    decision = score.details["decision"]
+    assert decision["label"] == "no"
+    assert decision["probabilities"] == pytest.approx({"yes": 0.3, "no": 0.7})
+    assert (decision["confidence"], decision["expected"]) == pytest.approx((0.7, 0.3))
+    assert model.requests[0]["input"][-1]["content"] == "Question: 2+2?\nAnswer: 5"

@@ -3,6 +3,8 @@ reads the trace through tools instead of the prompt quoting it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...models import utcnow
 from ...ruleset.schema import AnyRule, LLMJudgeRule
 from ..context import ScoringContext
@@ -10,6 +12,13 @@ from ..outcomes import Measured, RuleOutcome
 from ..plan import JudgeJob, Plan
 from ..verdicts import ParsedAnswer, Verdict
 from .base import JudgedKind, job_details
+
+
+def decision_details(details: dict[str, Any] | None, answer: ParsedAnswer) -> dict[str, Any] | None:
+    """The score's details, with a decision model's probabilities where it answered."""
+    if answer.decision is None:
+        return details
+    return {**(details or {}), "decision": answer.decision}
 
 
 class LLMJudgeKind(JudgedKind):
@@ -31,6 +40,6 @@ class LLMJudgeKind(JudgedKind):
             judge_model=verdict.model,
             latency_ms=verdict.latency_ms,
             usage=verdict.usage,
-            details=job_details(job),
+            details=decision_details(job_details(job), answer),
         )
         return ctx.finish(job.rule, plan, answered, utcnow())
