@@ -8,7 +8,7 @@ import faust
 from .agents.verdict_table import VerdictTable
 from .engine.verdicts import Judge
 from .judge.cache import CachingJudge, VerdictCache, VerdictStore
-from .judge.client import JudgeClient
+from .judge.decision_client import judge_client
 from .observer import Observer
 from .settings import Settings
 
@@ -32,7 +32,7 @@ def judge_of(
     the cache keeps verdicts beyond its front (the ``verdicts`` table)."""
     if not settings.judge_configured:
         return None
-    client = JudgeClient(settings.judge_config(), observer)
+    client = judge_client(settings.judge_config(), observer)
     if not caches_verdicts(settings):
         return client
     cache = VerdictCache(

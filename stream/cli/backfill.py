@@ -218,7 +218,7 @@ def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
     """The run's judge: the client (reporting each call to ``tally``) behind a verdict cache
     in memory; None where no judge is configured."""
     from ..judge.cache import CachingJudge, VerdictCache
-    from ..judge.client import JudgeClient
+    from ..judge.decision_client import judge_client
 
     if not settings.judge_configured:
         return None
@@ -226,7 +226,7 @@ def _judge(settings: Settings, tally: Tally, ruleset: typing.Any) -> typing.Any:
     # an outage fails the calls after minutes, not the worker's hour: their error scores are
     # asked again by the next run, which the exit code and the report say
     config = replace(config, outage_max_s=min(config.outage_max_s, OUTAGE_MAX_S))
-    client = JudgeClient(config, tally)
+    client = judge_client(config, tally)
     if not settings.judge_cache_ttl_s or not settings.judge_cache_max_entries:
         return client
     cache = VerdictCache(settings.judge_cache_ttl_s, settings.judge_cache_max_entries)

@@ -56,6 +56,7 @@ class JudgeClient:
         clock: Callable[[], float] = time.monotonic,
         jitter: random.Random | None = None,
         watched: bool = True,
+        decisions: JudgeClient | None = None,
     ) -> None:
         # ``clock``: the monotonic clock pacing and health read (a test's virtual one);
         # ``jitter``: the backoff's dice (a test's seeded ones)
@@ -80,8 +81,8 @@ class JudgeClient:
             self.observer.watch_judge(
                 lambda: 1.0 if self.available() else 0.0, self.health.unavailable_seconds
             )
-        self.config = config
-        self._decisions: JudgeClient | None = None  # made at the first decision rule's call
+        # the client of ``judge.api: decisions`` rules (``decision_client.judge_client``)
+        self.decisions = decisions
         self.cost = config.cost
         self._secret = config.api_key.get_secret_value() if config.api_key else None
         self.api = (
@@ -96,24 +97,13 @@ class JudgeClient:
         """The judge answers: not down (``JudgeHealth``), and no model's calls all refused
         (429s) for ``HELD_UNAVAILABLE_S`` or more: to an operator that is an outage too."""
         held = max((limiter.held_for() for limiter in self.limiters.values()), default=0.0)
-        decisions = self._decisions is None or self._decisions.available()
+        decisions = self.decisions is None or self.decisions.available()
         return self.health.available and held < HELD_UNAVAILABLE_S and decisions
 
     async def close(self) -> None:
         await self.api.close()
-        if self._decisions is not None:
-            await self._decisions.close()
-
-    def decisions(self) -> JudgeClient:
-        """The client of the endpoint's Decisions API (``decision_client.DecisionClient``), the
-        same policy around it, made at the first call of a ``judge.api: decisions`` rule."""
-        if self._decisions is None:
-            from .decision_client import DecisionClient
-
-            self._decisions = DecisionClient(
-                self.config, self.observer, clock=self.clock, jitter=self.jitter, watched=False
-            )
-        return self._decisions
+        if self.decisions is not None:
+            await self.decisions.close()
 
     def limiter_for(self, model: str) -> AdaptiveLimiter:
         """The pacer of ``model`` on this endpoint (made at its first call)."""
@@ -171,7 +161,9 @@ class JudgeClient:
         which the evaluation fails saying which bound it met.
         """
         if rule.judge.api == "decisions":
-            return await self.decisions().judge(rule, prompt, system, quoted)
+            if self.decisions is None:
+                raise JudgeError("this judge has no decision model client", kind="client_error")
+            return await self.decisions.judge(rule, prompt, system, quoted)
         return await self.judged(rule, prompt, system, quoted, tools)
 
     async def judged(

@@ -143,3 +143,10 @@ class DecisionClient(JudgeClient):
         }
         parsed = ParsedAnswer(verdict.value, label, None, decision=decision)
         return Verdict(parsed, answer.model, (elapsed or 0.0) * 1000.0, usage, 1)
+
+
+def judge_client(config: JudgeConfig, observer: Any = None) -> JudgeClient:
+    """The worker's judge client: chat rules on the endpoint's chat completions, decision
+    rules (``judge.api: decisions``) on its Decisions API, the same policy around each."""
+    decisions = DecisionClient(config, observer, watched=False)
+    return JudgeClient(config, observer, decisions=decisions)

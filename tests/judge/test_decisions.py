@@ -17,6 +17,7 @@ from stream.engine.scorer import Scorer
 from stream.engine.verdicts import ParsedAnswer
 from stream.errors import JudgeError
 from stream.judge.client import JudgeClient
+from stream.judge.decision_client import judge_client
 from stream.judge.decision_questions import (
     NotAskableError,
     question_of,
@@ -227,7 +228,7 @@ def client_at(model: DecisionsDouble, registry: CollectorRegistry) -> JudgeClien
     config = settings(
         openai_base_url=model.base_url, openai_api_key="sk-test", judge_backoff_base_s=0.01
     ).judge_config()
-    return JudgeClient(config, ScorerMetrics(registry))
+    return judge_client(config, ScorerMetrics(registry))
 
 
 async def test_a_decision_rule_gets_its_verdict_with_probabilities(
@@ -304,7 +305,7 @@ async def test_the_published_score_carries_the_decision(model: DecisionsDouble) 
     rules = RuleSet([decision_rule()])
     metrics = ScorerMetrics(CollectorRegistry())
     cfg = settings(openai_base_url=model.base_url, openai_api_key="sk-test")
-    client = JudgeClient(cfg.judge_config(), metrics)
+    client = judge_client(cfg.judge_config(), metrics)
     scorer = Scorer(rules, client, default_model=cfg.judge_model, observer=metrics)
     document = {
         "id": "t-1",
@@ -329,3 +330,12 @@ async def test_the_published_score_carries_the_decision(model: DecisionsDouble) 
     assert decision["probabilities"] == pytest.approx({"yes": 0.3, "no": 0.7})
     assert (decision["confidence"], decision["expected"]) == pytest.approx((0.7, 0.3))
     assert model.requests[0]["input"][-1]["content"] == "Question: 2+2?\nAnswer: 5"
+
+
+async def test_a_judge_client_without_a_decision_client_refuses_a_decision_rule() -> None:
+    client = JudgeClient(settings(openai_api_key="sk-test").judge_config())
+    try:
+        with pytest.raises(JudgeError, match="no decision model client"):
+            await client.judge(decision_rule(), "p")
+    finally:
+        await client.close()
