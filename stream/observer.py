@@ -64,6 +64,10 @@ class Observer:
     def on_prompt_cut(self, rule: str, pack: str) -> None:
         """A rule's prompt for one target was over its cap and judged cut in the middle."""
 
+    def on_cascade(self, rule: str, pack: str, tier: str, reason: str) -> None:
+        """A cascade rule's verdict for one target came from ``tier`` (first, judge), for
+        ``reason`` (accepted, low_confidence, first_failed, audit)."""
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from scripted_judge import MockJudge
 from threaded_app import ThreadedApp
 
 MODEL = "gpt-6-luna"  # the one model the SDK's types say is supported
@@ -182,3 +183,16 @@ class DecisionsDouble(ThreadedApp):
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/decisions", self._decisions)]
+
+
+class JudgeAndDecisions(MockJudge):
+    """The scripted chat judge (``scripted_judge.MockJudge``) and a decision model
+    (``decisions``, scripted as a ``DecisionsDouble``) on one endpoint, as OpenAI serves
+    both under one base URL."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.decisions = DecisionsDouble()  # its handler only: served here
+
+    def routes(self) -> list[web.RouteDef]:
+        return [*super().routes(), web.post("/v1/decisions", self.decisions._decisions)]

@@ -51,7 +51,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_trace_batch (issue 30, item 1: traces scored together)
     # + on_agreement_looked_back (issue 43: the join reads scores back), watch_memory (the
     # budget, RocksDB's cache), watch_held (what a worker's tables, indexes and caches hold)
-    assert len(callbacks) == 44
+    # + on_cascade (issue 46: which tier of a cascade decided)
+    assert len(callbacks) == 45
     assert callbacks <= set(vars(ScorerMetrics))
 
 

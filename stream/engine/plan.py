@@ -39,6 +39,9 @@ class JudgeJob:
     admission: Admission | None = None  # what the spend budgets let it do (None: no ledger)
     # why it goes to a batch (``judge.mode: batch``, or a spent ``defer`` budget), or None
     batch: str | None = None
+    # a cascade rule's: "first" (ask the first tier, the judge where it is unsure), "audit"
+    # (the judge decides; the first tier is the shadow ``cascade``); None: no cascade
+    cascade: str | None = None
 
 
 @dataclass

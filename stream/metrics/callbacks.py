@@ -173,6 +173,9 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_prompt_cut(self, rule: str, pack: str) -> None:
         self._child(self.prompt_cuts, rule, pack).inc()
 
+    def on_cascade(self, rule: str, pack: str, tier: str, reason: str) -> None:
+        self.cascade_verdicts.labels(rule=rule, pack=pack, tier=tier, reason=reason).inc()
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

@@ -123,6 +123,12 @@ class MetricFamilies:
             "the score metrics above and the alerts that read them",
             ("rule", "pack", "variant", "status"),
         )
+        self.cascade_verdicts = counter(
+            "cascade_verdicts",
+            "A cascade rule's verdicts by the tier that decided (first: the decision model; "
+            "judge: the rule's own) and why (accepted, low_confidence, first_failed, audit)",
+            ("rule", "pack", "tier", "reason"),
+        )
         self.prompt_cuts = counter(
             "prompt_cuts",
             "Judged rules whose prompt was over its cap (judge.max_prompt_tokens or "

@@ -35,6 +35,41 @@ class BatchSpec(Strict):
 DECISION_MODEL = "gpt-6-luna"  # the Decisions API's one model (the openai SDK's types)
 
 
+class CascadeTier(Strict):
+    """The cheap first tier of a cascade: a decision model."""
+
+    api: Literal["decisions"] = "decisions"
+    model: str = DECISION_MODEL
+    instructions: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The question asked of the input (default: the rule's judge.instructions, "
+        "else its description)",
+    )
+
+
+class CascadeAccept(Strict):
+    """When the first tier's verdict is published: its confidence at least this."""
+
+    min_confidence: float = Field(ge=0.0, le=1.0)
+
+
+class CascadeSpec(Strict):
+    """A first tier asked before the rule's own judge, which decides only where the first
+    tier is unsure; an audit share of targets is judged by both (the first tier's verdict
+    published as the shadow ``cascade``, so its agreement with the judge is measured)."""
+
+    first: CascadeTier = Field(default_factory=CascadeTier)
+    accept: CascadeAccept
+    audit_rate: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="The share of targets (hashed) judged by both tiers whatever the first "
+        "says: the rule's judge publishes, the first tier's verdict is its shadow 'cascade'",
+    )
+
+
 class JudgeSpec(Strict):
     """Which judge a rule asks, and how: its model, tools, caps, cache, online or batch."""
 
@@ -59,6 +94,11 @@ class JudgeSpec(Strict):
         min_length=1,
         description="With api: decisions, the question asked of the input (default: the rule's "
         "description)",
+    )
+    cascade: CascadeSpec | None = Field(
+        default=None,
+        description="A decision model asked first; the rule's own judge (chat) only where its "
+        "confidence is under accept.min_confidence, and on an audit share",
     )
     tools: Literal["trace"] | None = Field(
         default=None,
@@ -100,6 +140,8 @@ class JudgeSpec(Strict):
 
     @model_validator(mode="after")
     def _decisions_online_without_tools(self) -> JudgeSpec:
+        if self.cascade is not None and (self.api != "chat" or self.mode == "batch"):
+            raise ValueError("judge.cascade puts a decision model before an online chat judge")
         if self.api == "decisions" and (self.mode == "batch" or self.tools is not None):
             raise ValueError(
                 "api: decisions is asked online and without tools (a decision model answers "

@@ -42,22 +42,43 @@ class LLMJudgeRule(PromptedRule):
     def _askable_of_a_decision_model(self) -> LLMJudgeRule:
         """A decision model answers a predicate, a choice or a score over levels: a rule it
         judges has a choice or an integer output (at most 255 values), one verdict."""
-        if self.judge.api != "decisions":
+        cascade = self.judge.cascade
+        if self.judge.api != "decisions" and cascade is None:
             return self
         if self.fan_out is not None:
-            raise ValueError("judge.api: decisions judges one verdict: drop fan_out")
+            raise ValueError("a decision model judges one verdict: drop fan_out")
         output = self.output
         levels = (output.max or 0) - (output.min or 0) + 1
         if output.type != "choice" and not (output.integer and levels <= 255):
             raise ValueError(
-                "judge.api: decisions needs a choice output or an integer one of at most 255 "
-                "values (a continuous scale has no levels to ask about)"
+                "a decision model (judge.api: decisions, judge.cascade) needs a choice output "
+                "or an integer one of at most 255 values (a continuous scale has no levels to "
+                "ask about)"
             )
-        if self.judge.instructions is None and self.description is None:
+        asked = cascade.first.instructions if cascade is not None else None
+        if asked is None and self.judge.instructions is None and self.description is None:
             raise ValueError(
-                "judge.api: decisions asks a question: set judge.instructions (or description)"
+                "a decision model asks a question: set judge.instructions (or description)"
             )
         return self
+
+    def cascade_first(self, variant: str | None = None) -> LLMJudgeRule:
+        """This rule as its cascade's first tier judges it (a decision model; the same id,
+        variables and output), its scores carrying ``variant`` (None: the rule's own)."""
+        cascade = self.judge.cascade
+        assert cascade is not None, f"rule {self.id} has no cascade"
+        first = cascade.first
+        judge = self.judge.model_copy(
+            update={
+                "api": "decisions",
+                "model": first.model,
+                "instructions": first.instructions or self.judge.instructions,
+                "cascade": None,
+            }
+        )
+        tier = self.model_copy(update={"judge": judge, "shadow": []})
+        tier._variant = variant
+        return tier
 
     @model_validator(mode="after")
     def _agreement_fits_the_output(self) -> LLMJudgeRule:

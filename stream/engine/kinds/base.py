@@ -156,8 +156,19 @@ class JudgedKind(RuleKind):
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
             job.tools = TraceTools(found.document)
         plan.judge_jobs.append(job)
+        self.plan_tiers(plan, job, found, fitted, setting)
         if spent is None:  # a spent budget's rule judged from kept verdicts runs no shadow
             self._plan_shadows(ctx, plan, shadowed, calls, found, job.batch)
+
+    def plan_tiers(
+        self,
+        plan: Plan,
+        job: JudgeJob,
+        found: Found,
+        fitted: list[FittedPrompt],
+        setting: str,
+    ) -> None:
+        """A kind whose rules can have a cascade plans its tiers here (none by default)."""
 
     def _job(
         self, plan: Plan, rule: JudgedRule, found: Found, fitted: list[FittedPrompt], setting: str

@@ -1,17 +1,38 @@
 """LLM-judge rules: one prompt, one verdict, one score (with ``judge.tools: trace`` the judge
-reads the trace through tools instead of the prompt quoting it)."""
+reads the trace through tools instead of the prompt quoting it).
+
+A rule with ``judge.cascade`` asks a decision model first and publishes its verdict where its
+confidence is at least ``accept.min_confidence``; elsewhere the rule's own judge decides.
+On a hashed ``audit_rate`` share of targets the judge decides whatever the first tier would
+say, and the first tier's verdict is published as the shadow ``cascade`` beside it, so the
+agreement join measures the first tier against the judge (kappa or MAE, with intervals) on
+an unbiased sample, each pair with the first tier's confidence. Every score of the rule says
+which tier decided, and why, in ``details.cascade``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...errors import JudgeError
 from ...models import utcnow
+from ...ruleset.filters import sampled
 from ...ruleset.schema import AnyRule, LLMJudgeRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome
 from ..plan import JudgeJob, Plan
+from ..prompt import FittedPrompt
 from ..verdicts import ParsedAnswer, Verdict
-from .base import JudgedKind, job_details
+from .base import Found, JudgedKind, job_details, mark_cached
+
+CASCADE_VARIANT = "cascade"  # the first tier's verdict beside the judge's, on the audit share
+
+
+def said(
+    ctx: ScoringContext, rule: LLMJudgeRule, outcome: RuleOutcome, cascade: dict[str, Any]
+) -> None:
+    """``details.cascade`` on the outcome's score: which tier decided, and why."""
+    if outcome.score is not None:
+        outcome.score.details = {**(outcome.score.details or {}), "cascade": cascade}
 
 
 def decision_details(details: dict[str, Any] | None, answer: ParsedAnswer) -> dict[str, Any] | None:
@@ -26,6 +47,65 @@ class LLMJudgeKind(JudgedKind):
 
     def handles(self, rule: AnyRule) -> bool:
         return isinstance(rule, LLMJudgeRule) and rule.fan_out is None
+
+    def plan_tiers(
+        self,
+        plan: Plan,
+        job: JudgeJob,
+        found: Found,
+        fitted: list[FittedPrompt],
+        setting: str,
+    ) -> None:
+        rule = job.rule
+        assert isinstance(rule, LLMJudgeRule)
+        cascade = rule.judge.cascade
+        if cascade is None or rule.variant is not None or job.batch is not None:
+            return
+        if not sampled(f"{rule.id}@cascade", cascade.audit_rate, plan.target.id):
+            job.cascade = "first"
+            return
+        job.cascade = "audit"
+        audit = self._job(plan, rule.cascade_first(CASCADE_VARIANT), found, fitted, setting)
+        plan.judge_jobs.append(audit)
+
+    async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        if job.cascade is None:
+            return await super().run(ctx, job, plan)
+        rule = job.rule
+        assert isinstance(rule, LLMJudgeRule) and rule.judge.cascade is not None
+        confidence: float | None = None
+        reason = "audit"
+        if job.cascade == "first":
+            assert ctx.judge is not None
+            tier = rule.cascade_first()
+            try:
+                verdict = await ctx.judge.judge(tier, job.prompt, job.system, job.quoted)
+            except JudgeError as exc:
+                ctx.charge(tier, exc.usage)
+                reason = "first_failed"
+            else:
+                ctx.charge(tier, verdict.usage)
+                answer = verdict.answer
+                decision = answer.decision if isinstance(answer, ParsedAnswer) else None
+                confidence = decision["confidence"] if decision else None
+                if (
+                    confidence is not None
+                    and confidence >= rule.judge.cascade.accept.min_confidence
+                ):
+                    outcome = self.conclude(ctx, job, plan, verdict)
+                    if verdict.cached:
+                        mark_cached(outcome)
+                    said(ctx, rule, outcome, {"tier": "first", "confidence": confidence})
+                    ctx.observer.on_cascade(rule.id, rule.pack, "first", "accepted")
+                    return outcome
+                reason = "low_confidence"
+        outcome = await super().run(ctx, job, plan)
+        details: dict[str, Any] = {"tier": "judge", "escalated": reason}
+        if confidence is not None:
+            details["first_confidence"] = confidence
+        said(ctx, rule, outcome, details)
+        ctx.observer.on_cascade(rule.id, rule.pack, "judge", reason)
+        return outcome
 
     def conclude(
         self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict

@@ -1,0 +1,172 @@
+"""A cascade rule (``judge.cascade``): a decision model first, the rule's own judge only where
+it is unsure, both on an audit share (the first tier as the shadow ``cascade``). Through the
+scorer, against a real HTTP endpoint serving the chat judge and the decision model
+(``decisions_double.JudgeAndDecisions``) as OpenAI serves both (issue 46, item 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from decisions_double import MODEL, REFUSE, JudgeAndDecisions
+from fixtures import settings
+from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
+
+from stream.engine.outcomes import TraceResult
+from stream.engine.scorer import Scorer
+from stream.judge.decision_client import judge_client
+from stream.metrics import ScorerMetrics
+from stream.models import Trace
+from stream.ruleset.schema import LLMJudgeRule, RuleSet
+
+CHAT_MODEL = "gpt-4o-mini"
+
+
+def cascade_rule(audit_rate: float = 0.0, **cascade: Any) -> LLMJudgeRule:
+    return LLMJudgeRule.model_validate(
+        {
+            "id": "answer_correct",
+            "pack": "p",
+            "version": 1,
+            "kind": "llm_judge",
+            "scope": "trace",
+            "description": "Is the assistant's answer correct?",
+            "prompt": "Judge the answer.\nQuestion: {{question}}\nAnswer: {{answer}}",
+            "variables": {
+                "question": {"path": "input.messages[-1].content"},
+                "answer": {"path": "output.content"},
+            },
+            "output": {"type": "choice", "choices": {"yes": 1.0, "no": 0.0}},
+            "judge": {
+                "cascade": {
+                    "accept": {"min_confidence": 0.9},
+                    "audit_rate": audit_rate,
+                    **cascade,
+                }
+            },
+        }
+    )
+
+
+def trace(n: int) -> dict[str, Any]:
+    return {
+        "id": f"t-{n}",
+        "project_name": "shop",
+        "input": {"messages": [{"role": "user", "content": f"{n}+{n}?"}]},
+        "output": {"content": str(2 * n)},
+    }
+
+
+@pytest.fixture
+def endpoint() -> Iterator[JudgeAndDecisions]:
+    with JudgeAndDecisions() as both:
+        both.script("Judge the answer", '{"result": "no", "reason": "the judge says no"}')
+        yield both
+
+
+async def scored(
+    endpoint: JudgeAndDecisions, rule: LLMJudgeRule, *documents: dict[str, Any]
+) -> tuple[list[TraceResult], ScorerMetrics]:
+    metrics = ScorerMetrics(CollectorRegistry())
+    cfg = settings(openai_base_url=endpoint.base_url, openai_api_key="sk-test")
+    client = judge_client(cfg.judge_config(), metrics)
+    scorer = Scorer(RuleSet([rule]), client, default_model=CHAT_MODEL, observer=metrics)
+    try:
+        results = [await scorer.score_trace(Trace.model_validate(d), d) for d in documents]
+    finally:
+        await client.close()
+    return results, metrics
+
+
+def cascaded(metrics: ScorerMetrics, tier: str, reason: str) -> float | None:
+    labels = {"rule": "answer_correct", "pack": "p", "tier": tier, "reason": reason}
+    return metrics.registry.get_sample_value("scorer_cascade_verdicts_total", labels)
+
+
+async def test_a_confident_first_tier_decides_and_the_judge_is_not_asked(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    endpoint.decisions.script("answer_correct", 0.97)
+    (result,), metrics = await scored(endpoint, cascade_rule(), trace(1))
+    (score,) = result.scores
+    assert (score.status, score.label, score.judge_model) == ("ok", "yes", MODEL)
+    assert score.details is not None
+    assert score.details["cascade"] == {"tier": "first", "confidence": pytest.approx(0.97)}
+    assert score.details["decision"]["probabilities"] == pytest.approx({"yes": 0.97, "no": 0.03})
+    assert endpoint.requests == [] and len(endpoint.decisions.requests) == 1
+    assert cascaded(metrics, "first", "accepted") == 1.0
+
+
+async def test_an_unsure_first_tier_is_escalated_to_the_rules_own_judge(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    endpoint.decisions.script("answer_correct", 0.7)
+    (result,), metrics = await scored(endpoint, cascade_rule(), trace(1))
+    (score,) = result.scores
+    assert (score.status, score.label, score.judge_model) == ("ok", "no", CHAT_MODEL)
+    assert score.reason == "the judge says no"
+    assert score.details is not None
+    assert score.details["cascade"] == {
+        "tier": "judge",
+        "escalated": "low_confidence",
+        "first_confidence": pytest.approx(0.7),
+    }
+    # the judge read the rule's own prompt, unchanged
+    assert endpoint.prompts() == ["Judge the answer.\nQuestion: 1+1?\nAnswer: 2"]
+    assert cascaded(metrics, "judge", "low_confidence") == 1.0
+
+
+async def test_a_first_tier_that_declines_is_escalated(endpoint: JudgeAndDecisions) -> None:
+    endpoint.decisions.script("answer_correct", REFUSE)
+    (result,), metrics = await scored(endpoint, cascade_rule(), trace(1))
+    (score,) = result.scores
+    assert score.judge_model == CHAT_MODEL
+    assert score.details is not None
+    assert score.details["cascade"] == {"tier": "judge", "escalated": "first_failed"}
+    assert cascaded(metrics, "judge", "first_failed") == 1.0
+
+
+async def test_on_the_audit_share_both_tiers_judge_the_first_as_the_shadow_cascade(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    endpoint.decisions.script("answer_correct", 0.99)
+    results, metrics = await scored(endpoint, cascade_rule(audit_rate=1.0), trace(1), trace(2))
+    for result in results:
+        primary = next(s for s in result.scores if s.variant is None)
+        shadow = next(s for s in result.scores if s.variant == "cascade")
+        assert (primary.judge_model, primary.label) == (CHAT_MODEL, "no")
+        assert primary.details is not None
+        assert primary.details["cascade"] == {"tier": "judge", "escalated": "audit"}
+        assert (shadow.judge_model, shadow.label, shadow.status) == (MODEL, "yes", "ok")
+        assert shadow.score_id != primary.score_id
+        assert shadow.details is not None and shadow.details["decision"]["confidence"] == 0.99
+    assert cascaded(metrics, "judge", "audit") == 2.0
+    assert len(endpoint.requests) == 2 and len(endpoint.decisions.requests) == 2
+
+
+async def test_the_audit_share_is_a_hashed_sample_of_the_targets(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    endpoint.decisions.script("answer_correct", 0.99)
+    documents = [trace(n) for n in range(200)]
+    results, metrics = await scored(endpoint, cascade_rule(audit_rate=0.1), *documents)
+    audited = [r for r in results if any(s.variant == "cascade" for s in r.scores)]
+    assert 8 <= len(audited) <= 35  # 10 % of 200, by a hash of the target id
+    assert cascaded(metrics, "judge", "audit") == len(audited)
+    assert cascaded(metrics, "first", "accepted") == 200 - len(audited)
+    again, _ = await scored(endpoint, cascade_rule(audit_rate=0.1), *documents)
+    assert [any(s.variant for s in r.scores) for r in again] == [
+        any(s.variant for s in r.scores) for r in results
+    ]
+
+
+def test_a_cascade_needs_an_askable_output_and_an_online_chat_judge() -> None:
+    rule = cascade_rule()
+    assert rule.judge.cascade is not None and rule.judge.cascade.first.model == MODEL
+    data = rule.model_dump(exclude_none=True)
+    with pytest.raises(ValidationError, match="continuous scale"):
+        LLMJudgeRule.model_validate({**data, "output": {"min": 0, "max": 1}})
+    with pytest.raises(ValidationError, match="before an online chat judge"):
+        LLMJudgeRule.model_validate({**data, "judge": {**data["judge"], "mode": "batch"}})
