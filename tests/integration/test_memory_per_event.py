@@ -1,8 +1,8 @@
 """What a worker retains per event, measured as tracemalloc counts it (bytes of Python
 objects still alive after a garbage collection, not RSS, not a time): a worker on the memory
-store, every table in Python, is sent the same round of conversations and sessions three
+store, every table in Python, is sent the same round of conversations and sessions four
 times, each once the threads of the one before have closed and their retention passed; the
-memory it holds after the third must not have grown with the events of the third.
+memory it holds after the fourth must not have grown with the events of the last two.
 
 The rounds repeat their ids and texts, so what is bounded by key (Kafka's partitioner's hash
 cache, pydantic's string cache, the verdict cache: the judge is asked in the first round
@@ -148,7 +148,7 @@ async def test_a_worker_retains_nothing_per_event_once_its_threads_are_gone(
     ).start()
     workers.append(worker)
     rounds = []
-    for r in range(3):  # a warm-up round, then two measured ones
+    for r in range(4):  # a warm-up round, then three: the last two measured
         await send_round(broker, names)
         await read_through(
             broker, names, worker, 4 * CONVERSATIONS * (r + 1), 5 * SESSIONS * (r + 1)
@@ -156,11 +156,15 @@ async def test_a_worker_retains_nothing_per_event_once_its_threads_are_gone(
         await asyncio.sleep(4.0)  # closes after the gap, retention passed, expired at a tick
         await threads_gone(worker)  # on a loaded machine the ticks can come late
         rounds.append(await worker.traced(f"round-{r}"))
-    grown = rounds[2] - rounds[1]
-    per_event = grown / ROUND
+    # over two rounds: what grows with the events grows in each, while what a snapshot
+    # catches in passing (buffers, a pool's connections) counts half as much per event (a
+    # single round on a loaded machine measured up to 380 bytes an event at commits that
+    # retain nothing: -5 to +170 alone)
+    grown = rounds[3] - rounds[1]
+    per_event = grown / (2 * ROUND)
     print(
         f"\ntraced after each round: {[f'{b / 2**20:.2f} MiB' for b in rounds]}; "
-        f"last round {grown / 1024:+.1f} KiB, {per_event:+.0f} bytes per event "
+        f"last two rounds {grown / 1024:+.1f} KiB, {per_event:+.0f} bytes per event "
         f"({len(judge.requests)} judge calls)"
     )
     assert len(judge.requests) >= 4 * CONVERSATIONS, "judged: the join got judged scores"
