@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..models import Scale
 from .paths import compile_path
@@ -58,6 +58,18 @@ class OutputSpec(Strict):
         "error) counts in the score metrics as this normalised value for every score the rule "
         "publishes (seed 004: 'ERROR counts as 0.0'); unset: error scores are left out",
     )
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _labels_not_booleans(cls, choices: Any) -> Any:
+        """A bare yes, no, true, false, on or off is a boolean to YAML 1.1 (the loader's):
+        say so instead of pydantic's "should be a valid string"."""
+        if isinstance(choices, dict) and any(isinstance(label, bool) for label in choices):
+            raise ValueError(
+                "a choice label was read as a boolean (YAML reads a bare yes, no, true, "
+                'false, on or off as one): quote the labels, e.g. {"yes": 1.0, "no": 0.0}'
+            )
+        return choices
 
     @model_validator(mode="after")
     def _consistent(self) -> OutputSpec:

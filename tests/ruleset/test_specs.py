@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from stream.ruleset.judge_specs import BatchSpec, JudgeSpec
 from stream.ruleset.loader import check_rules, load_rule_file
 from stream.ruleset.schema import LLMJudgeRule
+from stream.ruleset.specs import OutputSpec
 
 RULE = "hub_answer_correctness"
 
@@ -68,3 +70,12 @@ def test_a_rule_file_in_batch_mode_loads_and_a_bad_one_names_its_file(tmp_path: 
     _, errors = check_rules(rules)
     found = [f"{Path(e.path).name}: {p}" for e in errors for p in e.problems]
     assert any(f"{RULE}.yaml" in p and "mode batch cannot use tools" in p for p in found), found
+
+
+def test_choice_labels_yaml_read_as_booleans_are_refused_saying_to_quote_them() -> None:
+    """YAML 1.1 reads a bare yes/no as booleans: the rule file's error says to quote them."""
+    choices = yaml.safe_load("{yes: 1.0, no: 0.0}")
+    assert set(choices) == {True, False}
+    with pytest.raises(ValidationError, match=re.escape('quote the labels, e.g. {"yes": 1.0')):
+        OutputSpec(type="choice", choices=choices)
+    assert OutputSpec(type="choice", choices=yaml.safe_load('{"yes": 1.0, "no": 0.0}')).choices
