@@ -34,6 +34,8 @@ from aiohttp import web
 from scripted_judge import MockJudge
 from threaded_app import ThreadedApp
 
+from stream.ruleset.schema import LLMJudgeRule
+
 MODEL = "gpt-6-luna"  # the one model the SDK's types say is supported
 REFUSE = "refuse"
 
@@ -196,3 +198,25 @@ class JudgeAndDecisions(MockJudge):
 
     def routes(self) -> list[web.RouteDef]:
         return [*super().routes(), web.post("/v1/decisions", self.decisions._decisions)]
+
+
+def yes_no_rule(judge: dict[str, Any], prompt: str) -> LLMJudgeRule:
+    """A yes/no ``llm_judge`` rule (``answer_correct``) of a trace's last question and its
+    answer, judged as ``judge`` says: what the tests of decision rules and cascades ask."""
+    return LLMJudgeRule.model_validate(
+        {
+            "id": "answer_correct",
+            "pack": "p",
+            "version": 1,
+            "kind": "llm_judge",
+            "scope": "trace",
+            "description": "Is the assistant's answer correct?",
+            "prompt": prompt,
+            "variables": {
+                "question": {"path": "input.messages[-1].content"},
+                "answer": {"path": "output.content"},
+            },
+            "output": {"type": "choice", "choices": {"yes": 1.0, "no": 0.0}},
+            "judge": judge,
+        }
+    )

@@ -62,6 +62,7 @@ class BatchFinisher:
         self.online = online
         self.caching = online if isinstance(online, CachingJudge) else None
         self.topics = topics
+        self.outbox = topics.outbox()  # what a finished job publishes
         self.observer = observer
         self.clock = clock
         self.publisher = Publisher(app)
@@ -84,7 +85,7 @@ class BatchFinisher:
         the entry; a bug on the way dead-letters the entry (kept, with the error)."""
         try:
             outcome, answers = await self._conclude(job, state, items)
-            sends = self.topics.outbox().sends(job.records(outcome))
+            sends = self.outbox.sends(job.records(outcome))
         except Exception as exc:
             log.exception("finishing batch job %s of %s failed", job.key, job.rule_id)
             where = {"scorer.batch.id": state.id, "scorer.rule": job.rule_id}

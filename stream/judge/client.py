@@ -320,7 +320,7 @@ class JudgeClient:
         slot = await limiter.acquire(estimated)
         started = time.perf_counter()
         try:
-            result = await self.api.complete(request)
+            result = await self._send(request)
             elapsed = time.perf_counter() - started
             if isinstance(result, Failed) and result.kind == "rate_limited":
                 limiter.on_rate_limited(
@@ -333,12 +333,15 @@ class JudgeClient:
                 )
         finally:
             await limiter.release()
-        if isinstance(result, Answered):
+        if not isinstance(result, Failed):
             used = result.usage.total_tokens if result.usage is not None else 0
             limiter.on_success(result.headers, slot, estimated=estimated, used=used)
         elif result.kind != "rate_limited":
             limiter.on_failure(slot)
         return result, elapsed
+
+    async def _send(self, request: ChatRequest) -> Answered | Failed:
+        return await self.api.complete(request)
 
     def _read(
         self,

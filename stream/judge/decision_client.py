@@ -14,7 +14,6 @@ labels is unusable (asked again, up to the attempt budget).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -30,7 +29,7 @@ from .config import JudgeConfig
 from .contract import AnswerParser
 from .decision_questions import question_of, verdict_of
 from .decisions_api import OpenAIDecisionsAPI
-from .transport import Decided, DecisionRequest, DecisionsAPI, Failed
+from .transport import Decided, DecisionRequest, DecisionsAPI
 
 
 @dataclass
@@ -83,33 +82,10 @@ class DecisionClient(JudgeClient):
         model = rule.judge.model or self.default_model
         return RuleDecision(model, messages, [question], output=rule.output)
 
-    async def _call(self, request: Any) -> tuple[Any, float]:
-        """One request in its turn, paced as a chat call is (its input's tokens estimated as
-        characters / 4)."""
-        limiter = self.limiter_for(request.model)
-        estimated = (len(str(request.input)) + len(str(request.questions))) // 4
-        slot = await limiter.acquire(estimated)
-        started = time.perf_counter()
-        try:
-            result = await self.decisions_api.decide(request)
-            elapsed = time.perf_counter() - started
-            if isinstance(result, Failed) and result.kind == "rate_limited":
-                limiter.on_rate_limited(
-                    result.retry_after,
-                    result.headers,
-                    slot,
-                    result.code,
-                    limit=result.limit,
-                    estimated=estimated,
-                )
-        finally:
-            await limiter.release()
-        if isinstance(result, Decided):
-            used = result.usage.total_tokens if result.usage is not None else 0
-            limiter.on_success(result.headers, slot, estimated=estimated, used=used)
-        elif result.kind != "rate_limited":
-            limiter.on_failure(slot)
-        return result, elapsed
+    async def _send(self, request: Any) -> Any:
+        """One request to the Decisions API, paced by ``JudgeClient._call`` as a chat call
+        is (``transport.estimate_tokens`` counts a decision request's characters / 4)."""
+        return await self.decisions_api.decide(request)
 
     def _read(  # type: ignore[override]
         self,

@@ -18,25 +18,12 @@ import openai
 from openai.types.decision import Decision
 
 from ..models import TokenUsage
-from .openai_api import rate_limited, sdk_client, status_failure
+from .openai_api import SDKEndpoint, rate_limited, status_failure
 from .transport import Decided, DecisionRequest, Failed
 
 
-class OpenAIDecisionsAPI:
+class OpenAIDecisionsAPI(SDKEndpoint):
     """The Decisions API of one endpoint."""
-
-    def __init__(
-        self,
-        *,
-        base_url: str | None,
-        api_key: str | None,
-        timeout_s: float,
-        http_client: Any = None,
-    ) -> None:
-        self._client = sdk_client(base_url, api_key, timeout_s, http_client)
-
-    async def close(self) -> None:
-        await self._client.close()
 
     async def decide(self, request: DecisionRequest) -> Decided | Failed:
         """Send ``request`` once; the answers, or why none came."""

@@ -43,8 +43,8 @@ def rejects_structured_output(exc: openai.APIStatusError) -> bool:
     return exc.status_code in (400, 422) and ("response_format" in text or "json_schema" in text)
 
 
-class OpenAIChatAPI:
-    """Chat completions of one OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, gateways)."""
+class SDKEndpoint:
+    """One endpoint through the ``openai`` SDK (``sdk_client``), closed with it."""
 
     def __init__(
         self,
@@ -59,6 +59,10 @@ class OpenAIChatAPI:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+class OpenAIChatAPI(SDKEndpoint):
+    """Chat completions of one OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, gateways)."""
 
     async def complete(self, request: ChatRequest) -> Answered | Failed:
         """Send ``request`` once; what came back, or why nothing usable did."""

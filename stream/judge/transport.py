@@ -43,9 +43,12 @@ class Answered:
     refusal: str | None = None  # the model declined to answer (OpenAI's ``message.refusal``)
 
 
-def estimate_tokens(request: ChatRequest) -> int:
+def estimate_tokens(request: ChatRequest | DecisionRequest) -> int:
     """The tokens a provider's rate limiter counts for ``request`` before it is answered, as
-    OpenAI documents it: the prompt's characters / 4, plus ``max_tokens`` when it is set."""
+    OpenAI documents it: the prompt's characters / 4, plus ``max_tokens`` when it is set (a
+    decision request: its input's and questions' characters / 4)."""
+    if isinstance(request, DecisionRequest):
+        return (len(str(request.input)) + len(str(request.questions))) // 4
     characters = sum(len(str(m.get("content") or "")) for m in request.messages)
     if request.tools:
         characters += sum(len(str(t)) for t in request.tools)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from decisions_double import MODEL, REFUSE, JudgeAndDecisions
+from decisions_double import MODEL, REFUSE, JudgeAndDecisions, yes_no_rule
 from fixtures import settings
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
@@ -25,29 +25,9 @@ CHAT_MODEL = "gpt-4o-mini"
 
 
 def cascade_rule(audit_rate: float = 0.0, **cascade: Any) -> LLMJudgeRule:
-    return LLMJudgeRule.model_validate(
-        {
-            "id": "answer_correct",
-            "pack": "p",
-            "version": 1,
-            "kind": "llm_judge",
-            "scope": "trace",
-            "description": "Is the assistant's answer correct?",
-            "prompt": "Judge the answer.\nQuestion: {{question}}\nAnswer: {{answer}}",
-            "variables": {
-                "question": {"path": "input.messages[-1].content"},
-                "answer": {"path": "output.content"},
-            },
-            "output": {"type": "choice", "choices": {"yes": 1.0, "no": 0.0}},
-            "judge": {
-                "cascade": {
-                    "accept": {"min_confidence": 0.9},
-                    "audit_rate": audit_rate,
-                    **cascade,
-                }
-            },
-        }
-    )
+    tiers = {"accept": {"min_confidence": 0.9}, "audit_rate": audit_rate, **cascade}
+    prompt = "Judge the answer.\nQuestion: {{question}}\nAnswer: {{answer}}"
+    return yes_no_rule({"cascade": tiers}, prompt)
 
 
 def trace(n: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from decisions_double import MODEL, REFUSE, DecisionsDouble
+from decisions_double import MODEL, REFUSE, DecisionsDouble, yes_no_rule
 from fixtures import settings
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
@@ -182,23 +182,7 @@ def test_an_answer_outside_the_rules_labels_is_an_error() -> None:
 
 
 def decision_rule(**judge: Any) -> LLMJudgeRule:
-    return LLMJudgeRule.model_validate(
-        {
-            "id": "answer_correct",
-            "pack": "p",
-            "version": 1,
-            "kind": "llm_judge",
-            "scope": "trace",
-            "description": "Is the assistant's answer correct?",
-            "prompt": "Question: {{question}}\nAnswer: {{answer}}",
-            "variables": {
-                "question": {"path": "input.messages[-1].content"},
-                "answer": {"path": "output.content"},
-            },
-            "output": {"type": "choice", "choices": {"yes": 1.0, "no": 0.0}},
-            "judge": {"api": "decisions", **judge},
-        }
-    )
+    return yes_no_rule({"api": "decisions", **judge}, "Question: {{question}}\nAnswer: {{answer}}")
 
 
 def test_a_decision_rule_asks_the_decision_model_by_default() -> None:
