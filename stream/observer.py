@@ -66,7 +66,10 @@ class Observer:
 
     def on_cascade(self, rule: str, pack: str, tier: str, reason: str) -> None:
         """A cascade rule's verdict for one target came from ``tier`` (first, judge), for
-        ``reason`` (accepted, low_confidence, first_failed, audit)."""
+        ``reason`` (accepted, low_confidence, no_confidence, first_failed, audit)."""
+
+    def on_cascade_cost(self, rule: str, pack: str, tier: str, usd: float) -> None:
+        """A judge call of a cascade rule's ``tier`` (first, judge) cost ``usd``."""
 
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]

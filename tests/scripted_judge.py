@@ -2,8 +2,11 @@
 
 A real HTTP server (aiohttp, in a background thread) speaking ``POST /v1/chat/completions``.
 Answers are scripted per prompt: the first script whose ``match`` text occurs in the prompt
-answers, consuming its queued replies in order and repeating the last one. It can add a
-fixed latency and enforce a requests-per-minute limit with 429s, like a hosted provider.
+(and, if it names one, of whose ``model``) answers, consuming its queued replies in order and
+repeating the last one. It can add a fixed latency and enforce a requests-per-minute limit
+with 429s, like a hosted provider. Asked for ``logprobs`` it answers the tokens'
+log-probabilities as OpenAI does (a reply scripts the alternatives of its verdict's token),
+or none, or refuses the parameter as reasoning models do (``logprobs``).
 
 A prompt no script matches gets the ``default`` reply (tests rely on it); with
 ``answer_by_schema`` a document of the request's answer schema; with ``vary_answers`` (the
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +42,38 @@ class Reply:
     delay_s: float = 0.0
     # tool calls instead of an answer: [(tool name, arguments)], as a tool-calling model asks
     tool_calls: list[tuple[str, dict[str, Any]]] | None = None
+    # log-probabilities, for a request asking for them: {token: {alternative: probability}}
+    # gives the last ``token`` of the content its alternatives (itself among them); every
+    # other token has probability 1 (see ``token_logprobs``)
+    alternatives: dict[str, dict[str, float]] | None = None
+
+
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def token_logprobs(reply: Reply, top: int) -> list[dict[str, Any]]:
+    """The content's tokens as OpenAI's ``choices[0].logprobs.content`` gives them
+    (``ChatCompletionTokenLogprob``: token, bytes, logprob, and the ``top`` most likely
+    tokens at that position with theirs, most likely first)."""
+    tokens = _TOKEN.findall(reply.content)
+    scripted = reply.alternatives or {}
+    last = {t: i for i, t in enumerate(tokens) if t in scripted}
+    out = []
+    for i, token in enumerate(tokens):
+        options = scripted[token] if last.get(token) == i else {token: 1.0}
+        ranked = sorted(options.items(), key=lambda kv: -kv[1])[:top]
+        out.append(
+            {
+                "token": token,
+                "bytes": list(token.encode()),
+                "logprob": math.log(options.get(token, 1e-9)),
+                "top_logprobs": [
+                    {"token": t, "bytes": list(t.encode()), "logprob": math.log(p)}
+                    for t, p in ranked
+                ],
+            }
+        )
+    return out
 
 
 @dataclass
@@ -44,6 +81,7 @@ class Script:
     match: str
     replies: list[Reply]
     served: int = 0
+    model: str | None = None  # None: any model's request; else only this model's
 
     def next(self) -> Reply:
         reply = self.replies[min(self.served, len(self.replies) - 1)]
@@ -86,6 +124,7 @@ class MockJudge(ThreadedApp):
         rpm_burst: float = 1.0,
         announce_limits: bool = True,
         reject_response_format: bool = False,
+        logprobs: str = "answer",
         refuse_share: float = 0.0,
         port: int = 0,
         answer_by_schema: bool = False,
@@ -104,6 +143,10 @@ class MockJudge(ThreadedApp):
         self.rpm_limit = rpm_limit
         self.announce_limits = announce_limits
         self.reject_response_format = reject_response_format
+        # asked for logprobs: "answer" them (OpenAI's chat completions), return "none" (an
+        # endpoint without them answers ``logprobs: null``), or "refuse" them as OpenAI's
+        # reasoning models do (400 unsupported_parameter naming ``logprobs``)
+        self.logprobs = logprobs
         # a share of calls answered 429 whatever the load (a provider's noisy rate limiting)
         self.refuse_share = refuse_share
         self._refusals = random.Random(7)
@@ -119,8 +162,10 @@ class MockJudge(ThreadedApp):
         self._ids = itertools.count(1)
 
     # --- scripting -------------------------------------------------------------------
-    def script(self, match: str, *replies: Reply | str) -> Script:
-        script = Script(match, [r if isinstance(r, Reply) else Reply(content=r) for r in replies])
+    def script(self, match: str, *replies: Reply | str, model: str | None = None) -> Script:
+        """Answer prompts holding ``match`` (of ``model`` only, if given) with ``replies``."""
+        answers = [r if isinstance(r, Reply) else Reply(content=r) for r in replies]
+        script = Script(match, answers, model=model)
         self.scripts.insert(0, script)  # newest first, so a test can override a default
         return script
 
@@ -189,8 +234,21 @@ class MockJudge(ThreadedApp):
                     },
                     status=400,
                 )
+            if self.logprobs == "refuse" and body.get("logprobs"):
+                self.statuses.append(400)
+                message = "Unsupported parameter: 'logprobs' is not supported with this model."
+                error = {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "logprobs",
+                    "code": "unsupported_parameter",
+                }
+                return web.json_response({"error": error}, status=400)
             prompt = str(body["messages"][-1]["content"])
-            script = next((s for s in self.scripts if s.match in prompt), None)
+            model = body.get("model")
+            script = next(
+                (s for s in self.scripts if s.match in prompt and s.model in (None, model)), None
+            )
             reply = script.next() if script else self._unscripted(body)
             if self.latency_s or reply.delay_s:
                 await asyncio.sleep(self.latency_s + reply.delay_s)
@@ -207,7 +265,7 @@ class MockJudge(ThreadedApp):
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.get("model", "mock"),
-                "choices": [self._choice(reply)],
+                "choices": [self._choice(reply, body)],
                 "usage": {
                     "prompt_tokens": len(prompt) // 4,
                     "completion_tokens": len(reply.content) // 4,
@@ -232,10 +290,14 @@ class MockJudge(ThreadedApp):
         return Reply(content=orjson.dumps(schema_example(schema, schema)).decode())
 
     # --- lifecycle ---------------------------------------------------------------------
-    def _choice(self, reply: Reply) -> dict[str, Any]:
+    def _choice(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         if reply.tool_calls is None:
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-            return {"index": 0, "finish_reason": "stop", "message": message}
+            choice = {"index": 0, "finish_reason": "stop", "message": message, "logprobs": None}
+            if body.get("logprobs") and self.logprobs == "answer":
+                top = int(body.get("top_logprobs") or 0)
+                choice["logprobs"] = {"content": token_logprobs(reply, top), "refusal": None}
+            return choice
         calls = [
             {
                 "id": f"call-{next(self._ids)}",

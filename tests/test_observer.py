@@ -52,7 +52,7 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_agreement_looked_back (issue 43: the join reads scores back), watch_memory (the
     # budget, RocksDB's cache), watch_held (what a worker's tables, indexes and caches hold)
     # + on_cascade (issue 46: which tier of a cascade decided)
-    assert len(callbacks) == 45
+    assert len(callbacks) == 46
     assert callbacks <= set(vars(ScorerMetrics))
 
 

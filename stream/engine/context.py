@@ -53,6 +53,8 @@ class ScoringContext:
             self.ledger.record(rule.id, model, usage)
             if (usd := self.ledger.cost(model, usage)) is not None:
                 self.observer.on_rule_cost(rule.id, rule.pack, model, usd)
+                if (tier := getattr(rule, "cascade_tier", None)) is not None:
+                    self.observer.on_cascade_cost(rule.id, rule.pack, tier, usd)
 
     def decide(
         self,

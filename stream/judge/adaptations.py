@@ -1,7 +1,7 @@
 """What each model of one endpoint has shown it does not take, learnt from its refusals and
 remembered for the worker's life: structured output (for one rule: a model may refuse one
-schema and take another), ``temperature`` (reasoning models take only their own) and
-``max_tokens`` (they take ``max_completion_tokens``). Each lesson is said in the log once."""
+schema and take another), ``temperature`` (reasoning models take only their own),
+``max_tokens`` (they take ``max_completion_tokens``) and ``logprobs`` (they return none). Each lesson is said in the log once."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ class ModelAdaptations:
             request.temperature = None
         if "max_tokens" in refuses:
             request.max_tokens_name = "max_completion_tokens"
+        if "logprobs" in refuses:
+            request.top_logprobs = None
         return request
 
     def drop_structured_output(self, request: ChatRequest, rule_id: str) -> None:
@@ -47,13 +49,17 @@ class ModelAdaptations:
             )
 
     def drop_parameter(self, request: ChatRequest, param: str | None) -> bool:
-        """A model that does not take ``temperature`` or ``max_tokens`` (reasoning models):
-        from now on it is called without the first and with ``max_completion_tokens`` for the
-        second (said once). False for a parameter the judge cannot do without."""
+        """A model that does not take ``temperature``, ``max_tokens`` or ``logprobs``
+        (reasoning models): from now on it is called without the first and the last, and with
+        ``max_completion_tokens`` for the second (said once). False for a parameter the judge
+        cannot do without."""
         if param == "temperature" and request.temperature is not None:
             request.temperature = None
         elif param == "max_tokens" and request.max_tokens_name == "max_tokens":
             request.max_tokens_name = "max_completion_tokens"
+        elif param in ("logprobs", "top_logprobs") and request.top_logprobs is not None:
+            request.top_logprobs = None  # its verdicts go on without probabilities (said once)
+            param = "logprobs"
         else:
             return False
         self._refuses.setdefault(request.model, set()).add(param)

@@ -59,6 +59,8 @@ def verdict_key(
         "temperature": rule.judge.temperature,
         "max_tokens": rule.judge.max_tokens,
     }
+    if rule.judge.logprobs:  # a verdict with probabilities is not one without
+        asked["logprobs"] = True
     text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..engine.spend import cache_saving
-from ..engine.verdicts import ToolBox, Verdict
+from ..engine.verdicts import ParsedAnswer, ToolBox, Verdict
 from ..errors import JudgeError
 from ..models import TokenUsage
 from ..observer import Observer
@@ -29,6 +29,7 @@ from .calls import Tally, ToolRequest, answer_tools
 from .config import JudgeConfig
 from .contract import AnswerParser, answer_contract
 from .health import PROVIDER_WIDE, JudgeHealth
+from .label_probs import probed, with_probabilities
 from .limiter import AdaptiveLimiter
 from .openai_api import OpenAIChatAPI
 from .transport import Answered, ChatAPI, ChatRequest, Failed, estimate_tokens
@@ -148,18 +149,13 @@ class JudgeClient:
         tools: ToolBox | None = None,
     ) -> Verdict:
         """Ask the judge for ``rule``'s verdict on ``prompt``; raise ``JudgeError`` when none
-        can be had.
-
-        Provider-wide trouble (connection errors, timeouts, 5xx, 429) is retried with backoff;
-        a call whose whole budget goes on it while nothing else is answered takes the judge
-        down, and then waits (see ``JudgeHealth``) instead of failing. An unusable answer is
-        asked again, up to the attempt budget, then fails quoting the last answer; any other
-        refusal (4xx) fails at once.
-
-        With ``tools``, an answer that calls tools gets their results and is asked again, up
-        to the rule's ``judge.max_tool_calls`` calls and ``max_tool_tokens`` tokens, past
-        which the evaluation fails saying which bound it met.
-        """
+        can be had. Provider-wide trouble (connection errors, timeouts, 5xx, 429) is retried
+        with backoff; a call whose whole budget goes on it while nothing else is answered
+        takes the judge down, and then waits (see ``JudgeHealth``) instead of failing. An
+        unusable answer is asked again, up to the attempt budget, then fails quoting the last
+        answer; any other refusal (4xx) fails at once. With ``tools``, an answer that calls
+        tools gets their results and is asked again, up to the rule's ``judge.max_tool_calls``
+        calls and ``max_tool_tokens`` tokens, past which the evaluation fails saying which."""
         if rule.judge.api == "decisions":
             if self.decisions is None:
                 raise JudgeError("this judge has no decision model client", kind="client_error")
@@ -299,6 +295,8 @@ class JudgeClient:
             schema=schema,
             tools=tools.definitions if tools is not None else None,
         )
+        if rule.judge.logprobs:
+            request = probed(request, rule.output)
         return self.adaptations.fit(request, rule.id)
 
     async def _attempt(
@@ -384,6 +382,8 @@ class JudgeClient:
             message = f"unusable answer: {exc}; the answer was {content[:300]!r}"
             return JudgeError(self._redact(message), kind="invalid_answer")
         self._observe_call(model, "ok", elapsed, usage)
+        if isinstance(parsed, ParsedAnswer):
+            parsed = with_probabilities(request, answer, parsed, self.adaptations.say_once)
         return Verdict(parsed, answer.model, (elapsed or 0.0) * 1000.0, usage, 1)
 
     def _failed(self, request: ChatRequest, failure: Failed, elapsed: float) -> JudgeError:

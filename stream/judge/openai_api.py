@@ -134,6 +134,9 @@ def chat_arguments(request: ChatRequest) -> dict[str, Any]:
         }
     if request.tools is not None:
         arguments["tools"] = request.tools
+    if request.top_logprobs is not None:
+        arguments["logprobs"] = True
+        arguments["top_logprobs"] = request.top_logprobs
     return arguments
 
 
@@ -185,6 +188,8 @@ def _answered(
     choice = completion.choices[0] if completion.choices else None
     reply = choice.message if choice is not None else None
     calls = reply.tool_calls if reply is not None else None
+    logprobs = choice.logprobs if choice is not None else None
+    tokens = logprobs.content if logprobs is not None else None
     return Answered(
         content=reply.content if reply is not None else None,
         tool_calls=[call.model_dump() for call in calls or ()],
@@ -193,4 +198,5 @@ def _answered(
         headers=headers,
         finish_reason=choice.finish_reason if choice is not None else None,
         refusal=getattr(reply, "refusal", None),
+        logprobs=[token.model_dump() for token in tokens] if tokens is not None else None,
     )

@@ -27,6 +27,9 @@ class ChatRequest:
     max_tokens_name: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     schema: dict[str, Any] | None = None  # the JSON schema the answer must fit; None: text
     tools: list[dict[str, Any]] | None = None  # tools offered (function definitions)
+    # the most likely tokens asked for at each position of the answer (OpenAI's
+    # ``top_logprobs``, 0-20, sent with ``logprobs: true``); None: no log-probabilities
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class Answered:
     headers: Mapping[str, str]
     finish_reason: str | None = None  # "length": cut at the token cap
     refusal: str | None = None  # the model declined to answer (OpenAI's ``message.refusal``)
+    # the answer's tokens with their log-probabilities, as OpenAI's ``choices[0].logprobs
+    # .content`` (``ChatCompletionTokenLogprob``: token, logprob, top_logprobs); None: not
+    # asked for, or the endpoint returned none
+    logprobs: list[dict[str, Any]] | None = None
 
 
 def estimate_tokens(request: ChatRequest | DecisionRequest) -> int:

@@ -176,6 +176,9 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_cascade(self, rule: str, pack: str, tier: str, reason: str) -> None:
         self.cascade_verdicts.labels(rule=rule, pack=pack, tier=tier, reason=reason).inc()
 
+    def on_cascade_cost(self, rule: str, pack: str, tier: str, usd: float) -> None:
+        self.cascade_cost.labels(rule=rule, pack=pack, tier=tier).inc(usd)
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

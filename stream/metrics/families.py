@@ -125,9 +125,16 @@ class MetricFamilies:
         )
         self.cascade_verdicts = counter(
             "cascade_verdicts",
-            "A cascade rule's verdicts by the tier that decided (first: the decision model; "
-            "judge: the rule's own) and why (accepted, low_confidence, first_failed, audit)",
+            "A cascade rule's verdicts by the tier that decided (first: the cheap tier; "
+            "judge: the rule's own) and why (accepted, low_confidence, no_confidence, "
+            "first_failed, audit)",
             ("rule", "pack", "tier", "reason"),
+        )
+        self.cascade_cost = counter(
+            "cascade_cost_usd",
+            "Estimated cost of a cascade rule's judge calls by tier (first: every first-tier "
+            "call, the audit's included; judge: the rule's own judge), in USD",
+            ("rule", "pack", "tier"),
         )
         self.prompt_cuts = counter(
             "prompt_cuts",

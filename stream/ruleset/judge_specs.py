@@ -36,16 +36,37 @@ DECISION_MODEL = "gpt-6-luna"  # the Decisions API's one model (the openai SDK's
 
 
 class CascadeTier(Strict):
-    """The cheap first tier of a cascade: a decision model."""
+    """The cheap first tier of a cascade: a decision model, or a chat model whose verdict's
+    confidence is read from its log-probabilities (a small hosted or local model)."""
 
-    api: Literal["decisions"] = "decisions"
+    @model_validator(mode="before")
+    @classmethod
+    def _chat_names_its_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("api") == "chat" and not data.get("model"):
+            raise ValueError(
+                "a chat first tier names its model (a small one: its verdict's confidence is "
+                "read from its log-probabilities)"
+            )
+        return data
+
+    api: Literal["decisions", "chat"] = Field(
+        default="decisions",
+        description="decisions: a decision model asked the rule's question; chat: a chat "
+        "model asked the rule's own prompt, its confidence read from its log-probabilities",
+    )
     model: str = DECISION_MODEL
     instructions: str | None = Field(
         default=None,
         min_length=1,
-        description="The question asked of the input (default: the rule's judge.instructions, "
-        "else its description)",
+        description="With api: decisions, the question asked of the input (default: the "
+        "rule's judge.instructions, else its description)",
     )
+
+    @model_validator(mode="after")
+    def _instructions_for_decisions(self) -> CascadeTier:
+        if self.api == "chat" and self.instructions is not None:
+            raise ValueError("a chat first tier reads the rule's own prompt: drop instructions")
+        return self
 
 
 class CascadeAccept(Strict):
@@ -95,10 +116,17 @@ class JudgeSpec(Strict):
         description="With api: decisions, the question asked of the input (default: the rule's "
         "description)",
     )
+    logprobs: bool = Field(
+        default=False,
+        description="Ask a chat judge for its log-probabilities (top_logprobs) and publish each "
+        "label's probability and the verdict's confidence in details.decision (llm_judge rules "
+        "with a choice or integer output; an endpoint that returns none is said once)",
+    )
     cascade: CascadeSpec | None = Field(
         default=None,
-        description="A decision model asked first; the rule's own judge (chat) only where its "
-        "confidence is under accept.min_confidence, and on an audit share",
+        description="A cheap first tier (a decision model, or a chat model read through its "
+        "log-probabilities); the rule's own judge (chat) only where its confidence is under "
+        "accept.min_confidence, and on an audit share",
     )
     tools: Literal["trace"] | None = Field(
         default=None,
@@ -142,6 +170,11 @@ class JudgeSpec(Strict):
     def _decisions_online_without_tools(self) -> JudgeSpec:
         if self.cascade is not None and (self.api != "chat" or self.mode == "batch"):
             raise ValueError("judge.cascade puts a decision model before an online chat judge")
+        if self.logprobs and (self.api != "chat" or self.tools is not None):
+            raise ValueError(
+                "judge.logprobs reads a chat judge's answer tokens: it takes api: chat and no "
+                "tools (a decision model gives its probabilities itself)"
+            )
         if self.api == "decisions" and (self.mode == "batch" or self.tools is not None):
             raise ValueError(
                 "api: decisions is asked online and without tools (a decision model answers "

@@ -40,21 +40,28 @@ class LLMJudgeRule(PromptedRule):
 
     @model_validator(mode="after")
     def _askable_of_a_decision_model(self) -> LLMJudgeRule:
-        """A decision model answers a predicate, a choice or a score over levels: a rule it
-        judges has a choice or an integer output (at most 255 values), one verdict."""
+        """A decision model answers a predicate, a choice or a score over levels, and a chat
+        judge's log-probabilities are read on the same: a rule judged so has a choice or an
+        integer output (at most 255 values), one verdict."""
         cascade = self.judge.cascade
-        if self.judge.api != "decisions" and cascade is None:
+        if self.judge.api != "decisions" and cascade is None and not self.judge.logprobs:
             return self
         if self.fan_out is not None:
-            raise ValueError("a decision model judges one verdict: drop fan_out")
+            raise ValueError(
+                "a decision model or a judge's log-probabilities read one verdict: drop fan_out"
+            )
         output = self.output
         levels = (output.max or 0) - (output.min or 0) + 1
         if output.type != "choice" and not (output.integer and levels <= 255):
             raise ValueError(
-                "a decision model (judge.api: decisions, judge.cascade) needs a choice output "
-                "or an integer one of at most 255 values (a continuous scale has no levels to "
-                "ask about)"
+                "a decision model or log-probabilities (judge.api: decisions, judge.cascade, "
+                "judge.logprobs) need a choice output or an integer one of at most 255 values "
+                "(a continuous scale has no levels to ask about)"
             )
+        if cascade is None and self.judge.api != "decisions":
+            return self  # a chat judge's log-probabilities ask no question
+        if cascade is not None and cascade.first.api == "chat":
+            return self
         asked = cascade.first.instructions if cascade is not None else None
         if asked is None and self.judge.instructions is None and self.description is None:
             raise ValueError(
@@ -63,22 +70,33 @@ class LLMJudgeRule(PromptedRule):
         return self
 
     def cascade_first(self, variant: str | None = None) -> LLMJudgeRule:
-        """This rule as its cascade's first tier judges it (a decision model; the same id,
-        variables and output), its scores carrying ``variant`` (None: the rule's own)."""
+        """This rule as its cascade's first tier judges it (a decision model, or a chat model
+        read through its log-probabilities; the same id, variables and output), its scores
+        carrying ``variant`` (None: the rule's own)."""
         cascade = self.judge.cascade
         assert cascade is not None, f"rule {self.id} has no cascade"
         first = cascade.first
-        judge = self.judge.model_copy(
-            update={
-                "api": "decisions",
-                "model": first.model,
-                "instructions": first.instructions or self.judge.instructions,
-                "cascade": None,
-            }
-        )
+        update: dict[str, Any] = {"api": first.api, "model": first.model, "cascade": None}
+        if first.api == "chat":
+            update |= {"logprobs": True, "tools": None}
+        else:
+            update["instructions"] = first.instructions or self.judge.instructions
+        judge = self.judge.model_copy(update=update)
         tier = self.model_copy(update={"judge": judge, "shadow": []})
         tier._variant = variant
+        tier._first_tier = True
         return tier
+
+    # this rule object is a cascade's first tier (``cascade_first``)
+    _first_tier: bool = PrivateAttr(default=False)
+
+    @property
+    def cascade_tier(self) -> str | None:
+        """Which tier of a cascade this rule object judges as: ``first``, ``judge`` (the
+        rule's own judge, not a shadow of it), or None (no cascade)."""
+        if private(self, "_first_tier"):
+            return "first"
+        return "judge" if self.judge.cascade is not None and self.variant is None else None
 
     @model_validator(mode="after")
     def _agreement_fits_the_output(self) -> LLMJudgeRule:

@@ -13,9 +13,11 @@ from decisions_double import MODEL, REFUSE, JudgeAndDecisions, yes_no_rule
 from fixtures import settings
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
+from scripted_judge import Reply
 
 from stream.engine.outcomes import TraceResult
 from stream.engine.scorer import Scorer
+from stream.engine.spend import SpendLedger
 from stream.judge.decision_client import judge_client
 from stream.metrics import ScorerMetrics
 from stream.models import Trace
@@ -52,7 +54,10 @@ async def scored(
     metrics = ScorerMetrics(CollectorRegistry())
     cfg = settings(openai_base_url=endpoint.base_url, openai_api_key="sk-test")
     client = judge_client(cfg.judge_config(), metrics)
-    scorer = Scorer(RuleSet([rule]), client, default_model=CHAT_MODEL, observer=metrics)
+    ledger = SpendLedger((), cfg.judge_cost)  # as the worker makes it: the rules' cost counted
+    scorer = Scorer(
+        RuleSet([rule]), client, default_model=CHAT_MODEL, observer=metrics, ledger=ledger
+    )
     try:
         results = [await scorer.score_trace(Trace.model_validate(d), d) for d in documents]
     finally:
@@ -150,3 +155,78 @@ def test_a_cascade_needs_an_askable_output_and_an_online_chat_judge() -> None:
         LLMJudgeRule.model_validate({**data, "output": {"min": 0, "max": 1}})
     with pytest.raises(ValidationError, match="before an online chat judge"):
         LLMJudgeRule.model_validate({**data, "judge": {**data["judge"], "mode": "batch"}})
+
+
+SMALL = "gpt-4.1-nano"
+
+
+def chat_cascade_rule(audit_rate: float = 0.0) -> LLMJudgeRule:
+    return cascade_rule(audit_rate, first={"api": "chat", "model": SMALL})
+
+
+def small_says(endpoint: JudgeAndDecisions, label: str, p: float) -> None:
+    """The small model answers ``label`` with probability ``p`` at its verdict's token."""
+    other = "no" if label == "yes" else "yes"
+    answer = f'{{"choice": "{label}", "reason": "small"}}'
+    reply = Reply(answer, alternatives={label: {label: p, other: 1 - p}})
+    endpoint.script("Judge the answer", reply, model=SMALL)
+
+
+def spent(metrics: ScorerMetrics, tier: str) -> float | None:
+    labels = {"rule": "answer_correct", "pack": "p", "tier": tier}
+    return metrics.registry.get_sample_value("scorer_cascade_cost_usd_total", labels)
+
+
+async def test_a_chat_first_tier_is_read_through_its_log_probabilities(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    small_says(endpoint, "yes", 0.95)
+    (result,), metrics = await scored(endpoint, chat_cascade_rule(), trace(1))
+    (score,) = result.scores
+    assert (score.status, score.label, score.judge_model) == ("ok", "yes", SMALL)
+    assert score.details is not None
+    assert score.details["cascade"] == {"tier": "first", "confidence": pytest.approx(0.95)}
+    assert score.details["decision"]["source"] == "logprobs"
+    (sent,) = [r["body"] for r in endpoint.requests]  # the judge was not asked
+    assert (sent["model"], sent["logprobs"]) == (SMALL, True)
+    # the first tier read the rule's own prompt
+    assert endpoint.prompts() == ["Judge the answer.\nQuestion: 1+1?\nAnswer: 2"]
+    assert cascaded(metrics, "first", "accepted") == 1.0
+    assert (spent(metrics, "first") or 0.0) > 0.0 and spent(metrics, "judge") is None
+
+
+async def test_an_unsure_chat_first_tier_escalates_and_each_tier_is_costed(
+    endpoint: JudgeAndDecisions,
+) -> None:
+    small_says(endpoint, "yes", 0.7)
+    (result,), metrics = await scored(endpoint, chat_cascade_rule(), trace(1))
+    (score,) = result.scores
+    assert (score.label, score.judge_model) == ("no", CHAT_MODEL)
+    assert score.details is not None
+    assert score.details["cascade"]["escalated"] == "low_confidence"
+    assert [r["body"]["model"] for r in endpoint.requests] == [SMALL, CHAT_MODEL]
+    assert "logprobs" not in endpoint.requests[1]["body"]  # the judge is asked as before
+    first, judge = spent(metrics, "first"), spent(metrics, "judge")
+    assert first is not None and judge is not None and judge > first > 0.0
+
+
+async def test_a_chat_first_tier_without_log_probabilities_escalates_every_target() -> None:
+    with JudgeAndDecisions(logprobs="none") as endpoint:
+        endpoint.script("Judge the answer", '{"result": "no", "reason": "the judge says no"}')
+        small_says(endpoint, "yes", 0.99)
+        results, metrics = await scored(endpoint, chat_cascade_rule(), trace(1), trace(2))
+    for result in results:
+        (score,) = result.scores
+        assert score.judge_model == CHAT_MODEL and score.details is not None
+        assert score.details["cascade"] == {"tier": "judge", "escalated": "no_confidence"}
+    assert cascaded(metrics, "judge", "no_confidence") == 2.0
+
+
+def test_a_chat_first_tier_names_its_model_and_asks_no_question() -> None:
+    with pytest.raises(ValidationError, match="names its model"):
+        cascade_rule(first={"api": "chat"})
+    with pytest.raises(ValidationError, match="drop instructions"):
+        cascade_rule(first={"api": "chat", "model": SMALL, "instructions": "Is it right?"})
+    tier = chat_cascade_rule().cascade_first()
+    assert (tier.judge.api, tier.judge.model, tier.judge.logprobs) == ("chat", SMALL, True)
+    assert tier.cascade_tier == "first" and chat_cascade_rule().cascade_tier == "judge"

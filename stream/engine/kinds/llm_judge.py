@@ -98,7 +98,7 @@ class LLMJudgeKind(JudgedKind):
                     said(ctx, rule, outcome, {"tier": "first", "confidence": confidence})
                     ctx.observer.on_cascade(rule.id, rule.pack, "first", "accepted")
                     return outcome
-                reason = "low_confidence"
+                reason = "low_confidence" if confidence is not None else "no_confidence"
         outcome = await super().run(ctx, job, plan)
         details: dict[str, Any] = {"tier": "judge", "escalated": reason}
         if confidence is not None:
