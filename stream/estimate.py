@@ -15,7 +15,10 @@ counted instead of made:
   completion tokens are an assumption per answer (``COMPLETION_TOKENS``), both said in the
   output;
 - the price is the deployment's (``SCORER_JUDGE_PRICES``), online and at the Batch API's
-  rate.
+  rate;
+- a cascade rule's first tier is counted on every target it is asked of (``rule@first``; a
+  decision model's answer has no output tokens) and its judge on every target, as if all
+  escalated: the escalation rate is known only once it runs, so the judge's part is a bound.
 
 No broker, no judge call. Design record 40.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .engine.kinds import primary_shape
@@ -35,7 +38,7 @@ from .judge.cache import verdict_key
 from .judge.contract import answer_contract
 from .judge.tokens import TokenCounter
 from .models import TokenUsage, score_id
-from .ruleset.schema import RubricRule, RuleSet
+from .ruleset.schema import LLMJudgeRule, RubricRule, RuleSet
 
 # what an answer is assumed to take when no answer has said (a score and a sentence of
 # reason; a rubric's per criterion)
@@ -153,6 +156,10 @@ class _Counting:
         self.basis: dict[str, int] = {}
 
     def count(self, job: JudgeJob, scope: str, trace_id: str | None = None) -> None:
+        if job.cascade == "first":  # the first tier's call too (the judge's counted as if
+            # every target escalated: an upper bound; the audit's is its own job)
+            assert isinstance(job.rule, LLMJudgeRule)
+            self.count(replace(job, rule=job.rule.cascade_first("first"), cascade=None), scope)
         rule = job.rule
         model = rule.judge.model or self.default_model
         name = rule.id if rule.variant is None else f"{rule.id}@{rule.variant}"
@@ -197,6 +204,8 @@ class _Counting:
 
     @staticmethod
     def _completion(rule: Any) -> int:
+        if rule.judge.api == "decisions":
+            return 0  # probabilities, no text: nothing to pay for
         if isinstance(rule, RubricRule):
             return COMPLETION_TOKENS_PER_CRITERION * max(1, len(rule.criteria))
         return COMPLETION_TOKENS

@@ -7,6 +7,7 @@ import copy
 
 import orjson
 import pytest
+from decisions_double import yes_no_rule
 from fixtures import RULES_DIR, hub_trace
 from typer.testing import CliRunner
 
@@ -19,6 +20,7 @@ from stream.explain import FileOptions
 from stream.judge.tokens import TokenCounter
 from stream.models import TokenUsage
 from stream.ruleset.loader import load_rules
+from stream.ruleset.schema import RuleSet
 
 OPTIONS = FileOptions(default_model="gpt-4o-mini")
 
@@ -141,3 +143,33 @@ def test_a_calibration_corrects_the_count_by_what_answers_reported() -> None:
     assert corrected.total.prompt_tokens < 1.31 * plain.total.prompt_tokens
     few = dict(list(reported.items())[:4])
     assert calibrated(plain.basis, few) is None
+
+
+def test_a_cascade_counts_its_first_tier_on_every_target_and_its_judge_as_a_bound() -> None:
+    rule = yes_no_rule(
+        {"cascade": {"accept": {"min_confidence": 0.9}, "audit_rate": 0.2}},
+        "Judge the answer.\nQuestion: {{question}}\nAnswer: {{answer}}",
+    )
+    documents = [
+        orjson.dumps(
+            {
+                "id": f"t-{n}",
+                "input": {"messages": [{"role": "user", "content": f"{n}+{n}?"}]},
+                "output": {"content": str(2 * n)},
+            }
+        )
+        for n in range(50)
+    ]
+    found = estimate_messages(RuleSet([rule]), documents, OPTIONS, price)
+    rows = {r.rule_id: r for r in found.rules}
+    judge, first, audit = (
+        rows["answer_correct"],
+        rows["answer_correct@first"],
+        rows["answer_correct@cascade"],
+    )
+    assert judge.judge_calls == 50 and judge.model == "gpt-4o-mini"  # all, as if escalated
+    assert first.judge_calls + audit.judge_calls == 50  # the first tier asked of every target
+    assert 0 < audit.judge_calls < 25
+    assert first.model == audit.model == "gpt-6-luna"
+    assert first.completion_tokens == audit.completion_tokens == 0  # no text, no output price
+    assert first.usd == pytest.approx(first.prompt_tokens * 0.10 / 1e6)
