@@ -13,8 +13,8 @@ typed questions with probabilities and no text:
   value, labelled with the rule's label for it where it has one (``labels``) and the value
   otherwise: a probability for each level, and the expected score.
 
-A continuous scale has no levels to ask about: it cannot be asked this way (``question_of``
-says so). The published value is the most probable answer; the verdict keeps every
+A continuous scale is asked on the levels it declares (``output.levels``: a score whose
+levels are those values); without them it cannot be asked this way (``question_of`` says so). The published value is the most probable answer; the verdict keeps every
 probability, the confidence (the provider's, or for a predicate the larger of p and 1 - p)
 and the expected value on the rule's scale.
 """
@@ -58,11 +58,14 @@ def _predicate_labels(output: OutputSpec) -> tuple[str, str] | None:
 
 
 def levels_of(output: OutputSpec) -> list[tuple[str, float]]:
-    """An integer scale's levels, lowest first: (label, raw value)."""
+    """A scale's levels, lowest first: (label, raw value): an integer scale's values, or the
+    levels a continuous one declares (``output.levels``)."""
+    if output.type == "numeric" and output.levels is not None:
+        return [(f"{value:g}", value) for value in output.levels]
     if output.type != "numeric" or not output.integer:
         raise NotAskableError(
-            "a continuous scale has no levels to ask a decision model about: make the rule's "
-            "output integer (integer: true), or a choice"
+            "a continuous scale has no levels to ask a decision model about: declare them "
+            "(output.levels), make the output integer (integer: true), or a choice"
         )
     assert output.min is not None and output.max is not None
     low, high = int(output.min), int(output.max)

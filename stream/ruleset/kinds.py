@@ -52,11 +52,14 @@ class LLMJudgeRule(PromptedRule):
             )
         output = self.output
         levels = (output.max or 0) - (output.min or 0) + 1
-        if output.type != "choice" and not (output.integer and levels <= 255):
+        first = cascade.first.api if cascade is not None else self.judge.api
+        declared = output.levels is not None and first == "decisions" and not self.judge.logprobs
+        if output.type != "choice" and not (output.integer and levels <= 255) and not declared:
             raise ValueError(
                 "a decision model or log-probabilities (judge.api: decisions, judge.cascade, "
                 "judge.logprobs) need a choice output or an integer one of at most 255 values "
-                "(a continuous scale has no levels to ask about)"
+                "(a continuous scale has no levels to ask about: a decision model reads it on "
+                "the levels it declares, output.levels)"
             )
         if cascade is None and self.judge.api != "decisions":
             return self  # a chat judge's log-probabilities ask no question

@@ -30,6 +30,13 @@ class OutputSpec(Strict):
     labels: dict[int, str] | None = Field(
         default=None, description="Label for each integer raw value (e.g. 4: Excellent)"
     )
+    levels: list[float] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=255,
+        description="The values a continuous scale is read on by a decision model (e.g. "
+        "[0, 0.25, 0.5, 0.75, 1]): one level each, rising, within min and max",
+    )
     choices: dict[str, float] | None = Field(
         default=None, description="Allowed labels and the raw value each one scores"
     )
@@ -80,16 +87,30 @@ class OutputSpec(Strict):
                 raise ValueError(f"min ({self.min}) must be below max ({self.max})")
             if self.choices is not None:
                 raise ValueError("choices are only for type: choice")
+            self._levels_on_the_scale()
         else:
             if not self.choices or len(self.choices) < 2:
                 raise ValueError("choice output needs at least two choices")
-            if self.min is not None or self.max is not None or self.labels is not None:
-                raise ValueError("choice output takes its scale from choices; drop min/max/labels")
+            if self.min is not None or self.max is not None or self.labels or self.levels:
+                raise ValueError(
+                    "choice output takes its scale from choices; drop min/max/labels/levels"
+                )
         if self.answer_format == "score_lines" and (self.type != "numeric" or self.answer_key):
             raise ValueError("score_lines answers are numeric and not wrapped in an answer_key")
         if self.verdict_field and self.answer_key:
             raise ValueError("verdict_field and answer_key are two answer shapes; pick one")
         return self
+
+    def _levels_on_the_scale(self) -> None:
+        if self.levels is None:
+            return
+        if self.integer:
+            raise ValueError("an integer scale's levels are its values: drop levels")
+        assert self.min is not None and self.max is not None
+        if any(b <= a for a, b in zip(self.levels, self.levels[1:], strict=False)):
+            raise ValueError(f"levels rise, each once: {self.levels}")
+        if self.levels[0] < self.min or self.levels[-1] > self.max:
+            raise ValueError(f"levels lie within min and max ({self.min}..{self.max})")
 
     @cached_property
     def scale(self) -> Scale:

@@ -74,6 +74,44 @@ def test_a_continuous_scale_cannot_be_asked() -> None:
         question_of(OutputSpec(min=0, max=1), "Rate it.", "q")
 
 
+QUARTERS = OutputSpec(min=0, max=1, levels=[0, 0.25, 0.5, 0.75, 1])
+
+
+async def test_a_continuous_scale_is_asked_on_the_levels_it_declares(
+    model: DecisionsDouble,
+) -> None:
+    question = question_of(QUARTERS, "How faithful is it?", "faithful")
+    assert [level["label"] for level in question["levels"]] == ["0", "0.25", "0.5", "0.75", "1"]
+    model.script("faithful", {"0.75": 0.5, "1": 0.3, "0.5": 0.2})
+    client = api(model)
+    try:
+        outcome = await client.decide(DecisionRequest(MODEL, "Q: 2+2? A: 4", [question]))
+    finally:
+        await client.close()
+    assert isinstance(outcome, Decided)
+    verdict = verdict_of(QUARTERS, outcome.answers[0])
+    assert verdict is not None and (verdict.label, verdict.value) == ("0.75", 0.75)
+    assert verdict.expected == pytest.approx(0.5 * 0.75 + 0.3 * 1 + 0.2 * 0.5)
+
+
+@pytest.mark.parametrize(
+    ("levels", "says"),
+    [
+        ([0.5, 0.25], "rise"),
+        ([0, 2], "within min and max"),
+        ([0.5], "at least 2"),
+    ],
+)
+def test_declared_levels_rise_within_the_scale(levels: list[float], says: str) -> None:
+    with pytest.raises(ValidationError, match=says):
+        OutputSpec(min=0, max=1, levels=levels)
+    with pytest.raises(ValidationError, match="drop levels"):
+        OutputSpec(min=1, max=5, integer=True, levels=[1, 2])
+    data = decision_rule().model_dump(exclude_none=True, exclude_defaults=True)
+    data["output"] = {"min": 0, "max": 1, "levels": [0, 0.5, 1]}
+    assert LLMJudgeRule.model_validate({**data, "kind": "llm_judge"}).output.levels == [0, 0.5, 1]
+
+
 async def test_every_answer_comes_back_as_a_verdict_on_the_rules_scale(
     model: DecisionsDouble,
 ) -> None:
@@ -194,6 +232,11 @@ def test_a_decision_rule_asks_the_decision_model_by_default() -> None:
     ("change", "says"),
     [
         ({"output": {"min": 0, "max": 1}}, "continuous scale"),
+        # log-probabilities are read on labels the judge writes, not on declared levels
+        (
+            {"output": {"min": 0, "max": 1, "levels": [0, 1]}, "judge": {"logprobs": True}},
+            "continuous scale",
+        ),
         ({"judge": {"api": "decisions", "mode": "batch"}}, "online and without tools"),
         ({"description": None}, "set judge.instructions"),
     ],
