@@ -3,68 +3,41 @@ grafana/dashboards/*.json (the files Grafana's provisioning loads; a test checks
 current).
 
 Three dashboards: quality (scores against their baseline, low scores, thread rules, each
-split by project), judge health (latency, errors, retries, tokens, cost) and pipeline health (throughput, lag, DLQ,
-decisions, threads). Every query reads the metrics of stream/metrics/ or the recording
-rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against a real
-Prometheus that scraped a working worker.
+split by project), judge health (latency, errors, retries, tokens, cost, cascade rules:
+``judge_dashboard.py``) and pipeline health (throughput, lag, DLQ, decisions, threads), built
+of the panels of ``panels.py``. Every query reads the metrics of stream/metrics/ or the
+recording rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against
+a real Prometheus that scraped a working worker.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-RULES = 'pack=~"$pack", rule=~"$rule"'
-# the score metrics and their recording rules also carry a (bounded) project label
-SCORES = f'{RULES}, project=~"$project"'
-MODELS = 'model=~"$model"'
-WIDTH = 24  # Grafana's grid
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # its modules beside it, run as a script or loaded by path
+    sys.path.append(str(HERE))
+
+from judge_dashboard import judge  # noqa: E402
+from panels import (  # noqa: E402
+    RULES,
+    SCORES,
+    SHARE,
+    Panel,
+    Query,
+    bars,
+    graph,
+    quantile,
+    render,
+    stat,
+)
+
+OUT = HERE / "dashboards"
 PER_RULE = "{{pack}}/{{rule}} {{criterion}} ({{project}})"  # legend of per-rule series
 PAIR = "{{pack}}/{{rule}} {{variant_b}} over {{variant_a}} ({{project}})"  # a variant pair
-SHARE: dict[str, Any] = {"unit": "percentunit", "min": 0, "max": 1}  # a 0..1 axis
-
-
-@dataclass
-class Query:
-    expr: str
-    legend: str = ""
-    instant: bool = False
-
-
-@dataclass
-class Panel:
-    """One panel; ``width`` x ``height`` grid cells, laid out left to right, row by row."""
-
-    kind: str  # timeseries | stat | bargauge
-    title: str
-    queries: list[Query]
-    description: str = ""
-    unit: str = "short"
-    width: int = 12
-    height: int = 8
-    min: float | None = None
-    max: float | None = None
-    thresholds: list[tuple[float | None, str]] = field(default_factory=lambda: [(None, "green")])
-    threshold_line: bool = False  # timeseries: draw the thresholds as lines
-    stack: bool = False
-    dashed: str | None = None  # timeseries: regex of series drawn dashed (baselines)
-    decimals: int | None = None
-
-
-def stat(title: str, expr: str, unit: str = "short", **options: Any) -> Panel:
-    return Panel("stat", title, [Query(expr)], unit=unit, width=4, height=4, **options)
-
-
-def graph(title: str, *queries: Query, **options: Any) -> Panel:
-    return Panel("timeseries", title, list(queries), **options)
-
-
-def bars(title: str, *queries: Query, **options: Any) -> Panel:
-    return Panel("bargauge", title, list(queries), **options)
 
 
 def per_rule(*, window: str = "$__rate_interval", scope: str = "", selector: str = SCORES) -> str:
@@ -97,14 +70,6 @@ COUNTED_ERRORS = (
     "output.errors_count_as says so counts it as that value (the coaching rubric: 0.0, seed "
     "004's 'API failures are not passes'), other rules leave error scores out."
 )
-
-
-def quantile(q: float, histogram: str, by: str, selector: str = "") -> Query:
-    return Query(
-        f"histogram_quantile({q}, sum by (le{by}) (rate({histogram}_bucket{{{selector}}}"
-        "[$__rate_interval])))",
-        f"p{round(q * 100)}" + (" {{model}}" if "model" in by else ""),
-    )
 
 
 def quality() -> tuple[dict[str, Any], list[Panel]]:
@@ -286,192 +251,6 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
     ]
 
 
-def judge() -> tuple[dict[str, Any], list[Panel]]:
-    calls = f"scorer_judge_calls_total{{{MODELS}}}"
-    return {
-        "uid": "scorer-judge",
-        "title": "LLM scorer: judge health",
-        "description": "The judge endpoint: latency, failures, retries, tokens, estimated cost.",
-    }, [
-        stat("Judge calls per minute", f"sum(rate({calls}[$__rate_interval])) * 60"),
-        stat(
-            "Failed calls (10m)",
-            f'(sum(increase(scorer_judge_calls_total{{{MODELS}, outcome!="ok"}}[10m])) '
-            f"or vector(0))\n/ sum(increase({calls}[10m]))",
-            unit="percentunit",
-            thresholds=[(None, "green"), (0.05, "orange"), (0.2, "red")],
-        ),
-        stat(
-            "p95 latency",
-            f'histogram_quantile(0.95, sum by (le) (rate(scorer_judge_latency_seconds_bucket{{{MODELS}, outcome="ok"}}[$__rate_interval])))',
-            unit="s",
-        ),
-        stat(
-            "Tokens (range)",
-            f"sum(increase(scorer_judge_tokens_total{{{MODELS}}}[$__range]))",
-        ),
-        stat(
-            "Estimated cost (range)",
-            f"sum(increase(scorer_judge_cost_usd_total{{{MODELS}}}[$__range]))",
-            unit="currencyUSD",
-            decimals=2,
-            description="From token counts and SCORER_JUDGE_PRICES; models without a price "
-            "(local ones) are not counted.",
-        ),
-        stat(
-            "Retries per minute",
-            f"(sum(rate(scorer_judge_retries_total{{{MODELS}}}[$__rate_interval])) or vector(0)) * 60",
-        ),
-        graph(
-            "Latency of answered calls",
-            quantile(0.5, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
-            quantile(0.95, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
-            quantile(0.99, "scorer_judge_latency_seconds", ", model", f'{MODELS}, outcome="ok"'),
-            unit="s",
-        ),
-        graph(
-            "Calls per minute by outcome",
-            Query(
-                f"sum by (model, outcome) (rate({calls}[$__rate_interval])) * 60",
-                "{{model}} {{outcome}}",
-            ),
-            stack=True,
-        ),
-        graph(
-            "Share of failed calls (10m)",
-            Query(f"scorer:judge_error_ratio:10m{{{MODELS}}}", "{{model}}"),
-            **SHARE,
-            thresholds=[(None, "green"), (0.2, "red")],
-            threshold_line=True,
-            description="Timeouts, 429s, 5xx and unusable answers, retries included; the "
-            "ScorerJudgeErrorRate alert fires above the red line.",
-        ),
-        graph(
-            "Retries per minute by reason",
-            Query(
-                f"sum by (model, reason) (rate(scorer_judge_retries_total{{{MODELS}}}"
-                "[$__rate_interval])) * 60",
-                "{{model}} {{reason}}",
-            ),
-            stack=True,
-        ),
-        graph(
-            "Pace in use (calls a second) and why",
-            Query(
-                f"max by (model, reason) (scorer_judge_pace_rps{{{MODELS}}})",
-                "{{model}} {{reason}}",
-            ),
-            description="What each model's pacer lets start: announced (the provider's request "
-            "or token limit), measured (found by comparing the share of 429s at two rates), "
-            "paused (a long Retry-After, or every call refused: one probe at a time), none (0: no "
-            "pace of its own, calls start as answers come).",
-        ),
-        graph(
-            "Share of calls answered 429",
-            Query(
-                f'(sum by (model) (rate(scorer_judge_calls_total{{{MODELS}, outcome="rate_limited"}}'
-                "[$__rate_interval]))"
-                f" or sum by (model) (rate({calls}[$__rate_interval])) * 0)"
-                f" / sum by (model) (rate({calls}[$__rate_interval]))",
-                "{{model}}",
-            ),
-            **SHARE,
-            description="Refusals for rate (429 rate_limited) among every attempt; the pacer "
-            "aims to keep it under 2 %.",
-        ),
-        graph(
-            "Tokens per minute against the announced limit",
-            Query(
-                f"sum by (model) (rate(scorer_judge_tokens_total{{{MODELS}}}[$__rate_interval])) * 60",
-                "{{model}} used",
-            ),
-            Query(
-                f"max by (model) (scorer_judge_token_limit_per_minute{{{MODELS}}})",
-                "{{model}} limit",
-            ),
-            description="Tokens the judge used a minute, and the limit its provider announced "
-            "(x-ratelimit-limit-tokens; none shown when it does not announce one).",
-        ),
-        graph(
-            "Tokens per minute",
-            Query(
-                f"sum by (model, kind) (rate(scorer_judge_tokens_total{{{MODELS}}}"
-                "[$__rate_interval])) * 60",
-                "{{model}} {{kind}}",
-            ),
-            stack=True,
-        ),
-        graph(
-            "Estimated cost per hour",
-            Query(
-                f"sum by (model) (rate(scorer_judge_cost_usd_total{{{MODELS}}}"
-                "[$__rate_interval])) * 3600",
-                "{{model}}",
-            ),
-            unit="currencyUSD",
-        ),
-        bars(
-            "Cost per 1,000 traces by rule (range)",
-            Query(COST_PER_1000, "{{pack}}/{{rule}}", instant=True),
-            unit="currencyUSD",
-            decimals=2,
-            description="Estimated judge dollars per 1,000 targets each rule scored over the "
-            "range (traces; for a thread or pair rule, its closes): every call of the rule's "
-            "scores (retries and unusable answers too) over its scored and error decisions. "
-            "Verdict cache hits count as scored and cost nothing; filtered, sampled-out and "
-            "skipped targets are not counted. Models without a price are left out.",
-        ),
-        graph(
-            "Saved by the provider's prompt cache",
-            Query(
-                f"sum by (model) (rate(scorer_judge_prompt_cached_tokens_total{{{MODELS}}}"
-                "[$__rate_interval])) * 60",
-                "{{model}} cached tokens a minute",
-            ),
-            Query(
-                f"sum by (model) (rate(scorer_judge_prompt_cache_saved_usd_total{{{MODELS}}}"
-                "[$__rate_interval])) * 3600",
-                "{{model}} USD saved an hour",
-            ),
-            description="Prompt tokens the provider served from its own prompt cache "
-            "(usage.prompt_tokens_details.cached_tokens) and the dollars that saved: those "
-            "tokens at the input price less at the cached-input price (SCORER_JUDGE_PRICES).",
-        ),
-        graph(
-            "Judge jobs waiting for a batch",
-            Query("sum(scorer_batch_jobs_pending)", "jobs pending"),
-            Query("max(scorer_batch_oldest_job_seconds) / 3600", "oldest, hours"),
-            description="Judge jobs of batch rules (judge.mode: batch, a spent defer budget) "
-            "kept in the batch-jobs table until their batch completes, and how long the "
-            "oldest has waited; their traces are committed already. ScorerBatchJobsStuck "
-            "fires past 50 hours.",
-        ),
-        graph(
-            "Batches and batch jobs",
-            Query(
-                "sum by (status) (increase(scorer_batches_total[$__rate_interval]))",
-                "batches {{status}}",
-            ),
-            Query(
-                "sum by (event) (increase(scorer_batch_jobs_total[$__rate_interval]))",
-                "jobs {{event}}",
-            ),
-            description="Batches submitted and how they ended (completed, failed, expired, "
-            "cancelled; a failed or expired batch's jobs are asked online or become error "
-            "scores), and judge jobs deferred to batches and finished from them.",
-        ),
-    ]
-
-
-# a rule's judge cost over the range per 1,000 targets it scored (a target judged: scored,
-# or an error score; the decisions count one per target, whatever its scores)
-COST_PER_1000 = (
-    f"1000 * sum by (pack, rule) (increase(scorer_rule_judge_cost_usd_total{{{MODELS}}}"
-    "[$__range]))\n/ (sum by (pack, rule) (increase(scorer_decisions_total"
-    '{outcome=~"scored|error"}[$__range])) > 0)'
-)
-
-
 def pipeline() -> tuple[dict[str, Any], list[Panel]]:
     return {
         "uid": "scorer-pipeline",
@@ -582,156 +361,6 @@ def pipeline() -> tuple[dict[str, Any], list[Panel]]:
             "until the broker has them all (SCORER_PRODUCER_LINGER_MS included).",
         ),
     ]
-
-
-def variable(name: str, query: str, label: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "label": label,
-        "type": "query",
-        "datasource": DATASOURCE,
-        "query": {"query": query, "refId": f"{name}-values"},
-        "definition": query,
-        "refresh": 2,
-        "includeAll": True,
-        "multi": True,
-        "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "sort": 1,
-    }
-
-
-VARIABLES = {
-    "pack": lambda: variable("pack", "label_values(scorer_rule_direction, pack)", "Pack"),
-    "rule": lambda: variable(
-        "rule", 'label_values(scorer_rule_direction{pack=~"$pack"}, rule)', "Rule"
-    ),
-    "project": lambda: variable(
-        "project", 'label_values(scorer_scores_total{pack=~"$pack"}, project)', "Project"
-    ),
-    "model": lambda: variable("model", "label_values(scorer_judge_calls_total, model)", "Model"),
-}
-
-
-def thresholds(steps: list[tuple[float | None, str]]) -> dict[str, Any]:
-    return {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}
-
-
-def render_panel(panel: Panel, index: int, x: int, y: int) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": panel.unit, "thresholds": thresholds(panel.thresholds)}
-    for key in ("min", "max", "decimals"):
-        if getattr(panel, key) is not None:
-            defaults[key] = getattr(panel, key)
-    overrides: list[dict[str, Any]] = []
-    options: dict[str, Any]
-    if panel.kind == "timeseries":
-        defaults["color"] = {"mode": "palette-classic"}
-        defaults["custom"] = {
-            "drawStyle": "line",
-            "lineWidth": 2,
-            "fillOpacity": 20 if panel.stack else 0,
-            "showPoints": "never",
-            "spanNulls": True,
-            "stacking": {"mode": "normal" if panel.stack else "none"},
-            "thresholdsStyle": {"mode": "line" if panel.threshold_line else "off"},
-        }
-        if panel.dashed:
-            overrides.append(
-                {
-                    "matcher": {"id": "byRegexp", "options": panel.dashed},
-                    "properties": [
-                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                        {"id": "custom.lineWidth", "value": 1},
-                    ],
-                }
-            )
-        options = {
-            "legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        }
-    elif panel.kind == "stat":
-        defaults["color"] = {"mode": "thresholds"}
-        options = {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "background",
-            "graphMode": "area",
-            "textMode": "value",
-        }
-    else:  # bargauge
-        defaults["color"] = {"mode": "continuous-RdYlGr"}
-        options = {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "displayMode": "gradient",
-            "orientation": "horizontal",
-            "showUnfilled": True,
-        }
-    rendered: dict[str, Any] = {
-        "id": index,
-        "type": panel.kind,
-        "title": panel.title,
-        "datasource": DATASOURCE,
-        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
-        "fieldConfig": {"defaults": defaults, "overrides": overrides},
-        "options": options,
-        "targets": [
-            {
-                "refId": chr(ord("A") + i),
-                "datasource": DATASOURCE,
-                "expr": q.expr,
-                "legendFormat": q.legend or "__auto",
-                "instant": q.instant,
-                "range": not q.instant,
-            }
-            for i, q in enumerate(panel.queries)
-        ],
-    }
-    if panel.description:
-        rendered["description"] = panel.description
-    return rendered
-
-
-def render(meta: dict[str, Any], panels: list[Panel]) -> dict[str, Any]:
-    used = "\n".join(q.expr for p in panels for q in p.queries)
-    names = [n for n in VARIABLES if f"${n}" in used]
-    rendered, x, y, row_height = [], 0, 0, 0
-    for index, panel in enumerate(panels, start=1):
-        if x + panel.width > WIDTH:
-            x, y, row_height = 0, y + row_height, 0
-        rendered.append(render_panel(panel, index, x, y))
-        x += panel.width
-        row_height = max(row_height, panel.height)
-    datasource = {
-        "name": "datasource",
-        "label": "Data source",
-        "type": "datasource",
-        "query": "prometheus",
-        "current": {"selected": True, "text": "Prometheus", "value": "prometheus"},
-    }
-    return {
-        **meta,
-        "tags": ["llm-scorer"],
-        "editable": True,
-        "schemaVersion": 39,
-        "version": 1,
-        "refresh": "30s",
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "timezone": "browser",
-        "graphTooltip": 1,
-        "annotations": {"list": []},
-        "links": [
-            {
-                "type": "dashboards",
-                "tags": ["llm-scorer"],
-                "asDropdown": False,
-                "title": "LLM scorer",
-                "includeVars": True,
-                "keepTime": True,
-            }
-        ],
-        "templating": {"list": [datasource, *(VARIABLES[n]() for n in names)]},
-        "panels": rendered,
-    }
 
 
 DASHBOARDS = {"quality": quality, "judge": judge, "pipeline": pipeline}

@@ -301,3 +301,135 @@ def test_cost_per_1000_traces_is_each_rules_cost_over_the_targets_it_judged(
     result = run_promtool_case(tmp_path, cost_per_1000_case(every))
     assert result.returncode != 0
     assert 'rule="critique"' in result.stdout + result.stderr
+
+
+def cascade_panel_exprs(title: str) -> list[str]:
+    """The queries of the judge dashboard's cascade panel ``title``, every pack, rule and
+    model, over one hour (its rate window 5 minutes)."""
+    judge = dashboards()["judge.json"]
+    panel = next(p for p in judge["panels"] if p["title"] == title)
+    return [
+        re.sub(r"\$(pack|rule|model)\b", ".*", t["expr"])
+        .replace("$__range", "1h")
+        .replace("$__rate_interval", "5m")
+        for t in panel["targets"]
+    ]
+
+
+def cascade_case(exprs: list[str], expected: list[list[tuple[str, float]]]) -> dict[str, Any]:
+    """A promtool case: an hour of two cascade rules. "triage" scores 8 targets a minute:
+    4 accepted from the first tier, 3 escalated for low confidence and 1 audited; its first
+    tier costs $0.0625 a minute (every call, the audit's too) and its judge $0.5; "sure"
+    accepts each of its 4 a minute ($0.0625 a minute on the first tier, no judge series)."""
+    where = 'pack="p", instance="w1"'
+    verdicts = "scorer_cascade_verdicts_total"
+    series = {
+        f'{verdicts}{{rule="triage", {where}, tier="first", reason="accepted"}}': "0+4x60",
+        f'{verdicts}{{rule="triage", {where}, tier="judge", reason="low_confidence"}}': "0+3x60",
+        f'{verdicts}{{rule="triage", {where}, tier="judge", reason="audit"}}': "0+1x60",
+        f'{verdicts}{{rule="sure", {where}, tier="first", reason="accepted"}}': "0+4x60",
+        f'scorer_cascade_cost_usd_total{{rule="triage", {where}, tier="first"}}': "0+0.0625x60",
+        f'scorer_cascade_cost_usd_total{{rule="triage", {where}, tier="judge"}}': "0+0.5x60",
+        f'scorer_cascade_cost_usd_total{{rule="sure", {where}, tier="first"}}': "0+0.0625x60",
+    }
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "promql_expr_test": [
+            {
+                "expr": expr,
+                "eval_time": "60m",
+                "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+            }
+            for expr, samples in zip(exprs, expected, strict=True)
+        ],
+    }
+
+
+def test_the_cascade_escalation_is_the_share_of_targets_the_judge_decided(
+    tmp_path: Path,
+) -> None:
+    """4 of triage's 8 targets a minute went to its judge (3 for low confidence, 1 audited);
+    sure, whose every verdict was accepted, reads 0 rather than nothing."""
+    exprs = cascade_panel_exprs("Cascade: share of targets the judge decided")
+    expected = [
+        [('{pack="p", rule="triage"}', 0.5), ('{pack="p", rule="sure"}', 0.0)],
+        [
+            ('{pack="p", reason="low_confidence", rule="triage"}', 0.375),
+            ('{pack="p", reason="audit", rule="triage"}', 0.125),
+        ],
+    ]
+    result = run_promtool_case(tmp_path, cascade_case(exprs, expected))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # without the zero for a rule its judge never decided, sure reads nothing: caught
+    bare = [exprs[0].split("\nor ")[0] + ")" + exprs[0].split(" * 0)", 1)[1], exprs[1]]
+    result = run_promtool_case(tmp_path, cascade_case(bare, expected))
+    assert result.returncode != 0
+    assert 'rule="sure"' in result.stdout + result.stderr
+
+
+def test_the_cascade_cost_per_1000_targets_divides_each_tier_by_every_verdict(
+    tmp_path: Path,
+) -> None:
+    """triage: $0.0625 a minute on the first tier over 8 targets a minute is $7.8125 per
+    1,000, $0.5 on the judge $62.5, $70.3125 in all; sure: $0.0625 over 4 is $15.625, its
+    first tier only."""
+    exprs = cascade_panel_exprs("Cascade: cost per 1,000 targets by tier (range)")
+    expected = [
+        [
+            ('{pack="p", rule="triage", tier="first"}', 7.8125),
+            ('{pack="p", rule="triage", tier="judge"}', 62.5),
+            ('{pack="p", rule="sure", tier="first"}', 15.625),
+        ],
+        [('{pack="p", rule="triage"}', 70.3125), ('{pack="p", rule="sure"}', 15.625)],
+    ]
+    result = run_promtool_case(tmp_path, cascade_case(exprs, expected))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # over the judge's own verdicts only, the judge's cost reads $125 per 1,000: caught
+    judged = [
+        e.replace("scorer_cascade_verdicts_total{", 'scorer_cascade_verdicts_total{tier="judge", ')
+        for e in exprs
+    ]
+    result = run_promtool_case(tmp_path, cascade_case(judged, expected))
+    assert result.returncode != 0
+    assert 'tier="judge"' in result.stdout + result.stderr
+
+
+def test_the_cascade_agreement_panel_draws_the_bounds_of_cascade_rules_only(
+    tmp_path: Path,
+) -> None:
+    """The first tier's kappa with the judge (not a shadow's, not the labels'), its pairs,
+    and the bound of its rule; a rule with a bound and no cascade draws no bound here."""
+    exprs = cascade_panel_exprs(
+        "Cascade: first tier's agreement with the judge (1d) and the rule's bound"
+    )
+    agreement = 'scorer_judge_agreement{rule="%s", criterion="", model="%s", variant="%s", reference="%s", measure="%s", window="1d", instance="w1"}'
+    threshold = 'scorer_judge_agreement_threshold{rule="%s", measure="kappa", window="1d", direction="min", instance="w1"}'
+    series = {
+        agreement % ("c1", "luna", "cascade", "primary", "kappa"): "0.7x60",
+        agreement % ("c1", "luna", "cascade", "primary", "count"): "40x60",
+        agreement % ("c1", "nano", "nano", "primary", "kappa"): "0.1x60",
+        agreement % ("c1", "m", "", "human", "kappa"): "0.2x60",
+        agreement % ("r2", "m", "", "human", "kappa"): "0.9x60",
+        threshold % "c1": "0.6x60",
+        threshold % "r2": "0.5x60",
+    }
+    expected = [
+        [('{measure="kappa", model="luna", rule="c1"}', 0.7)],
+        [('{measure="kappa", rule="c1"}', 0.6)],
+        [('{model="luna", rule="c1"}', 40.0)],
+    ]
+    case = {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "promql_expr_test": [
+            {
+                "expr": expr,
+                "eval_time": "60m",
+                "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+            }
+            for expr, samples in zip(exprs, expected, strict=True)
+        ],
+    }
+    result = run_promtool_case(tmp_path, case)
+    assert result.returncode == 0, result.stdout + result.stderr

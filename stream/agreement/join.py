@@ -26,7 +26,10 @@ How a pair is compared comes from its reference side: a label's ``Reference`` (c
 against the rule when it was parsed); for primary against shadow, the kind ``kind_of`` gives
 the primary score (``labels.score_kinds``: by its rule, choice rules by label, numeric ones
 by raw value). A pair whose judged side lacks the value its kind compares (a choice without
-a label) is not emitted.
+a label) is not emitted. The judged side's confidence, where its judge gave one
+(``details.decision.confidence``: a decision model's, or a chat judge's read from its
+log-probabilities, as a cascade's first tier gives), rides on the pair
+(``judged_confidence``), so the report can draw the cascade's curve over confidence cuts.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Joined(BaseModel):
     judged_value: str | float
     annotator: str | None = None
     label_id: str | None = None
+    judged_confidence: float | None = None  # details.decision.confidence (older records: None)
     score_id: str
     reference_score_id: str | None = None
     labelled_at: datetime | None = None
@@ -288,9 +292,20 @@ def _held_score(score: ScoreEvent, kind: Kind, now: float) -> dict[str, Any]:
         "label": score.label,
         "raw_value": score.raw_value,
         "close": score.thread.close_seq if score.thread is not None else None,
+        "confidence": decision_confidence(score),
         "scored_at": score.created_at.isoformat(),
         "arrived": now,
     }
+
+
+def decision_confidence(score: ScoreEvent) -> float | None:
+    """The judge's confidence in the score's verdict (``details.decision.confidence``: a
+    decision model's, or read from a chat judge's log-probabilities), if it reads as a share."""
+    decision = (score.details or {}).get("decision")
+    found = decision.get("confidence") if isinstance(decision, dict) else None
+    if isinstance(found, bool) or not isinstance(found, int | float):
+        return None
+    return float(found) if 0.0 <= found <= 1.0 else None
 
 
 def _compared(score: dict[str, Any], kind: str) -> str | float | None:
@@ -308,6 +323,7 @@ def _pair(score: dict[str, Any], joined_at: datetime, **fields: Any) -> Joined:
         variant=score["variant"],
         model=score["model"],
         score_id=score["score_id"],
+        judged_confidence=score.get("confidence"),  # held before it was carried: None
         scored_at=datetime.fromisoformat(score["scored_at"]),
         joined_at=joined_at,
         **fields,

@@ -1,7 +1,7 @@
 """What ``scorer agreement`` prints: per rule, how its judge agrees with human labels, how each
 shadow variant agrees with the labels and with the primary judge, and per comparison rule the
 win rate of B over A per variant pair and project, each with its count and 95 % interval
-(design record 26). Pure: the command reads the topics (``kafka.io.read_all``) and feeds it."""
+(design record 26); per cascade rule, its curve over confidence cuts (``cascade_curve``). Pure: the command reads the topics (``kafka.io.read_all``) and feeds it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import orjson
 from pydantic import ValidationError
 
 from ..models import ScoreEvent
+from .cascade_curve import CascadeCurve, cascade_curves
 from .join import Joined
 from .measures import Estimate, measure, win_rate
 from .preferences import PairPreference, pair_preference
-from .windows import Pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +60,12 @@ class WinRate:
 
 @dataclass
 class Report:
-    """Every rule's comparisons (with their measures) and every pair's win rate."""
+    """Every rule's comparisons (with their measures), every pair's win rate and every
+    cascade rule's curve over confidence cuts."""
 
     agreement: dict[Compared, dict[str, Estimate]] = field(default_factory=dict)
     win_rates: list[WinRate] = field(default_factory=list)
+    cascades: list[CascadeCurve] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The report for machines (``--json``)."""
@@ -94,21 +96,26 @@ class Report:
             }
             for w in self.win_rates
         ]
-        return {"rules": dict(rules), "pairs": pairs}
+        cascades = [_curve(curve) for curve in self.cascades]
+        return {"rules": dict(rules), "pairs": pairs, "cascades": cascades}
 
     def lines(self) -> list[str]:
         """The report for people."""
         out: list[str] = []
-        rule = None
+        by_rule: defaultdict[str, list[Compared]] = defaultdict(list)
         for compared in sorted(self.agreement, key=_order):
-            if compared.rule != rule:
-                rule = compared.rule
-                out.append(f"{rule}")
-            measures = self.agreement[compared]
-            said = ", ".join(
-                f"{name} {_said(e)}" for name, e in measures.items() if name != "count"
-            )
-            out.append(f"  {compared.title()}: n={measures['count'].count}; {said}")
+            by_rule[compared.rule].append(compared)
+        for rule, comparisons in by_rule.items():
+            out.append(f"{rule}")
+            for compared in comparisons:
+                measures = self.agreement[compared]
+                said = ", ".join(
+                    f"{name} {_said(e)}" for name, e in measures.items() if name != "count"
+                )
+                out.append(f"  {compared.title()}: n={measures['count'].count}; {said}")
+            for curve in self.cascades:
+                if curve.rule == rule:
+                    out.extend(_curve_lines(curve))
         if not self.agreement:
             out.append("no label or shadow judged yet (nothing on the agreement topic)")
         for w in self.win_rates:
@@ -160,9 +167,9 @@ def report_json(report: Report) -> str:
     return orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode()
 
 
-def build(pairs: Iterable[Pair], preferences: Iterable[PairPreference]) -> Report:
+def build(pairs: Iterable[Joined], preferences: Iterable[PairPreference]) -> Report:
     """The report of ``pairs`` (the newest of each agreement id counts) and ``preferences``."""
-    newest: dict[str, Pair] = {}
+    newest: dict[str, Joined] = {}
     for pair in pairs:
         newest[pair.agreement_id] = pair
     grouped: defaultdict[Compared, list[tuple[Any, Any]]] = defaultdict(list)
@@ -179,6 +186,7 @@ def build(pairs: Iterable[Pair], preferences: Iterable[PairPreference]) -> Repor
         grouped[compared].append((pair.reference_value, pair.judged_value))
     for compared, found in grouped.items():
         report.agreement[compared] = measure(compared.kind, found)
+    report.cascades = cascade_curves(newest.values())
     counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for p in preferences:
         side = {"b": 0, "a": 1, "tie": 2}[p.preferred]
@@ -207,3 +215,41 @@ def _said(e: Estimate) -> str:
     if e.low is None or e.high is None:
         return f"{e.value:.3f}"
     return f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
+
+
+def _curve(curve: CascadeCurve) -> dict[str, Any]:
+    return {
+        "rule": curve.rule,
+        "criterion": curve.criterion or None,
+        "model": curve.model,
+        "kind": curve.kind,
+        "measure": curve.measure,
+        "audited": curve.audited,
+        "cuts": [
+            {
+                "cut": point.cut,
+                "escalated": _estimate(point.escalated),
+                "published": _estimate(point.published),
+                "accepted": _estimate(point.accepted),
+            }
+            for point in curve.points
+        ],
+    }
+
+
+def _curve_lines(curve: CascadeCurve) -> list[str]:
+    """A cascade's curve as a table: at each cut, the share of the audited targets escalated
+    to the judge, the agreement with the judge of what would be published, and of the first
+    tier's accepted verdicts alone (how many)."""
+    m = curve.measure
+    of = f" on {curve.criterion}" if curve.criterion else ""
+    out = [
+        f"  cascade by confidence cut ({curve.model}){of}, over {curve.audited} audited targets:",
+        f"    {'cut':>4}  {'escalated':<22}  {'published ' + m:<22}  accepted {m} (n)",
+    ]
+    for p in curve.points:
+        out.append(
+            f"    {p.cut:>4.2f}  {_said(p.escalated):<22}  {_said(p.published):<22}  "
+            f"{_said(p.accepted)} ({p.accepted.count})"
+        )
+    return out

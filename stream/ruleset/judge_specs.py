@@ -33,6 +33,8 @@ class BatchSpec(Strict):
 
 
 DECISION_MODEL = "gpt-6-luna"  # the Decisions API's one model (the openai SDK's types)
+# the shadow name a cascade's first tier publishes under, beside the judge, on the audit share
+CASCADE_VARIANT = "cascade"
 
 
 class CascadeTier(Strict):

@@ -222,6 +222,61 @@ def test_a_shadow_joins_the_primary_in_either_order() -> None:
     assert (pair.annotator, pair.label_id, pair.labelled_at) == (None, None, None)
 
 
+def decided(confidence: object) -> dict[str, Any]:
+    """A decision model's details (``details.decision``) with this confidence."""
+    return {"decision": {"confidence": confidence, "probabilities": {}, "expected": 0.5}}
+
+
+def test_a_cascade_pair_carries_the_first_tiers_confidence_in_either_order() -> None:
+    """The shadow's (the judged side's) confidence rides on the pair, whichever came first,
+    and through a shadow held for its primary; the primary's own is not the judged side's."""
+    primary = choice_score("yes", details=decided(0.2))
+    shadow = choice_score("no", variant="cascade", judge_model="luna", details=decided(0.83))
+    a, b = join(), join()
+    a.add_score(primary, 0.0)
+    [pair] = a.add_score(shadow, 1.0)
+    assert b.add_score(shadow, 0.0) == []  # held, awaiting its primary
+    assert b.add_score(primary, 1.0) == [pair]
+    assert (pair.variant, pair.judged_value, pair.judged_confidence) == ("cascade", "no", 0.83)
+    assert orjson.loads(pair.to_bytes())["judged_confidence"] == 0.83
+    label, ref = human("yes", kind="choice", rule_id="safety")
+    labelled = b.add_label(label, ref, 2.0)  # against each score read back: its own
+    assert {(p.score_id, p.judged_confidence) for p in labelled} == {
+        (primary.score_id, 0.2),
+        (shadow.score_id, 0.83),
+    }
+
+
+def test_a_pair_without_a_decision_or_a_readable_confidence_carries_none() -> None:
+    for details in (None, {"decision": None}, decided("high"), decided(True), decided(1.5)):
+        j = join()
+        j.add_score(score(), 0.0)
+        [pair] = j.add_score(score(variant="v", details=details), 1.0)
+        assert pair.judged_confidence is None, details
+    j = join()
+    j.add_score(score(), 0.0)
+    [pair] = j.add_score(score(variant="v", details=decided(1)), 1.0)
+    assert pair.judged_confidence == 1.0
+
+
+def test_shadows_held_and_records_written_before_the_confidence_still_read() -> None:
+    """A shadow held by a worker before the confidence was carried pairs with None; a record
+    of the agreement topic without the field reads as None."""
+    store: dict[bytes, bytes] = {}
+    j = join(store)
+    j.add_score(score(variant="v", details=decided(0.9)), 0.0)
+    key = state_key("t-1", "answer_quality", None)
+    held = orjson.loads(store[key])
+    for item in held["scores"].values():
+        assert item.pop("confidence") == 0.9
+    store[key] = orjson.dumps(held)
+    [pair] = j.add_score(score(), 1.0)
+    assert pair.judged_confidence is None
+    record = orjson.loads(pair.to_bytes())
+    del record["judged_confidence"]
+    assert Joined.model_validate(record) == pair
+
+
 def test_two_shadows_pair_with_the_primary_not_with_each_other() -> None:
     j = join()
     j.add_score(score(variant="a"), 0.0)

@@ -252,7 +252,8 @@ def batches() -> Iterator[BatchDouble]:
 
 def with_a_batch_rule(rules: Path) -> Path:
     """The shipped packs, with one FretCoach rule judged in batches submitted after a second
-    (judge.mode: batch), so the batch panels and alert have series."""
+    (judge.mode: batch), one held to human labels and judged in a cascade, so the batch,
+    agreement and cascade panels and alerts have series."""
     shutil.copytree(REPO / "rules", rules, ignore=shutil.ignore_patterns("__pycache__"))
     path = rules / "fretcoach" / "hub_answer_correctness.yaml"
     text = path.read_text()
@@ -260,12 +261,19 @@ def with_a_batch_rule(rules: Path) -> Path:
     assert judge in text
     batched = judge + "  mode: batch\n  batch: {max_jobs: 1000, max_wait_s: 1}\n"
     path.write_text(text.replace(judge, batched))
-    # the live coach rule's judge is held to human labels (the agreement panel and alert)
+    # the live coach rule's judge is held to human labels (the agreement panel and alert),
+    # and a small chat model read through its log-probabilities is its cascade's first tier,
+    # every target audited (the cascade panels and alert: verdicts, cost by tier, the first
+    # tier's agreement with the judge)
     path = rules / "fretcoach" / "studio_live_coach_feedback_quality.yaml"
     text = path.read_text()
     assert judge in text
     bound = "agreement: {measure: mae, threshold: 1.5, min_labels: 1, window: 1d}\n"
-    path.write_text(text.replace(judge, bound + judge))
+    cascade = (
+        "  cascade: {first: {api: chat, model: gpt-4.1-nano}, accept: {min_confidence: 0.9}, "
+        "audit_rate: 1.0}\n"
+    )
+    path.write_text(text.replace(judge, bound + judge + cascade))
     # and another rule's to a bound from below (its labels are yet to come: no alert)
     path = rules / "fretcoach" / "hub_response_clarity.yaml"
     text = path.read_text()

@@ -16,6 +16,7 @@ from typing import Any
 from ...errors import JudgeError
 from ...models import utcnow
 from ...ruleset.filters import sampled
+from ...ruleset.judge_specs import CASCADE_VARIANT
 from ...ruleset.schema import AnyRule, LLMJudgeRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome
@@ -23,8 +24,6 @@ from ..plan import JudgeJob, Plan
 from ..prompt import FittedPrompt
 from ..verdicts import ParsedAnswer, Verdict
 from .base import Found, JudgedKind, job_details, mark_cached
-
-CASCADE_VARIANT = "cascade"  # the first tier's verdict beside the judge's, on the audit share
 
 
 def said(
