@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..models import ScoreEvent
 from .cascade_curve import CascadeCurve, cascade_curves
+from .cascade_spend import CascadeSpend
 from .join import Joined
 from .measures import Estimate, measure, win_rate
 from .preferences import PairPreference, pair_preference
@@ -66,6 +67,7 @@ class Report:
     agreement: dict[Compared, dict[str, Estimate]] = field(default_factory=dict)
     win_rates: list[WinRate] = field(default_factory=list)
     cascades: list[CascadeCurve] = field(default_factory=list)
+    spend: list[CascadeSpend] = field(default_factory=list)  # cascade rules' tiers' cost
 
     def as_dict(self) -> dict[str, Any]:
         """The report for machines (``--json``)."""
@@ -97,7 +99,8 @@ class Report:
             for w in self.win_rates
         ]
         cascades = [_curve(curve) for curve in self.cascades]
-        return {"rules": dict(rules), "pairs": pairs, "cascades": cascades}
+        spend = [s.as_dict() for s in self.spend]
+        return {"rules": dict(rules), "pairs": pairs, "cascades": cascades, "spend": spend}
 
     def lines(self) -> list[str]:
         """The report for people."""
@@ -116,6 +119,10 @@ class Report:
             for curve in self.cascades:
                 if curve.rule == rule:
                     out.extend(_curve_lines(curve))
+            out.extend(s.line() for s in self.spend if s.rule == rule)
+        for spend in self.spend:  # a cascade with no audited pair yet
+            if spend.rule not in by_rule:
+                out.extend((spend.rule, spend.line()))
         if not self.agreement:
             out.append("no label or shadow judged yet (nothing on the agreement topic)")
         for w in self.win_rates:
@@ -167,8 +174,13 @@ def report_json(report: Report) -> str:
     return orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode()
 
 
-def build(pairs: Iterable[Joined], preferences: Iterable[PairPreference]) -> Report:
-    """The report of ``pairs`` (the newest of each agreement id counts) and ``preferences``."""
+def build(
+    pairs: Iterable[Joined],
+    preferences: Iterable[PairPreference],
+    spend: Iterable[CascadeSpend] = (),
+) -> Report:
+    """The report of ``pairs`` (the newest of each agreement id counts), ``preferences`` and
+    the cascade rules' ``spend``."""
     newest: dict[str, Joined] = {}
     for pair in pairs:
         newest[pair.agreement_id] = pair
@@ -187,6 +199,7 @@ def build(pairs: Iterable[Joined], preferences: Iterable[PairPreference]) -> Rep
     for compared, found in grouped.items():
         report.agreement[compared] = measure(compared.kind, found)
     report.cascades = cascade_curves(newest.values())
+    report.spend = list(spend)
     counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for p in preferences:
         side = {"b": 0, "a": 1, "tie": 2}[p.preferred]

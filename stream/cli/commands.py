@@ -88,8 +88,10 @@ def agreement(
     ] = 2.0,
 ) -> None:
     """How far each rule's judge agrees with human labels, each shadow with the labels and
-    the primary, and each comparison's B over A: counts and 95 % intervals, from the
-    agreement and scores topics (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
+    the primary, each cascade's curve over confidence cuts and what its tiers cost, and each
+    comparison's B over A: counts and 95 % intervals, from the agreement and scores topics
+    (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
+    from ..agreement.cascade_spend import cascade_spend
     from ..agreement.report import build, pairs_of, preferences_of, report_json
     from ..kafka.io import check_cluster, read_all
 
@@ -106,7 +108,8 @@ def agreement(
 
     joined, scores = asyncio.run(read())
     after = datetime.fromtimestamp(time.time() - since, UTC) if since else None
-    report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule))
+    spend = cascade_spend(scores, after, rule, settings.judge_cost)
+    report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule), spend)
     if as_json:
         typer.echo(report_json(report))
         return

@@ -5,9 +5,11 @@ scorer, against a real HTTP endpoint serving the chat judge and the decision mod
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from decisions_double import MODEL, REFUSE, JudgeAndDecisions, yes_no_rule
 from fixtures import settings
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 from scripted_judge import Reply
 
+from stream.agreement.cascade_spend import cascade_spend
 from stream.engine.outcomes import TraceResult
 from stream.engine.scorer import Scorer
 from stream.engine.spend import SpendLedger
@@ -93,11 +96,15 @@ async def test_an_unsure_first_tier_is_escalated_to_the_rules_own_judge(
     assert (score.status, score.label, score.judge_model) == ("ok", "no", CHAT_MODEL)
     assert score.reason == "the judge says no"
     assert score.details is not None
+    first = score.details["cascade"].pop("first")
     assert score.details["cascade"] == {
         "tier": "judge",
         "escalated": "low_confidence",
         "first_confidence": pytest.approx(0.7),
     }
+    # what the first tier used, so the score says what each tier cost
+    assert (first["model"], first["cached"]) == (MODEL, False)
+    assert first["usage"]["prompt_tokens"] > 0 and "completion_tokens" not in first["usage"]
     # the judge read the rule's own prompt, unchanged
     assert endpoint.prompts() == ["Judge the answer.\nQuestion: 1+1?\nAnswer: 2"]
     assert cascaded(metrics, "judge", "low_confidence") == 1.0
@@ -109,7 +116,9 @@ async def test_a_first_tier_that_declines_is_escalated(endpoint: JudgeAndDecisio
     (score,) = result.scores
     assert score.judge_model == CHAT_MODEL
     assert score.details is not None
+    first = score.details["cascade"].pop("first")  # a declined question is still paid for
     assert score.details["cascade"] == {"tier": "judge", "escalated": "first_failed"}
+    assert first["model"] == MODEL and first["usage"]["prompt_tokens"] > 0
     assert cascaded(metrics, "judge", "first_failed") == 1.0
 
 
@@ -218,7 +227,8 @@ async def test_a_chat_first_tier_without_log_probabilities_escalates_every_targe
     for result in results:
         (score,) = result.scores
         assert score.judge_model == CHAT_MODEL and score.details is not None
-        assert score.details["cascade"] == {"tier": "judge", "escalated": "no_confidence"}
+        assert score.details["cascade"]["escalated"] == "no_confidence"
+        assert score.details["cascade"]["first"]["model"] == SMALL
     assert cascaded(metrics, "judge", "no_confidence") == 2.0
 
 
@@ -230,3 +240,45 @@ def test_a_chat_first_tier_names_its_model_and_asks_no_question() -> None:
     tier = chat_cascade_rule().cascade_first()
     assert (tier.judge.api, tier.judge.model, tier.judge.logprobs) == ("chat", SMALL, True)
     assert tier.cascade_tier == "first" and chat_cascade_rule().cascade_tier == "judge"
+
+
+async def test_the_scores_price_each_tier_as_the_metrics_do(endpoint: JudgeAndDecisions) -> None:
+    """``scorer agreement``'s spend is read from the published scores; the metrics count the
+    calls as they are made: two accounts of one run that must agree."""
+    for n in range(12):
+        p = 0.95 if n % 3 else 0.6
+        reply = Reply('{"choice": "yes", "reason": "small"}', alternatives={"yes": {"yes": p}})
+        endpoint.script(f"Question: {n}+{n}?", reply, model=SMALL)
+    documents = [trace(n) for n in range(12)]
+    results, metrics = await scored(endpoint, chat_cascade_rule(audit_rate=0.25), *documents)
+    records = [s.model_dump_json().encode() for r in results for s in r.scores]
+    price = settings().judge_cost
+    (spend,) = cascade_spend(records + records[:3], None, None, price)  # a redelivery: once
+    primaries = [s for r in results for s in r.scores if s.variant is None]
+    judged = [s for s in primaries if s.details and s.details["cascade"]["tier"] == "judge"]
+    assert spend.targets == 12 and sum(spend.escalated.values()) == len(judged)
+    audited = {n for n, r in enumerate(results) if any(s.variant for s in r.scores)}
+    unsure = {n for n in range(12) if n % 3 == 0}  # the small model's 0.6
+    assert spend.escalated == Counter(
+        {"audit": len(audited), "low_confidence": len(unsure - audited)}
+    )
+    assert spend.first_usd == pytest.approx(spent(metrics, "first"))
+    assert spend.judge_usd == pytest.approx(spent(metrics, "judge"))
+    assert spend.judge_paid == len(judged)
+    line = spend.line()
+    assert "judge decided" in line and "the judge alone about" in line
+    assert cascade_spend(records, None, "another_rule", price) == []
+    # a model the price table lacks is said, not counted
+    (unpriced,) = cascade_spend(records, None, None, lambda m, u: None if m == SMALL else 1.0)
+    assert unpriced.unpriced == {SMALL} and unpriced.first_usd == 0.0
+    assert unpriced.judge_usd == len(judged)
+    # verdicts from the verdict cache cost nothing
+    cached = []
+    for record in records:
+        score = orjson.loads(record)
+        score["details"]["cached"] = True
+        if first := score["details"].get("cascade", {}).get("first"):
+            first["cached"] = True
+        cached.append(orjson.dumps(score))
+    (free,) = cascade_spend(cached, None, None, price)
+    assert (free.first_usd, free.judge_usd, free.judge_paid, free.targets) == (0.0, 0.0, 0, 12)

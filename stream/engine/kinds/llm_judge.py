@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import JudgeError
-from ...models import utcnow
+from ...models import TokenUsage, utcnow
 from ...ruleset.filters import sampled
 from ...ruleset.judge_specs import CASCADE_VARIANT
 from ...ruleset.schema import AnyRule, LLMJudgeRule
@@ -32,6 +32,14 @@ def said(
     """``details.cascade`` on the outcome's score: which tier decided, and why."""
     if outcome.score is not None:
         outcome.score.details = {**(outcome.score.details or {}), "cascade": cascade}
+
+
+def spent(model: str, usage: TokenUsage | None, cached: bool) -> dict[str, Any] | None:
+    """``details.cascade.first`` of an escalated score: the first tier's model and tokens (a
+    cached verdict cost none), so its cost is read from the score as the judge's is."""
+    if usage is None:
+        return None
+    return {"model": model, "usage": usage.model_dump(exclude_defaults=True), "cached": cached}
 
 
 def decision_details(details: dict[str, Any] | None, answer: ParsedAnswer) -> dict[str, Any] | None:
@@ -74,6 +82,7 @@ class LLMJudgeKind(JudgedKind):
         assert isinstance(rule, LLMJudgeRule) and rule.judge.cascade is not None
         confidence: float | None = None
         reason = "audit"
+        first: dict[str, Any] | None = None  # what the first tier used, where it escalated
         if job.cascade == "first":
             assert ctx.judge is not None
             tier = rule.cascade_first()
@@ -81,9 +90,11 @@ class LLMJudgeKind(JudgedKind):
                 verdict = await ctx.judge.judge(tier, job.prompt, job.system, job.quoted)
             except JudgeError as exc:
                 ctx.charge(tier, exc.usage)
+                first = spent(ctx.model_of(tier), exc.usage, cached=False)
                 reason = "first_failed"
             else:
                 ctx.charge(tier, verdict.usage)
+                first = spent(verdict.model, verdict.usage, verdict.cached)
                 answer = verdict.answer
                 decision = answer.decision if isinstance(answer, ParsedAnswer) else None
                 confidence = decision["confidence"] if decision else None
@@ -102,6 +113,8 @@ class LLMJudgeKind(JudgedKind):
         details: dict[str, Any] = {"tier": "judge", "escalated": reason}
         if confidence is not None:
             details["first_confidence"] = confidence
+        if first is not None:
+            details["first"] = first
         said(ctx, rule, outcome, details)
         ctx.observer.on_cascade(rule.id, rule.pack, "judge", reason)
         return outcome
