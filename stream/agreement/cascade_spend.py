@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from ..models import ScoreEvent, TokenUsage
 from ..ruleset.judge_specs import CASCADE_VARIANT
+from .events import newest_scores
 from .measures import Estimate, wilson
 
 Price = Callable[[str, TokenUsage], float | None]  # Settings.judge_cost
@@ -101,19 +102,11 @@ def cascade_spend(
 ) -> list[CascadeSpend]:
     """Every cascade rule's spend among the scores topic's ``records`` (the newest of each
     score id; unreadable records skipped), created since ``since``, of ``rule`` if given."""
-    newest: dict[str, ScoreEvent] = {}
-    for raw in records:
-        try:
-            score = ScoreEvent.model_validate_json(raw)
-        except (ValueError, ValidationError):
-            continue
-        if since is not None and score.created_at < since:
-            continue
-        if rule is None or score.rule_id == rule:
-            newest[score.score_id] = score
     spends: dict[str, CascadeSpend] = {}
     shadows = []
-    for score in newest.values():
+    for score in newest_scores(records, since).values():
+        if rule is not None and score.rule_id != rule:
+            continue
         details = score.details or {}
         cascade = details.get("cascade")
         if score.variant == CASCADE_VARIANT:

@@ -1,8 +1,13 @@
 """The records of the internal agreement-events topic (design records 26 and 36): a label,
 a judged score, or a clock tick, each a one-byte marker and the payload; a score goes there
-without its bulky fields."""
+without its bulky fields. And the scores topic's records as ``scorer agreement`` reads them."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from pydantic import ValidationError
 
 from ..models import ScoreEvent
 
@@ -17,3 +22,17 @@ def judged(score: ScoreEvent) -> bool:
 def slim(score: ScoreEvent) -> bytes:
     """The score without what the join never reads (its reason, details, usage)."""
     return score.model_copy(update={"reason": None, "details": None, "usage": None}).to_bytes()
+
+
+def newest_scores(records: Iterable[bytes], since: datetime | None) -> dict[str, ScoreEvent]:
+    """The scores topic's ``records`` created since ``since``, the newest of each score id (a
+    redelivered score counts once); unreadable records are skipped (the workers write it)."""
+    newest: dict[str, ScoreEvent] = {}
+    for raw in records:
+        try:
+            score = ScoreEvent.model_validate_json(raw)
+        except (ValueError, ValidationError):
+            continue
+        if since is None or score.created_at >= since:
+            newest[score.score_id] = score
+    return newest

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ..models import ScoreEvent
 from .cascade_curve import CascadeCurve, cascade_curves
 from .cascade_spend import CascadeSpend
+from .events import newest_scores
 from .join import Joined
 from .measures import Estimate, measure, win_rate
 from .preferences import PairPreference, pair_preference
@@ -156,18 +156,8 @@ def preferences_of(
 ) -> list[PairPreference]:
     """The comparison rules' preferences among the scores topic's ``records`` (newest per
     score id)."""
-    newest: dict[str, PairPreference] = {}
-    for raw in records:
-        try:
-            score = ScoreEvent.model_validate_json(raw)
-        except (ValueError, ValidationError):
-            continue
-        if since is not None and score.created_at < since:
-            continue
-        preference = pair_preference(score)
-        if preference is not None and (rule is None or preference.rule == rule):
-            newest[score.score_id] = preference
-    return list(newest.values())
+    preferences = (pair_preference(s) for s in newest_scores(records, since).values())
+    return [p for p in preferences if p is not None and (rule is None or p.rule == rule)]
 
 
 def report_json(report: Report) -> str:
