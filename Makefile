@@ -52,3 +52,4 @@ bench: install
 	$(BIN)/python bench/judge_trouble.py
 	$(BIN)/python bench/verdicts.py
 	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/cascade.py

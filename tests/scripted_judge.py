@@ -17,6 +17,7 @@ format the request asks for, its values varied by the prompt (``varied_answers.p
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import math
 import random
@@ -298,13 +299,16 @@ class MockJudge(ThreadedApp):
                 top = int(body.get("top_logprobs") or 0)
                 choice["logprobs"] = {"content": token_logprobs(reply, top), "refusal": None}
             return choice
+        # ids drawn from the conversation they answer, not a counter: a trace's rules are
+        # judged concurrently, and a varied answer hashes the conversation, ids included
+        asked = hashlib.sha256(orjson.dumps(body.get("messages"))).hexdigest()[:12]
         calls = [
             {
-                "id": f"call-{next(self._ids)}",
+                "id": f"call-{asked}-{n}",
                 "type": "function",
                 "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
             }
-            for name, arguments in reply.tool_calls
+            for n, (name, arguments) in enumerate(reply.tool_calls)
         ]
         message = {"role": "assistant", "content": None, "tool_calls": calls}
         return {"index": 0, "finish_reason": "tool_calls", "message": message}
