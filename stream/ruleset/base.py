@@ -127,6 +127,7 @@ class PromptedRule(RuleBase):
     """What every judged rule has: the judge, the prompt (and optional system prompt), the
     literal ``options`` some placeholders take, and suffixes appended on a condition."""
 
+    one_verdict: ClassVar[bool] = False  # the judge answers one verdict (an llm_judge rule)
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
     system_prompt: str | None = Field(default=None, min_length=1)
     prompt: str = Field(min_length=1)
@@ -170,6 +171,19 @@ class PromptedRule(RuleBase):
                 problems.append(f"suffixes.{i}.when: bad path {suffix.when!r}: {exc}")
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _probabilities_of_one_verdict(self) -> PromptedRule:
+        """A decision model, a judge's log-probabilities and a cascade read one verdict: an
+        ``llm_judge`` rule's (a rubric or a comparison answers many in one text)."""
+        judge = self.judge
+        if not self.one_verdict and (judge.api != "chat" or judge.logprobs or judge.cascade):
+            raise ValueError(
+                "judge.api: decisions, judge.logprobs and judge.cascade read one verdict: they "
+                f"are for llm_judge rules, not a {getattr(self, 'kind', '')} rule (its judge "
+                "answers several verdicts in one text)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ class LLMJudgeRule(PromptedRule):
     ``fan_out``, one verdict per item of a list variable, aggregated into one score)."""
 
     kind: Literal["llm_judge"]
+    one_verdict: ClassVar[bool] = True
     fan_out: FanOut | None = None
 
     @model_validator(mode="after")

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 from decisions_double import yes_no_rule
-from fixtures import settings
+from fixtures import RULES_DIR, settings
 from pydantic import ValidationError
 from scripted_judge import MockJudge, Reply, token_logprobs
 
 from stream.engine.verdicts import ParsedAnswer
 from stream.judge.client import JudgeClient
 from stream.judge.label_probs import read_probabilities
+from stream.ruleset.loader import check_rules
 from stream.ruleset.schema import LLMJudgeRule
 from stream.ruleset.specs import OutputSpec
 
@@ -180,3 +183,17 @@ def test_probabilities_reported_are_those_sent() -> None:
     (token,) = [t for t in tokens("yes", {"yes": {"yes": 0.25, "no": 0.75}}) if t["token"] == "yes"]
     assert math.exp(token["logprob"]) == pytest.approx(0.25)
     assert [t["token"] for t in token["top_logprobs"]] == ["no", "yes"]
+
+
+@pytest.mark.parametrize("judge", ["logprobs: true", "api: decisions"])
+def test_a_rubric_reads_no_probabilities(tmp_path: Path, judge: str) -> None:
+    """A rubric's judge answers several verdicts in one text: no one-verdict judging."""
+    pack = tmp_path / "mycrit"
+    shutil.copytree(RULES_DIR / "critique", pack)
+    for rule in pack.glob("*.yaml"):
+        rule.write_text(rule.read_text().replace("pack: critique", "pack: mycrit"))
+    critique = pack / "response_critique.yaml"
+    critique.write_text(critique.read_text().replace("\njudge:\n", f"\njudge:\n  {judge}\n", 1))
+    _, errors = check_rules([tmp_path], ["mycrit"])
+    (error,) = errors
+    assert "response_critique.yaml" in str(error) and "not a rubric rule" in str(error)
