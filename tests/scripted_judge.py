@@ -145,8 +145,9 @@ class MockJudge(ThreadedApp):
         self.announce_limits = announce_limits
         self.reject_response_format = reject_response_format
         # asked for logprobs: "answer" them (OpenAI's chat completions), return "none" (an
-        # endpoint without them answers ``logprobs: null``), or "refuse" them as OpenAI's
-        # reasoning models do (400 unsupported_parameter naming ``logprobs``)
+        # endpoint without them answers ``logprobs: null``), "refuse" them as OpenAI's
+        # reasoning models do (400 unsupported_parameter naming ``logprobs``), or
+        # "refuse_plainly" as a gateway may (a 400 whose message names them, no code)
         self.logprobs = logprobs
         # a share of calls answered 429 whatever the load (a provider's noisy rate limiting)
         self.refuse_share = refuse_share
@@ -235,7 +236,7 @@ class MockJudge(ThreadedApp):
                     },
                     status=400,
                 )
-            if self.logprobs == "refuse" and body.get("logprobs"):
+            if self.logprobs in ("refuse", "refuse_plainly") and body.get("logprobs"):
                 self.statuses.append(400)
                 message = "Unsupported parameter: 'logprobs' is not supported with this model."
                 error = {
@@ -244,6 +245,8 @@ class MockJudge(ThreadedApp):
                     "param": "logprobs",
                     "code": "unsupported_parameter",
                 }
+                if self.logprobs == "refuse_plainly":  # a gateway's words, no OpenAI code
+                    error = {"message": "logprobs are not supported by this backend"}
                 return web.json_response({"error": error}, status=400)
             prompt = str(body["messages"][-1]["content"])
             model = body.get("model")

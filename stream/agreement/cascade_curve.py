@@ -62,7 +62,9 @@ class CascadeCurve:
         return self.points[0].escalated.count if self.points else 0
 
 
-Audited = tuple[Any, Any, float]  # the judge's value, the first tier's, its confidence
+# the judge's value, the first tier's, its confidence (-1: none read, so never accepted)
+Audited = tuple[Any, Any, float]
+UNREAD = -1.0
 
 
 def curve_at(kind: str, audited: list[Audited], cut: float) -> CutPoint:
@@ -81,21 +83,24 @@ def agreement(kind: str, pairs: list[tuple[Any, Any]]) -> Estimate:
 
 
 def cascade_curves(pairs: Iterable[Joined], cuts: Iterable[float] = CUTS) -> list[CascadeCurve]:
-    """Every cascade rule's curve over ``cuts``, from its audited pairs that carry the first
-    tier's confidence (give the newest pair of each agreement id once)."""
+    """Every cascade rule's curve over ``cuts``, from its audited pairs (give the newest pair
+    of each agreement id once). A pair whose first tier gave no confidence (a chat tier whose
+    tokens could not be read) is escalated at every cut, as it is when it runs; a first tier
+    that never gave one (pairs written before the confidence was carried) has no curve."""
     grouped: defaultdict[tuple[str, str, str, str], list[Audited]] = defaultdict(list)
     for pair in pairs:
         if (
             pair.reference != "primary"
             or pair.variant != CASCADE_VARIANT
-            or pair.judged_confidence is None
             or pair.kind not in MEASURE_OF
         ):
             continue
         key = (pair.rule_id, pair.criterion or "", pair.model or "", pair.kind)
-        grouped[key].append((pair.reference_value, pair.judged_value, pair.judged_confidence))
+        confidence = pair.judged_confidence if pair.judged_confidence is not None else UNREAD
+        grouped[key].append((pair.reference_value, pair.judged_value, confidence))
     grid = sorted(set(cuts))
     return [
         CascadeCurve(*key, tuple(curve_at(key[3], audited, cut) for cut in grid))
         for key, audited in sorted(grouped.items())
+        if any(c != UNREAD for _, _, c in audited)
     ]

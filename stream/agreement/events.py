@@ -20,8 +20,13 @@ def judged(score: ScoreEvent) -> bool:
 
 
 def slim(score: ScoreEvent) -> bytes:
-    """The score without what the join never reads (its reason, details, usage)."""
-    return score.model_copy(update={"reason": None, "details": None, "usage": None}).to_bytes()
+    """The score without what the join never reads (its reason, usage, and its details but
+    for the judge's confidence in the verdict, ``details.decision.confidence``, which a
+    cascade's curve over confidence cuts needs)."""
+    decision = (score.details or {}).get("decision")
+    confidence = decision.get("confidence") if isinstance(decision, dict) else None
+    details = {"decision": {"confidence": confidence}} if confidence is not None else None
+    return score.model_copy(update={"reason": None, "details": details, "usage": None}).to_bytes()
 
 
 def newest_scores(records: Iterable[bytes], since: datetime | None) -> dict[str, ScoreEvent]:

@@ -14,6 +14,7 @@ arithmetic.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -130,9 +131,16 @@ class Budget(BaseModel):
         return f"{whose}: {amount} per {self.window}"
 
 
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
+
+
 def judge_cost(prices: Mapping[str, ModelPrice], model: str, usage: TokenUsage) -> float | None:
-    """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
+    """Estimated US dollars of ``usage`` on ``model``, or None when it has no price. A dated
+    snapshot of a priced model (OpenAI answers a call to ``gpt-4.1-nano`` as
+    ``gpt-4.1-nano-2025-04-14``; Anthropic names ``...-20241022``) is priced as the model."""
     price = prices.get(model)
+    if price is None:
+        price = prices.get(_SNAPSHOT.sub("", model))
     if price is None:
         return None
     return price.cost(

@@ -59,30 +59,42 @@ class LabelSpace:
         levels = levels_of(output)  # the judge writes the number; the level's label published
         return cls({str(int(raw)): (label, raw) for label, raw in levels}, field)
 
-    def matching(self, text: str) -> list[str]:
-        """The written labels ``text`` is (exactly), else those it begins."""
+    def matching(self, text: str, alternative: bool = False) -> list[str]:
+        """The written labels ``text`` may be: every label it begins, and the label it is
+        where it ends after it (a quote, a comma, a space: which may also go on into a longer
+        label). An ``alternative`` token (one not followed down) that is a whole label is that
+        label: a tokenizer writes a longer label that starts with it as another token
+        (``10``, not ``1`` then ``0``)."""
         folded = _fold(text)
         if not folded:
             return []
-        if folded in self.written:
+        head = text.lstrip(_LEAD).lower()  # its end kept: "relevant " begins "relevant but"
+        if alternative and folded in self.written and head == folded:
             return [folded]
-        return [w for w in self.written if w.startswith(folded)]
+        begun = [w for w in self.written if w.startswith(head)]
+        if folded in self.written and folded not in begun and head != folded:
+            begun.append(folded)  # the label, ended by a quote, a comma, a space
+        return begun
 
 
 def _fold(text: str) -> str:
     return text.lstrip(_LEAD).rstrip(_TAIL).lower()
 
 
+# the keys the answer parser takes a verdict from after the rule's own (``answers.py``)
+VERDICT_KEYS = ("score", "choice", "value", "result", "label")
+
+
 def verdict_offset(text: str, field: str, written: str) -> int | None:
     """Where the verdict ``written`` starts in the answer ``text``: as the value of its JSON
-    field, else on a ``field: value`` line, else its last mention (the parser's last match)."""
+    field (the rule's, else a key the parser reads a verdict from), else on a ``field:
+    value`` line, else its last mention (the parser's last match)."""
     value = re.escape(written)
-    key = re.escape(field)
-    for pattern in (
-        rf'"{key}"\s*:\s*"?\s*({value})',
-        rf"\b{key}\b[\"'*\s]*[:=]\s*[\"'*]*\s*({value})",
-        rf"(?<![\w.])({value})(?![\w.])",
-    ):
+    keys = [field, *(k for k in VERDICT_KEYS if k != field)]
+    patterns = [rf'"{re.escape(key)}"\s*:\s*"?\s*({value})' for key in keys]
+    patterns.append(rf"\b{re.escape(field)}\b[\"'*\s]*[:=]\s*[\"'*]*\s*({value})")
+    patterns.append(rf"(?<![\w.])({value})(?![\w.])")
+    for pattern in patterns:
         found = list(re.finditer(pattern, text, re.IGNORECASE))
         if found:
             return found[-1].start(1)
@@ -109,7 +121,7 @@ def label_mass(
         for alternative in token.get("top_logprobs") or ():
             if alternative["token"] == chosen:
                 continue
-            labels = space.matching(consumed + _piece(alternative["token"], lead))
+            labels = space.matching(consumed + _piece(alternative["token"], lead), True)
             if len(labels) == 1:
                 mass[labels[0]] = mass.get(labels[0], 0.0) + path * math.exp(alternative["logprob"])
         labels = space.matching(consumed + written)
@@ -120,6 +132,9 @@ def label_mass(
         if not labels:
             return None
         path, consumed, lead = path * probability, consumed + written, ""
+    if _fold(consumed) in space.written:  # the answer ends with the label
+        mass[_fold(consumed)] = mass.get(_fold(consumed), 0.0) + path
+        return mass
     return None
 
 

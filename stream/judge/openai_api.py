@@ -150,6 +150,14 @@ def _refused(request: ChatRequest, exc: openai.APIStatusError) -> Failed:
     if status == 400 and code in ("unsupported_parameter", "unsupported_value") and param:
         message = f"the model does not take {param!r} ({status} {code}): {exc.message}"
         return Failed("unsupported_parameter", message, status, code=code, param=param)
+    if (
+        request.top_logprobs is not None
+        and status in (400, 422)
+        and "logprob" in exc.message.lower()
+    ):
+        # a gateway or local server refusing log-probabilities in its own words
+        message = f"the model does not take 'logprobs' ({status}): {exc.message}"
+        return Failed("unsupported_parameter", message, status, param="logprobs")
     return status_failure(exc)
 
 

@@ -172,6 +172,11 @@ class JudgeSpec(Strict):
     def _decisions_online_without_tools(self) -> JudgeSpec:
         if self.cascade is not None and (self.api != "chat" or self.mode == "batch"):
             raise ValueError("judge.cascade puts a decision model before an online chat judge")
+        if self.cascade is not None and self.tools is not None:
+            raise ValueError(
+                f"judge.cascade cannot go with judge.tools: {self.tools} (the first tier is asked "
+                "the rule's prompt, which does not show the trace its judge reads through tools)"
+            )
         if self.logprobs and (self.api != "chat" or self.tools is not None):
             raise ValueError(
                 "judge.logprobs reads a chat judge's answer tokens: it takes api: chat and no "

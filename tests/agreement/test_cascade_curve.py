@@ -126,10 +126,18 @@ def test_a_numeric_rules_curve_is_the_mean_absolute_error() -> None:
     assert at[0.5].published.value == pytest.approx(0.75)  # errors 0, 1, 2, 0
 
 
-def test_only_the_cascades_audited_pairs_with_a_confidence_count() -> None:
+def test_only_the_cascades_audited_pairs_count_one_without_a_confidence_escalated() -> None:
     pairs = [audited(n, *row) for n, row in enumerate(CHOICES)]
+    unread = audited(20, "yes", "no", None)  # its first tier's tokens could not be read
+    (with_unread,) = cascade_curves([*pairs, unread])
+    assert with_unread.audited == 11
+    for point in with_unread.points:  # escalated at every cut: the judge's verdict published
+        assert point.escalated.value is not None
+        assert point.escalated.value * 11 == pytest.approx(
+            sum(1 for *_, c in CHOICES if c < point.cut) + 1
+        )
+    assert cascade_curves([unread]) == []  # no confidence ever read: no curve
     pairs += [
-        audited(20, "yes", "no", None),  # written before the confidence was carried
         audited(21, "yes", "no", 0.99, variant="nano"),  # another shadow
         audited(22, "yes", "no", 0.99, reference="human", label_id="l-22"),  # a label
         audited(23, "yes", "no", 0.99, variant=None, reference="human", label_id="l-23"),

@@ -14,6 +14,7 @@ from fixtures import score_event
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stream.agreement.events import slim
 from stream.agreement.join import PARTNER_WAIT_S, AgreementJoin, Joined, agreement_id, state_key
 from stream.agreement.labels import HumanLabel, Reference
 from stream.models import Scale, ScoreEvent, ThreadInfo
@@ -245,6 +246,20 @@ def test_a_cascade_pair_carries_the_first_tiers_confidence_in_either_order() -> 
         (primary.score_id, 0.2),
         (shadow.score_id, 0.83),
     }
+
+
+def test_the_confidence_survives_the_internal_topics_slim_record() -> None:
+    """The join reads scores from the agreement-events topic, slimmed (``events.slim``): the
+    confidence is what of the details it keeps, so the curve over cuts has its pairs."""
+    primary = choice_score("yes", details=decided(0.2))
+    shadow = choice_score("no", variant="cascade", judge_model="luna", details=decided(0.83))
+    read = [ScoreEvent.model_validate_json(slim(s)) for s in (primary, shadow)]
+    assert read[1].details == {"decision": {"confidence": 0.83}} and read[1].reason is None
+    j = join()
+    j.add_score(read[0], 0.0)
+    [pair] = j.add_score(read[1], 1.0)
+    assert pair.judged_confidence == 0.83
+    assert ScoreEvent.model_validate_json(slim(score())).details is None
 
 
 def test_a_pair_without_a_decision_or_a_readable_confidence_carries_none() -> None:

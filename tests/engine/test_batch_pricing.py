@@ -63,3 +63,13 @@ def test_a_mixed_sum_is_priced_online_and_a_batch_sum_stays_batch() -> None:
         2 * (judge_cost(DEFAULT_JUDGE_PRICES, "gpt-4o", ONLINE) or 0.0)
     )
     assert TokenUsage().batch is False
+
+
+def test_a_dated_snapshot_is_priced_as_its_model() -> None:
+    """OpenAI answers a call to gpt-4.1-nano as gpt-4.1-nano-2025-04-14 (the completion's
+    ``model``): a score's judge model is priced as the model asked for."""
+    asked = judge_cost(DEFAULT_JUDGE_PRICES, "gpt-4.1-nano", ONLINE)
+    assert asked is not None
+    assert judge_cost(DEFAULT_JUDGE_PRICES, "gpt-4.1-nano-2025-04-14", ONLINE) == asked
+    assert judge_cost({"claude-x": ModelPrice(input=1, output=1)}, "claude-x-20241022", ONLINE)
+    assert judge_cost(DEFAULT_JUDGE_PRICES, "gpt-4.1-nano-preview", ONLINE) is None

@@ -155,11 +155,12 @@ async def test_an_endpoint_without_logprobs_is_said_once_and_verdicts_go_on(
     assert len(said) == 1
 
 
+@pytest.mark.parametrize("refusal", ["refuse", "refuse_plainly"])
 async def test_a_model_refusing_logprobs_is_asked_without_them_from_then_on(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, refusal: str
 ) -> None:
     caplog.set_level(logging.WARNING)
-    with MockJudge(logprobs="refuse") as judge:
+    with MockJudge(logprobs=refusal) as judge:
         judge.script("Judge the answer", '{"choice": "yes", "reason": "right"}')
         verdicts = await judged(judge, logprob_rule(), times=2)
         sent = [("logprobs" in r["body"]) for r in judge.requests]
@@ -197,3 +198,43 @@ def test_a_rubric_reads_no_probabilities(tmp_path: Path, judge: str) -> None:
     _, errors = check_rules([tmp_path], ["mycrit"])
     (error,) = errors
     assert "response_critique.yaml" in str(error) and "not a rubric rule" in str(error)
+
+
+PREFIXED = OutputSpec.model_validate(
+    {
+        "type": "choice",
+        "choices": {"relevant": 1.0, "relevant but incomplete": 0.5, "irrelevant": 0.0},
+    }
+)
+
+
+def test_a_label_that_begins_a_longer_one_is_followed_down_to_where_they_part() -> None:
+    """The judge writes the longer label: its tokens are followed past the shorter one."""
+    content = '{"choice": "relevant but incomplete", "reason": "r"}'
+    walked = tokens(content, {"relevant": {"relevant": 0.8, "irrelevant": 0.2}})
+    read = read_probabilities(
+        PREFIXED, ParsedAnswer(0.5, "relevant but incomplete", "r"), content, walked
+    )
+    assert read is not None
+    assert read["probabilities"] == pytest.approx(
+        {"relevant but incomplete": 0.8, "irrelevant": 0.2}
+    )
+    # the judge writes the shorter one, weighing the longer at the token after it
+    content = '{"reason": "r", "choice": "relevant"}'  # its last quote: the one after it
+    walked = tokens(
+        content, {"relevant": {"relevant": 0.9, "irrelevant": 0.1}, '"': {'"': 0.6, " ": 0.4}}
+    )
+    read = read_probabilities(PREFIXED, ParsedAnswer(1.0, "relevant", "r"), content, walked)
+    assert read is not None
+    # after "relevant", a quote ends it (0.6) and a space may go on into the longer label,
+    # which the walk cannot follow down an alternative's path: left unread (coverage)
+    assert read["probabilities"] == pytest.approx({"relevant": 0.54, "irrelevant": 0.1})
+    assert read["confidence"] == pytest.approx(0.54)
+
+
+def test_a_verdict_under_a_key_the_parser_reads_is_read_there_not_in_the_reason() -> None:
+    content = '{"label": "no", "reason": "no evidence"}'  # structured output off
+    walked = tokens(content, {"no": {"no": 0.97, "yes": 0.03}})  # the double scripts the last
+    read = read_probabilities(YES_NO, ParsedAnswer(0.0, "no", "no evidence"), content, walked)
+    # the verdict's own token (certain), not the reason's "no" (0.97)
+    assert read is not None and read["confidence"] == 1.0
