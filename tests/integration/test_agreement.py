@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from scripted_judge import MockJudge
+from scripted_judge import MockJudge, Reply
 
 from stream.kafka.broker import EmbeddedBroker
 
@@ -288,4 +288,60 @@ async def test_a_shadow_judge_is_compared_with_the_labels_and_with_the_primary(
     assert (
         'scorer_shadow_scores_total{pack="labelled",rule="resolved",status="ok",variant="strict"} 10.0'
         in page
+    )
+
+
+CASCADED = RULE.replace(
+    'description: "Was the user\'s request resolved?"\n',
+    'description: "Was the user\'s request resolved?"\n'
+    "judge:\n"
+    "  cascade: {first: {api: chat, model: gpt-4.1-nano}, accept: {min_confidence: 0.9}, "
+    "audit_rate: 1.0}\n",
+)
+
+
+async def test_a_cascades_curve_and_spend_come_from_what_a_worker_published(
+    broker: EmbeddedBroker, names: Names, workers: list[Worker], tmp_path: Path, judge: MockJudge
+) -> None:
+    """Every target audited: the judge and the first tier (a small chat model read through
+    its log-probabilities) both judge; the pairs carry the first tier's confidence through
+    the internal topic's slim records, and `scorer agreement` draws the curve from them."""
+    n = 8
+    confidence = {i: 0.6 + 0.05 * i for i in range(n)}  # 0.6 .. 0.95
+    for i in range(n):
+        judge.script(f"case {i:02d}:", f'{{"answer": "{"yes" if i < 4 else "no"}", "reason": "x"}}')
+    for i in range(n):
+        small = Reply(
+            '{"answer": "yes", "reason": "x"}',
+            alternatives={"yes": {"yes": confidence[i], "no": 1 - confidence[i]}},
+        )
+        judge.script(f"case {i:02d}:", small, model="gpt-4.1-nano")
+    worker = labelled_worker(broker, names, tmp_path, judge, CASCADED)
+    workers.append(worker)
+    await produce(broker.bootstrap, names.traces, [trace(i) for i in range(n)])
+    records = await read(
+        broker.bootstrap,
+        env(names)["SCORER_AGREEMENT_TOPIC"],
+        until=lambda rs: len({orjson.loads(r.value)["agreement_id"] for r in rs}) >= n,
+        timeout=90,
+    )
+    pairs = [orjson.loads(r.value) for r in records]
+    assert {(p["variant"], p["reference"]) for p in pairs} == {("cascade", "primary")}
+    assert sorted(p["judged_confidence"] for p in pairs) == pytest.approx(
+        sorted(confidence.values())
+    )
+
+    report = orjson.loads((await scorer_agreement(broker, names)).stdout)
+    (curve,) = report["cascades"]
+    assert (curve["rule"], curve["audited"]) == ("resolved", n)
+    at = {point["cut"]: point for point in curve["cuts"]}
+    # under 0.9: cases 0..5 (0.6 .. 0.85); published at 0.9: the first tier's yes on 6 and 7
+    # (the judge says no there), the judge's verdict on the rest: 6 of 8 agree
+    assert at[0.9]["escalated"]["value"] == pytest.approx(6 / 8)
+    assert at[0.9]["accepted"]["count"] == 2
+    (spend,) = report["spend"]
+    assert (spend["rule"], spend["targets"], spend["escalated_by_reason"]) == (
+        "resolved",
+        n,
+        {"audit": n},
     )
