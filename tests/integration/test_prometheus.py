@@ -395,7 +395,15 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
     answer = prometheus.query(
         substitute(pass_rate).replace('rule=~".*"', 'rule="coaching_transcript"')
     )
-    assert [r["value"][1] for r in answer["data"]["result"]] == ["0.5"]
+    # increase() extrapolates each series over the range from its own samples: under load
+    # the two series' samples start apart and the ratio is near 0.5, not at it (0.66 was
+    # seen on a loaded machine); the refused session left out would make it 1
+    (rate,) = [float(r["value"][1]) for r in answer["data"]["result"]]
+    assert 0.25 <= rate <= 0.75, rate
+    refused = prometheus.query(
+        'scorer_errors_counted_value_count{rule="coaching_transcript", criterion="passed"}'
+    )
+    assert [r["value"][1] for r in refused["data"]["result"]] == ["2"]  # one a round
     # the scripted comparison prefers A (+1) every round: B's win rate is 0, its interval
     # [0, high] with high > 0 (a pair or two cannot show that A always wins)
     win = prometheus.query('scorer:pair_win_rate_b:1d{rule="response_comparison"}')
