@@ -164,7 +164,7 @@ def test_a_cascade_needs_an_askable_output_and_an_online_chat_judge() -> None:
         LLMJudgeRule.model_validate({**data, "output": {"min": 0, "max": 1}})
     with pytest.raises(ValidationError, match="before an online chat judge"):
         LLMJudgeRule.model_validate({**data, "judge": {**data["judge"], "mode": "batch"}})
-    with pytest.raises(ValidationError, match="cannot go with judge.tools"):
+    with pytest.raises(ValidationError, match=r"cannot go with judge\.tools"):
         LLMJudgeRule.model_validate({**data, "judge": {**data["judge"], "tools": "trace"}})
 
 
