@@ -71,6 +71,9 @@ class Observer:
     def on_cascade_cost(self, rule: str, pack: str, tier: str, usd: float) -> None:
         """A judge call of a cascade rule's ``tier`` (first, judge) cost ``usd``."""
 
+    def on_redacted(self, rule: str, pack: str, counts: dict[str, int]) -> None:
+        """A judge job of ``rule`` had ``counts`` values of each kind masked (never the values)."""
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

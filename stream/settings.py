@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import orjson
+import phonenumbers
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -13,8 +15,12 @@ from .engine.spend import DEFAULT_JUDGE_PRICES, Budget, ModelPrice, judge_cost
 from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
+from .redact.detectors import DEFAULT_REGIONS
+from .redact.policy import RedactionPolicy
 from .ruleset.filters import PackFilter
 from .ruleset.location import RulesDirs
+
+RedactKind = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]  # a placeholder's name
 
 
 def default_store() -> Literal["memory", "rocksdb"]:
@@ -128,6 +134,13 @@ class Settings(BaseSettings):
     # a trace rule that matched none of this many traces in a row is reported silent (a
     # warning naming what it saw instead, and scorer_rule_silent); 0: never
     silent_after_traces: int = Field(default=500, ge=0)
+    # what is masked in the judge's copy (a rule's judge.redact, docs/rules.md): the regions
+    # whose national phone formats are read (ISO 3166 codes, JSON list); the deployment's
+    # own kinds, as regular expressions (JSON: {"TICKET": ["ACME-\\d{5}"]}) and as word
+    # lists matched whole and without case (JSON: {"CUSTOMER": ["Contoso"]})
+    redact_phone_regions: list[str] = Field(default_factory=lambda: list(DEFAULT_REGIONS))
+    redact_patterns: dict[RedactKind, list[str]] = Field(default_factory=dict)
+    redact_words: dict[RedactKind, list[str]] = Field(default_factory=dict)
     # the projects the score metrics label by name (JSON list), every other one "other";
     # unset: the projects the rules' filters name and the first metric_project_limit others
     metric_projects: list[Annotated[str, Field(min_length=1)]] | None = None
@@ -186,6 +199,30 @@ class Settings(BaseSettings):
     otlp_max_bytes: int = Field(default=256_000, ge=1024, le=300_000)
     # an assembled trace is remembered this long, so a redelivered span of it is dropped
     otlp_retention_s: float = Field(default=600.0, ge=0)
+
+    @field_validator("redact_phone_regions")
+    @classmethod
+    def _known_regions(cls, regions: list[str]) -> list[str]:
+        unknown = [r for r in regions if r not in phonenumbers.SUPPORTED_REGIONS]
+        if unknown:
+            raise ValueError(f"not regions libphonenumber knows (ISO 3166 codes): {unknown}")
+        return regions
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _patterns_compile(cls, kinds: dict[str, list[str]]) -> dict[str, list[str]]:
+        for kind, expressions in kinds.items():
+            for expression in expressions:
+                try:
+                    re.compile(expression)
+                except re.error as exc:
+                    message = f"{kind}: {expression!r} is not a regular expression: {exc}"
+                    raise ValueError(message) from None
+        return kinds
+
+    def redaction_policy(self) -> RedactionPolicy:
+        """The detectors a rule's ``judge.redact`` chooses among, as this deployment has them."""
+        return RedactionPolicy(self.redact_phone_regions, self.redact_patterns, self.redact_words)
 
     @field_validator("packs", mode="before")
     @classmethod

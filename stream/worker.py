@@ -47,7 +47,7 @@ from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
 from .ruleset.loader import deployment_rules
-from .ruleset.schema import RuleSet
+from .ruleset.schema import PromptedRule, RuleSet
 from .settings import Settings
 from .sources.log import SourceLog
 from .threads.router import ThreadRouter
@@ -67,6 +67,10 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     caching = settings.judge_cache_table and caches_verdicts(settings)
     judge = judge_of(settings, metrics, verdict_table(app, settings, metrics) if caching else None)
     ledger = spend_ledger(settings, metrics)
+    redaction = settings.redaction_policy()
+    prompted = [r for r in ruleset.rules if isinstance(r, PromptedRule)]
+    if problems := redaction.problems((r.id, r.judge.redact) for r in prompted):
+        raise ConfigError(problems)
     scorer = Scorer(
         ruleset,
         judge,
@@ -77,6 +81,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
         holds=judge.holds if isinstance(judge, CachingJudge) else None,
     )
+    scorer.context.redaction = redaction
     if judge is not None:
         register_batch_jobs(app, settings, scorer, judge, topics, metrics)
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)

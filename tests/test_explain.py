@@ -622,3 +622,21 @@ def test_rules_the_default_selection_leaves_out_are_one_line_a_trace(
     listed = CliRunner().invoke(app, ["explain", str(path), "--json"])
     first = orjson.loads(listed.output.splitlines()[0])
     assert any(r["rule_id"] == "safety" and r["outcome"] == "disabled" for r in first["rules"])
+
+
+def test_explain_prompt_shows_what_the_judge_would_receive_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scorer explain --prompt``: the prompt as the judge would get it, personal data and
+    the deployment's own words masked (issue 47, item 4)."""
+    monkeypatch.setenv("SCORER_PACKS", '["fretcoach"]')
+    monkeypatch.setenv("SCORER_REDACT_WORDS", '{"CUSTOMER": ["Ana Lopez"]}')
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    trace = hub_trace()
+    trace["input"]["messages"][-1]["content"] = "I am Ana Lopez, ana@example.org. Help?"
+    path = tmp_path / "traces.jsonl"
+    path.write_bytes(orjson.dumps(trace) + b"\n")
+    result = CliRunner().invoke(app, ["explain", str(path), "--prompt"])
+    assert result.exit_code == 0, result.output
+    assert "I am <CUSTOMER_1>, <EMAIL_1>. Help?" in result.output
+    assert "ana@example.org" not in result.output and "Ana Lopez" not in result.output

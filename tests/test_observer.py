@@ -51,8 +51,9 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_trace_batch (issue 30, item 1: traces scored together)
     # + on_agreement_looked_back (issue 43: the join reads scores back), watch_memory (the
     # budget, RocksDB's cache), watch_held (what a worker's tables, indexes and caches hold)
-    # + on_cascade (issue 46: which tier of a cascade decided)
-    assert len(callbacks) == 46
+    # + on_cascade, on_cascade_cost (issue 46: which tier of a cascade decided, its cost)
+    # + on_redacted (issue 47: values masked in the judge's copy, by kind)
+    assert len(callbacks) == 47
     assert callbacks <= set(vars(ScorerMetrics))
 
 

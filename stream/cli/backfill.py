@@ -155,6 +155,7 @@ def backfill(
         max_prompt_tokens=settings.judge_max_prompt_tokens,
     )
     options = file_options(settings)
+    scorer.context.redaction = options.redaction
     targets = targets_of(ruleset, messages, options, traces_topic)
     publish = ScorePublisher(bootstrap, settings.scores_topic, security)
 
@@ -162,7 +163,9 @@ def backfill(
         return estimate_plans([plan], settings.judge_model, settings.judge_cost).total.usd
 
     run = Backfill(scorer, existing, publish, tally, max_usd, cost_of)
-    planner = planning_scorer(ruleset, settings.judge_model, settings.judge_max_prompt_tokens)
+    planner = planning_scorer(
+        ruleset, settings.judge_model, settings.judge_max_prompt_tokens, options.redaction
+    )
     plans = run.plans(targets, planner)
     found = estimate_plans(plans, settings.judge_model, settings.judge_cost)
     still = f"; {targets.still_open} threads still open at its end (not scored)"

@@ -35,6 +35,7 @@ def file_options(settings: Settings) -> FileOptions:
             max_turns=settings.thread_max_turns, max_bytes=settings.thread_max_bytes
         ),
         turn_max_bytes=settings.turn_max_bytes,
+        redaction=settings.redaction_policy(),
     )
 
 

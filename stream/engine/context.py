@@ -10,6 +10,7 @@ from datetime import datetime
 
 from ..models import Outcome, TokenUsage
 from ..observer import Observer
+from ..redact.policy import SHIPPED, RedactionPolicy
 from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RubricRule
 from .batch_entry import Deferrer
 from .outcomes import (
@@ -40,6 +41,8 @@ class ScoringContext:
     # whether a verdict for a call (rule, prompt, system prompt) is kept by the verdict cache:
     # a spent budget does not skip a rule whose verdicts cost nothing (None: no cache)
     holds: Callable[[PromptedRule, str, str | None], bool] | None = None
+    # what is masked in the judge's copy of a prompt's variables (``judge.redact``)
+    redaction: RedactionPolicy = field(default_factory=lambda: SHIPPED)
 
     def model_of(self, rule: PromptedRule) -> str:
         """The judge model a rule is judged by."""

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..models import utcnow
+from ..redact.redactor import Redaction
 from ..ruleset.schema import ComparisonRule, LLMJudgeRule, RubricRule
 from .outcomes import RuleOutcome, Target
 from .prompt import FittedPrompt
@@ -42,6 +43,7 @@ class JudgeJob:
     # a cascade rule's: "first" (ask the first tier, the judge where it is unsure), "audit"
     # (the judge decides; the first tier is the shadow ``cascade``); None: no cascade
     cascade: str | None = None
+    redacted: dict[str, int] = field(default_factory=dict)  # kind -> values masked
 
 
 @dataclass
@@ -57,3 +59,6 @@ class Plan:
     close: dict[str, Any] | None = None
     # the partition a job deferred to a batch is kept in (None: the scored record's)
     partition: int | None = None
+    # the placeholders of this target's judge prompts: one value, one placeholder, in every
+    # rule's prompt and every turn of a thread (issue 47)
+    redaction: Redaction = field(default_factory=Redaction)

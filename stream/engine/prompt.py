@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MissingVariable
@@ -86,6 +88,8 @@ class FittedPrompt:
     cut: dict[str, int]  # variable -> characters cut from its middle
     cap: int = DEFAULT_MAX_PROMPT_TOKENS  # the cap it was fitted to (estimated tokens)
     uncut_tokens: int = 0  # its estimated size before anything was cut
+    # values masked in the judge's copy, per kind (``judge.redact``)
+    redacted: Counter[str] = field(default_factory=Counter)
 
 
 def prompt_cut(fitted: list[FittedPrompt], setting: str) -> dict[str, Any] | None:
@@ -127,11 +131,24 @@ def estimated_tokens(*texts: str | None) -> int:
     return sum(-(-len(t) // CHARS_PER_TOKEN) for t in texts if t)
 
 
-def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: int) -> FittedPrompt:
-    """Render ``rule``'s prompts; over ``cap`` estimated tokens, cut the largest variable in the
-    middle (head and tail kept, a marker between) until they fit, or raise ``PromptTooLarge``
-    when the rule says ``oversize: skip`` or nothing left to cut would make it fit."""
+def fit_prompt(
+    rule: PromptedRule,
+    values: dict[str, Any],
+    document: Any,
+    cap: int,
+    redact: Callable[[str], tuple[str, Counter[str]]] | None = None,
+) -> FittedPrompt:
+    """Render ``rule``'s prompts, each variable's text through ``redact`` (the judge's copy:
+    personal data and secrets masked); over ``cap`` estimated tokens, cut the largest
+    variable in the middle (head and tail kept, a marker between) until they fit, or raise
+    ``PromptTooLarge`` when the rule says ``oversize: skip`` or nothing left to cut would make
+    it fit."""
     texts = _texts(rule, values)
+    redacted: Counter[str] = Counter()
+    if redact is not None:
+        for variable in values:
+            texts[variable], found = redact(texts[variable])
+            redacted.update(found)
     original = dict(texts)
     cut: dict[str, int] = {}
     marker_len = len(CUT_MARKER.format(n=10**9, cap=cap))
@@ -143,7 +160,7 @@ def fit_prompt(rule: PromptedRule, values: dict[str, Any], document: Any, cap: i
         uncut = size if uncut is None else uncut
         if size <= cap:
             quoted = [texts[name] for name in values]
-            return FittedPrompt(prompt, system, quoted, cut, cap, uncut)
+            return FittedPrompt(prompt, system, quoted, cut, cap, uncut, redacted)
         if rule.judge.oversize == "skip":
             raise PromptTooLarge(f"the prompt is about {size} tokens, over the cap of {cap}")
         # the largest variable as shown now gives up what is over (plus room for the marker)

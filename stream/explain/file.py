@@ -124,7 +124,9 @@ def explain_file(
     """
     topic = topic or options.traces_topic
     parsed = [parse_message(raw, topic, options.sessions_topic) for raw in messages]
-    scorer = planning_scorer(ruleset, options.default_model, options.max_prompt_tokens)
+    scorer = planning_scorer(
+        ruleset, options.default_model, options.max_prompt_tokens, options.redaction
+    )
     threads = FileThreads(ruleset, options, start=first_moment(parsed))
     records: list[Record] = []
     unread = 0

@@ -14,6 +14,7 @@ from ..engine.plan import JudgeJob, Plan
 from ..engine.prompt import DEFAULT_MAX_PROMPT_TOKENS, describe_cut
 from ..engine.scorer import Scorer
 from ..engine.verdicts import ToolBox, Verdict
+from ..redact.policy import SHIPPED, RedactionPolicy
 from ..ruleset.schema import AnyRule, LLMJudgeRule, PromptedRule, RuleSet
 from ..threads.router import DEFAULT_TURN_MAX_BYTES
 from ..threads.state import ThreadLimits
@@ -142,12 +143,20 @@ class FileOptions:
     inactivity_gap_s: float = 900.0
     limits: ThreadLimits = field(default_factory=ThreadLimits)
     turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES
+    redaction: RedactionPolicy = SHIPPED  # what the judge's copy masks (the deployment's)
 
 
-def planning_scorer(ruleset: RuleSet, default_model: str, max_prompt_tokens: int | None) -> Scorer:
+def planning_scorer(
+    ruleset: RuleSet,
+    default_model: str,
+    max_prompt_tokens: int | None,
+    redaction: RedactionPolicy = SHIPPED,
+) -> Scorer:
     # a judge that is never called: the scorer plans judge calls as the worker's does
     cap = DEFAULT_MAX_PROMPT_TOKENS if max_prompt_tokens is None else max_prompt_tokens
-    return Scorer(ruleset, _NoCall(), default_model=default_model, max_prompt_tokens=cap)
+    scorer = Scorer(ruleset, _NoCall(), default_model=default_model, max_prompt_tokens=cap)
+    scorer.context.redaction = redaction
+    return scorer
 
 
 def planned(plan: Plan) -> list[Explained]:

@@ -179,6 +179,10 @@ class ScorerMetrics(MetricFamilies, Observer):
     def on_cascade_cost(self, rule: str, pack: str, tier: str, usd: float) -> None:
         self.cascade_cost.labels(rule=rule, pack=pack, tier=tier).inc(usd)
 
+    def on_redacted(self, rule: str, pack: str, counts: dict[str, int]) -> None:
+        for kind, n in counts.items():
+            self.redacted.labels(rule=rule, pack=pack, kind=kind).inc(n)
+
     def on_rules_loaded(
         self, version: str, digest: str, directions: list[tuple[str, str, str, int]]
     ) -> None:

@@ -13,7 +13,8 @@ redaction is ``counts``, per kind how many values were replaced.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .detectors import SECRET, Detector, Finding
 
@@ -43,30 +44,40 @@ def resolve(findings: Iterable[Finding]) -> list[Finding]:
 
 class Redaction:
     """The placeholders of one scope: each value's, numbered per kind in order of first
-    sight, and how many values of each kind were replaced."""
+    sight, and how many values of each kind were replaced (``counts``; each call's too)."""
 
-    def __init__(self, detectors: Sequence[Detector]) -> None:
-        self.detectors = detectors
+    def __init__(self, detectors: Sequence[Detector] = ()) -> None:
+        self.detectors = detectors  # what ``redact`` finds unless told otherwise
         self._placeholders: dict[tuple[str, str], str] = {}
         self._numbered: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()  # kind -> values replaced (every occurrence)
 
-    def redact(self, text: str) -> str:
+    def redact(self, text: str, detectors: Sequence[Detector] | None = None) -> str:
         """``text`` with every value found replaced by its placeholder."""
+        return self.redacted(text, detectors)[0]
+
+    def redacted(
+        self, text: str, detectors: Sequence[Detector] | None = None
+    ) -> tuple[str, Counter[str]]:
+        """``text`` with every value ``detectors`` find replaced by its placeholder, and how
+        many values of each kind it held."""
+        counts: Counter[str] = Counter()
         if not text:
-            return text
-        found = resolve(f for detect in self.detectors for f in detect(text))
+            return text, counts
+        using = self.detectors if detectors is None else detectors
+        found = resolve(f for detect in using for f in detect(text))
         if not found:
-            return text
+            return text, counts
         out: list[str] = []
         at = 0
         for finding in found:
             out.append(text[at : finding.start])
             out.append(self.placeholder(finding.kind, text[finding.start : finding.end]))
-            self.counts[finding.kind] += 1
+            counts[finding.kind] += 1
             at = finding.end
         out.append(text[at:])
-        return "".join(out)
+        self.counts.update(counts)
+        return "".join(out), counts
 
     def placeholder(self, kind: str, value: str) -> str:
         """``value``'s placeholder in this scope (made at its first sight)."""
@@ -85,3 +96,25 @@ def _canonical(kind: str, value: str) -> str:
     if kind in ("PHONE", "CARD"):
         return "".join(c for c in value if c.isdigit())
     return value
+
+
+def redacted_document(
+    value: Any, redact: Callable[[str], tuple[str, Counter[str]]]
+) -> tuple[Any, Counter[str]]:
+    """A copy of a JSON document with every string (keys kept) through ``redact``: what a
+    judge reading a trace through tools is given, so no tool answer, cut or searched, can
+    hold a value the prompt would have masked."""
+    counts: Counter[str] = Counter()
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            text, found = redact(node)
+            counts.update(found)
+            return text
+        if isinstance(node, dict):
+            return {key: walk(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        return node
+
+    return walk(value), counts

@@ -5,7 +5,7 @@ human labels; strict models (unknown keys rejected, frozen)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -117,6 +117,13 @@ class JudgeSpec(Strict):
         min_length=1,
         description="With api: decisions, the question asked of the input (default: the rule's "
         "description)",
+    )
+    redact: bool | list[Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]] = Field(
+        default=True,
+        description="What is masked in the judge's copy of the prompt's variables: true (every "
+        "shipped kind of personal data and secret, and the deployment's own), false (the raw "
+        "text: a rule judging whether an answer leaked personal data), or a list of kinds "
+        "(EMAIL, PHONE, CARD, IBAN, IP_ADDRESS, URL_CREDENTIALS, SECRET, the deployment's own)",
     )
     logprobs: bool = Field(
         default=False,

@@ -3,11 +3,14 @@ how their judge calls become outcomes."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 from ...errors import JudgeError
 from ...models import utcnow
+from ...redact.redactor import redacted_document
 from ...ruleset.filters import sampled
 from ...ruleset.schema import AnyRule
 from ..context import ScoringContext
@@ -133,7 +136,7 @@ class JudgedKind(RuleKind):
                 rule = rule.model_copy(
                     update={"judge": rule.judge.model_copy(update={"model": admission.model})}
                 )
-        fitted, setting = fit_calls(ctx, rule, calls, found)
+        fitted, setting = fit_calls(ctx, rule, calls, found, plan)
         if isinstance(fitted, str):
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", spent or fitted)))
             return
@@ -154,7 +157,9 @@ class JudgedKind(RuleKind):
                 return
             job.batch = admission.deferred
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
-            job.tools = TraceTools(found.document)
+            job.tools = trace_tools(ctx, rule, found.document, plan, job)
+        if job.redacted:
+            ctx.observer.on_redacted(rule.id, rule.pack, job.redacted)
         plan.judge_jobs.append(job)
         self.plan_tiers(plan, job, found, fitted, setting)
         if spent is None:  # a spent budget's rule judged from kept verdicts runs no shadow
@@ -177,6 +182,7 @@ class JudgedKind(RuleKind):
         first = fitted[0]
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
         job.prompt_cut = prompt_cut(fitted, setting)
+        job.redacted = dict(sum((f.redacted for f in fitted), Counter()))
         self.prepare(job, plan, found, fitted)
         return job
 
@@ -197,7 +203,7 @@ class JudgedKind(RuleKind):
             if not sampled(f"{rule.id}@{spec.name}", spec.sampling_rate, plan.target.id):
                 continue
             shadow = rule.as_shadow(spec.name)
-            fitted, setting = fit_calls(ctx, shadow, calls, found)
+            fitted, setting = fit_calls(ctx, shadow, calls, found, plan)
             if isinstance(fitted, str):
                 plan.outcomes.append(ctx.finish(shadow, plan, Measured("skipped", fitted)))
                 continue
@@ -227,16 +233,35 @@ class JudgedKind(RuleKind):
 
 
 def fit_calls(
-    ctx: ScoringContext, rule: JudgedRule, calls: list[dict[str, Any]], found: Found
+    ctx: ScoringContext, rule: JudgedRule, calls: list[dict[str, Any]], found: Found, plan: Plan
 ) -> tuple[list[FittedPrompt] | str, str]:
-    """Each call's prompt fitted to the rule's cap (or why it cannot be), and which setting
-    the cap came from."""
+    """Each call's prompt fitted to the rule's cap (or why it cannot be), its variables
+    masked as the rule's ``judge.redact`` says, with the target's placeholders; and which
+    setting the cap came from."""
     cap = rule.judge.max_prompt_tokens or ctx.max_prompt_tokens
     setting = CAP_OF_RULE if rule.judge.max_prompt_tokens else CAP_OF_WORKER
+    detectors = ctx.redaction.masking(rule.judge.redact)
+    redact = partial(plan.redaction.redacted, detectors=detectors) if detectors else None
     try:
-        return [fit_prompt(rule, call, found.document, cap) for call in calls], setting
+        fitted = [fit_prompt(rule, call, found.document, cap, redact) for call in calls]
+        return fitted, setting
     except PromptTooLarge as exc:
         return f"prompt too large: {exc} ({setting}, judge.oversize)", setting
+
+
+def trace_tools(
+    ctx: ScoringContext, rule: JudgedRule, document: dict[str, Any], plan: Plan, job: JudgeJob
+) -> TraceTools:
+    """The tools a judge reads the trace through, over the trace as ``judge.redact`` masks it
+    (the target's placeholders: a value is the same in the prompt and in a tool's answer)."""
+    detectors = ctx.redaction.masking(rule.judge.redact)
+    if not detectors:
+        return TraceTools(document)
+    masked, counts = redacted_document(
+        document, partial(plan.redaction.redacted, detectors=detectors)
+    )
+    job.redacted = dict(Counter(job.redacted) + counts)
+    return TraceTools(masked)
 
 
 def judge_failed(ctx: ScoringContext, job: JudgeJob, exc: JudgeError) -> Measured:
@@ -258,10 +283,13 @@ def mark_cached(outcome: RuleOutcome) -> None:
 
 def job_details(job: JudgeJob) -> dict[str, Any] | None:
     """What a judged score says of its prompt: variables cut to fit (``settle`` adds them to
-    every outcome, ok or not), missing ones rendered empty (``missing: empty``)."""
+    every outcome, ok or not), missing ones rendered empty (``missing: empty``), how many
+    values of each kind were masked in the judge's copy (``redacted``; never the values)."""
     details: dict[str, Any] = {}
     if job.prompt_cut is not None:
         details["prompt_cut"] = job.prompt_cut
     if job.emptied:
         details["empty_variables"] = job.emptied
+    if job.redacted:
+        details["redacted"] = job.redacted
     return details or None

@@ -1,0 +1,82 @@
+"""The deployment's redaction: which detectors a rule's ``judge.redact`` names, made once
+from the settings (the phone regions, the deployment's own patterns and word lists).
+
+A rule's ``judge.redact`` is ``true`` (the default: every shipped kind and the deployment's
+own), ``false`` (the raw text: a rule judging whether an answer leaked personal data), or a
+list of kinds (``[EMAIL, SECRET]``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+from .detectors import DEFAULT_KINDS, DEFAULT_REGIONS, Detector, builtin, patterns, words
+
+
+class UnknownKind(ValueError):  # noqa: N818 - a kind of mistake in a rule, as said
+    """A rule names a kind no detector finds."""
+
+
+class RedactionPolicy:
+    """Every detector the deployment has, by kind, and the set a rule's setting names."""
+
+    def __init__(
+        self,
+        regions: Sequence[str] = DEFAULT_REGIONS,
+        own_patterns: Mapping[str, Sequence[str]] | None = None,
+        own_words: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        self.by_kind: dict[str, list[Detector]] = {
+            kind: [detector]
+            for kind, detector in zip(DEFAULT_KINDS, builtin(DEFAULT_KINDS, regions), strict=True)
+        }
+        for kind, expressions in (own_patterns or {}).items():
+            self.by_kind.setdefault(kind, []).append(patterns(kind, expressions))
+        for kind, listed in (own_words or {}).items():
+            self.by_kind.setdefault(kind, []).append(words(kind, listed))
+        self._chosen: dict[tuple[str, ...], list[Detector]] = {}
+        self._said: set[str] = set()
+
+    def detectors(self, setting: bool | Sequence[str]) -> list[Detector]:
+        """The detectors a rule's ``judge.redact`` names (none for ``false``)."""
+        if setting is False:
+            return []
+        kinds = tuple(self.by_kind) if setting is True else tuple(setting)
+        if (known := self._chosen.get(kinds)) is not None:
+            return known
+        unknown = [kind for kind in kinds if kind not in self.by_kind]
+        if unknown:
+            raise UnknownKind(
+                f"judge.redact names {unknown}, which no detector finds (the shipped kinds: "
+                f"{list(DEFAULT_KINDS)}; the deployment's own: SCORER_REDACT_PATTERNS, "
+                "SCORER_REDACT_WORDS)"
+            )
+        chosen = self._chosen[kinds] = [d for kind in kinds for d in self.by_kind[kind]]
+        return chosen
+
+    def masking(self, setting: bool | Sequence[str]) -> list[Detector]:
+        """``detectors``, where a kind is unknown (a rule reloaded naming one) every detector
+        the deployment has, said once: the judge's copy masked more, never less."""
+        try:
+            return self.detectors(setting)
+        except UnknownKind as exc:
+            if str(exc) not in self._said:
+                self._said.add(str(exc))
+                log.warning("%s; masking every kind for it", exc)
+            return self.detectors(True)
+
+    def problems(self, settings: Iterable[tuple[str, bool | Sequence[str]]]) -> list[str]:
+        """What is wrong with the rules' ``judge.redact`` settings: (rule id, setting)."""
+        problems = []
+        for rule_id, setting in settings:
+            try:
+                self.detectors(setting)
+            except UnknownKind as exc:
+                problems.append(f"rule {rule_id}: {exc}")
+        return problems
+
+
+log = logging.getLogger(__name__)
+
+SHIPPED = RedactionPolicy()  # the shipped detectors, with the default phone regions
