@@ -270,21 +270,9 @@ def cost_per_1000_case(expr: str) -> dict[str, Any]:
         f'scorer_rule_judge_cost_usd_total{{rule="quiet", {where}, model="big"}}': "0x60",
         f'scorer_decisions_total{{rule="quiet", {where}, outcome="filtered"}}': "0+4x60",
     }
-    return {
-        "interval": "1m",
-        "input_series": [{"series": s, "values": v} for s, v in series.items()],
-        "promql_expr_test": [
-            {
-                "expr": expr,
-                "eval_time": "60m",
-                "exp_samples": [
-                    # $0.125 a minute over 6.25 judged targets a minute: $20 per 1,000
-                    {"labels": '{pack="p", rule="critique"}', "value": 20.0},
-                    {"labels": '{pack="p", rule="cached"}', "value": 0.0},
-                ],
-            }
-        ],
-    }
+    # $0.125 a minute over 6.25 judged targets a minute: $20 per 1,000
+    expected = [('{pack="p", rule="critique"}', 20.0), ('{pack="p", rule="cached"}', 0.0)]
+    return hour_case(series, [expr], [expected])
 
 
 def test_cost_per_1000_traces_is_each_rules_cost_over_the_targets_it_judged(
@@ -332,6 +320,14 @@ def cascade_case(exprs: list[str], expected: list[list[tuple[str, float]]]) -> d
         f'scorer_cascade_cost_usd_total{{rule="triage", {where}, tier="judge"}}': "0+0.5x60",
         f'scorer_cascade_cost_usd_total{{rule="sure", {where}, tier="first"}}': "0+0.0625x60",
     }
+    return hour_case(series, exprs, expected)
+
+
+def hour_case(
+    series: dict[str, str], exprs: list[str], expected: list[list[tuple[str, float]]]
+) -> dict[str, Any]:
+    """A promtool case: ``series`` sampled each minute, each of ``exprs`` evaluated at the
+    hour's end against its ``expected`` samples (labels, value)."""
     return {
         "interval": "1m",
         "input_series": [{"series": s, "values": v} for s, v in series.items()],
