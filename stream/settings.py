@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import orjson
 import phonenumbers
@@ -16,7 +18,7 @@ from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .redact.detectors import DEFAULT_REGIONS
-from .redact.policy import RedactionPolicy
+from .redact.policy import RedactionPolicy, unmasked_problems
 from .ruleset.filters import PackFilter
 from .ruleset.location import RulesDirs
 
@@ -141,6 +143,10 @@ class Settings(BaseSettings):
     redact_phone_regions: list[str] = Field(default_factory=lambda: list(DEFAULT_REGIONS))
     redact_patterns: dict[RedactKind, list[str]] = Field(default_factory=dict)
     redact_words: dict[RedactKind, list[str]] = Field(default_factory=dict)
+    # redaction required: no rule may send a judge outside SCORER_REDACT_RAW_HOSTS (the hosts
+    # of self-hosted judges, JSON list) text with a shipped kind unmasked (start-up fails)
+    redact_required: bool = False
+    redact_raw_hosts: list[str] = Field(default_factory=list)
     # the projects the score metrics label by name (JSON list), every other one "other";
     # unset: the projects the rules' filters name and the first metric_project_limit others
     metric_projects: list[Annotated[str, Field(min_length=1)]] | None = None
@@ -223,6 +229,22 @@ class Settings(BaseSettings):
     def redaction_policy(self) -> RedactionPolicy:
         """The detectors a rule's ``judge.redact`` chooses among, as this deployment has them."""
         return RedactionPolicy(self.redact_phone_regions, self.redact_patterns, self.redact_words)
+
+    def judge_hosts(self) -> set[str]:
+        """The hosts the judges are asked at: the chat (and decisions) endpoint and the Batch
+        API's (OpenAI's own where unset)."""
+        urls = [self.openai_base_url, self.batch_base_url or self.openai_base_url]
+        return {urlsplit(url).hostname or url if url else "api.openai.com" for url in urls}
+
+    def redaction_problems(self, rules: Iterable[tuple[str, bool | list[str]]]) -> list[str]:
+        """What stops a worker: a rule's ``judge.redact`` naming a kind no detector finds, or,
+        where redaction is required, leaving a kind unmasked for a judge outside the hosts
+        allowed raw text. ``rules``: (rule id, ``judge.redact``)."""
+        listed = list(rules)
+        problems = self.redaction_policy().problems(listed)
+        if self.redact_required:
+            problems += unmasked_problems(listed, self.judge_hosts(), self.redact_raw_hosts)
+        return problems
 
     @field_validator("packs", mode="before")
     @classmethod

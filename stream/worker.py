@@ -69,7 +69,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     ledger = spend_ledger(settings, metrics)
     redaction = settings.redaction_policy()
     prompted = [r for r in ruleset.rules if isinstance(r, PromptedRule)]
-    if problems := redaction.problems((r.id, r.judge.redact) for r in prompted):
+    if problems := settings.redaction_problems((r.id, r.judge.redact) for r in prompted):
         raise ConfigError(problems)
     scorer = Scorer(
         ruleset,

@@ -109,6 +109,9 @@ def backfill(
     settings = Settings()
     rule_ids = [r.strip() for given in rules for r in given.split(",") if r.strip()]
     ruleset = named_rules(deployment_rules(settings, [ALL_PACKS]), rule_ids)
+    masked = [(r.id, r.judge.redact) for r in ruleset.rules if isinstance(r, PromptedRule)]
+    if problems := settings.redaction_problems(masked):
+        raise ConfigError(problems)
     start_ms, end_ms = time_range(since, start, end)
     bootstrap, security = scores_broker(settings, "the broker the traces are on")
     traces_topic = topic or settings.traces_topic

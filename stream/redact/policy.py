@@ -77,6 +77,29 @@ class RedactionPolicy:
         return problems
 
 
+def unmasked_problems(
+    settings: Iterable[tuple[str, bool | Sequence[str]]],
+    hosts: Iterable[str],
+    allowed: Iterable[str],
+) -> list[str]:
+    """Where redaction is required: the rules that would send a judge at ``hosts`` text with
+    a shipped kind unmasked (``judge.redact: false``, or a list leaving one out), unless every
+    host is ``allowed`` to read raw text (a self-hosted judge inside the network)."""
+    outside = sorted(set(hosts) - set(allowed))
+    if not outside:
+        return []
+    problems = []
+    for rule_id, setting in settings:
+        kept = set(DEFAULT_KINDS) if setting is True else set(setting or ())
+        if left := [kind for kind in DEFAULT_KINDS if kind not in kept]:
+            problems.append(
+                f"rule {rule_id}: judge.redact leaves {left} unmasked for a judge at "
+                f"{', '.join(outside)}, which SCORER_REDACT_RAW_HOSTS does not list "
+                "(SCORER_REDACT_REQUIRED)"
+            )
+    return problems
+
+
 log = logging.getLogger(__name__)
 
 SHIPPED = RedactionPolicy()  # the shipped detectors, with the default phone regions

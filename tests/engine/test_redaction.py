@@ -149,3 +149,26 @@ def test_the_deployments_settings_are_checked_and_a_rule_naming_an_unknown_kind_
     (problem,) = policy.problems([("d", ["NAMES"])])
     assert problem.startswith("rule d: judge.redact names ['NAMES']")
     assert policy.masking(["NAMES"]) == policy.detectors(True)  # masks more, never less
+
+
+def test_required_redaction_refuses_raw_text_for_a_judge_outside_the_allowed_hosts() -> None:
+    rules = [("masked", True), ("leak_check", False), ("emails_only", ["EMAIL"])]
+    external = settings(openai_base_url="https://api.openai.com/v1", redact_required=True)
+    assert external.judge_hosts() == {"api.openai.com"}
+    problems = external.redaction_problems(rules)
+    assert [p.split(":")[0] for p in problems] == ["rule leak_check", "rule emails_only"]
+    assert "api.openai.com, which SCORER_REDACT_RAW_HOSTS does not list" in problems[0]
+    inside = settings(
+        openai_base_url="http://judge.internal:8000/v1",
+        redact_required=True,
+        redact_raw_hosts=["judge.internal"],
+    )
+    assert inside.redaction_problems(rules) == []  # a self-hosted judge may read raw text
+    batch_outside = settings(
+        openai_base_url="http://judge.internal:8000/v1",
+        batch_base_url="https://api.openai.com/v1",
+        redact_required=True,
+        redact_raw_hosts=["judge.internal"],
+    )
+    assert len(batch_outside.redaction_problems(rules)) == 2
+    assert settings(redact_required=False).redaction_problems(rules) == []
