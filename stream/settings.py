@@ -18,7 +18,7 @@ from .judge.config import JudgeConfig
 from .kafka.security import KafkaSecurity
 from .models import TokenUsage
 from .redact.detectors import DEFAULT_REGIONS
-from .redact.policy import RedactionPolicy, unmasked_problems
+from .redact.policy import RedactionPolicy, load_entities, unmasked_problems
 from .ruleset.filters import PackFilter
 from .ruleset.location import RulesDirs
 
@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     redact_words: dict[RedactKind, list[str]] = Field(default_factory=dict)
     # redaction required: no rule may send a judge outside SCORER_REDACT_RAW_HOSTS (the hosts
     # of self-hosted judges, JSON list) text with a shipped kind unmasked (start-up fails)
+    # a named-entity detector the deployment installed, "module:factory" (docs/rules.md):
+    # names and street addresses; unset: none (no model is loaded)
+    redact_entities: str | None = None
     redact_required: bool = False
     redact_raw_hosts: list[str] = Field(default_factory=list)
     # the projects the score metrics label by name (JSON list), every other one "other";
@@ -228,7 +231,10 @@ class Settings(BaseSettings):
 
     def redaction_policy(self) -> RedactionPolicy:
         """The detectors a rule's ``judge.redact`` chooses among, as this deployment has them."""
-        return RedactionPolicy(self.redact_phone_regions, self.redact_patterns, self.redact_words)
+        entities = load_entities(self.redact_entities) if self.redact_entities else None
+        return RedactionPolicy(
+            self.redact_phone_regions, self.redact_patterns, self.redact_words, entities
+        )
 
     def judge_hosts(self) -> set[str]:
         """The hosts the judges are asked at: the chat (and decisions) endpoint and the Batch

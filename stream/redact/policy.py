@@ -8,10 +8,59 @@ list of kinds (``[EMAIL, SECRET]``).
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, cast
 
-from .detectors import DEFAULT_KINDS, DEFAULT_REGIONS, Detector, builtin, patterns, words
+from .detectors import (
+    DEFAULT_KINDS,
+    DEFAULT_REGIONS,
+    Detector,
+    Finding,
+    builtin,
+    patterns,
+    words,
+)
+
+
+class EntityDetector(Protocol):
+    """A named-entity detector the deployment installs (Presidio, GLiNER, with its model):
+    the kinds it finds (``PERSON``, ``ADDRESS``, ...) and, for a text, each entity found as
+    (kind, start, end). Named by ``SCORER_REDACT_ENTITIES`` as ``module:factory``, the
+    factory called once with no argument; off by default (no model is loaded here)."""
+
+    kinds: Sequence[str]
+
+    def __call__(self, text: str) -> Iterable[tuple[str, int, int]]: ...
+
+
+@functools.cache  # one model per process, however often the settings are read
+def load_entities(path: str) -> EntityDetector:
+    """The detector ``module:factory`` makes (``ValueError`` saying what is wrong)."""
+    module_name, _, factory_name = path.partition(":")
+    if not module_name or not factory_name:
+        raise ValueError(f"SCORER_REDACT_ENTITIES is module:factory, not {path!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"SCORER_REDACT_ENTITIES {path!r} cannot be loaded: {exc}") from None
+    detector = factory()
+    if not callable(detector) or not getattr(detector, "kinds", None):
+        raise ValueError(f"{path!r} made no detector: it must be callable and name its kinds")
+    return cast(EntityDetector, detector)
+
+
+def _entities(detector: EntityDetector, kind: str) -> Detector:
+    """The entities of ``kind`` the detector finds, as findings."""
+
+    def find(text: str) -> Iterable[Finding]:
+        for found, start, end in detector(text):
+            if found == kind and 0 <= start < end <= len(text):
+                yield Finding(kind, start, end)
+
+    return find
 
 
 class UnknownKind(ValueError):  # noqa: N818 - a kind of mistake in a rule, as said
@@ -26,6 +75,7 @@ class RedactionPolicy:
         regions: Sequence[str] = DEFAULT_REGIONS,
         own_patterns: Mapping[str, Sequence[str]] | None = None,
         own_words: Mapping[str, Sequence[str]] | None = None,
+        entities: EntityDetector | None = None,
     ) -> None:
         self.by_kind: dict[str, list[Detector]] = {
             kind: [detector]
@@ -35,6 +85,9 @@ class RedactionPolicy:
             self.by_kind.setdefault(kind, []).append(patterns(kind, expressions))
         for kind, listed in (own_words or {}).items():
             self.by_kind.setdefault(kind, []).append(words(kind, listed))
+        for kind in entities.kinds if entities is not None else ():
+            assert entities is not None
+            self.by_kind.setdefault(kind, []).append(_entities(entities, kind))
         self._chosen: dict[tuple[str, ...], list[Detector]] = {}
         self._said: set[str] = set()
 

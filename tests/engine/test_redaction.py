@@ -172,3 +172,21 @@ def test_required_redaction_refuses_raw_text_for_a_judge_outside_the_allowed_hos
     )
     assert len(batch_outside.redaction_problems(rules)) == 2
     assert settings(redact_required=False).redaction_problems(rules) == []
+
+
+async def test_a_named_entity_detector_the_deployment_installs() -> None:
+    """``SCORER_REDACT_ENTITIES`` names a factory (``entity_double:make``, the interface a
+    Presidio or GLiNER adapter implements); its kinds are masked with the shipped ones."""
+    policy = settings(redact_entities="entity_double:make").redaction_policy()
+    doc = document()
+    doc["output"]["content"] = "Dear Maria Garcia, we sent it to 12 Baker Street."
+    with MockJudge() as judge:
+        judge.script("Judge the answer", '{"choice": "no", "reason": "r"}')
+        result = await judged(judge, rule(), policy=policy, doc=doc)
+        (sent,) = judge.prompts()
+    assert sent.endswith("Answer: Dear <PERSON_1>, we sent it to <ADDRESS_1>.")
+    (score,) = result.scores
+    assert score.details is not None and score.details["redacted"]["PERSON"] == 1
+    for wrong, says in (("entity_double", "module:factory"), ("no_such:make", "cannot be")):
+        with pytest.raises(ValueError, match=says):
+            settings(redact_entities=wrong).redaction_policy()
