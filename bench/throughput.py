@@ -32,6 +32,7 @@ from stream.kafka.io import ensure_topics, reader
 from stream.metrics import sample_value
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from redaction_cpu import main as redaction_main
 from scripted_judge import MockJudge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -340,6 +341,7 @@ def main() -> None:
             batches = sample_value(overhead, "scorer_trace_batch_size_count")
             taken = sample_value(overhead, "scorer_trace_batch_size_sum")
             print(f"     traces scored together: {taken / batches:.1f} a batch on average")
+            redaction_main(["--traces", "400"])  # the judge's copy masked: its CPU per trace
 
         # (c) one LLM rule, judge with fixed latency
         if "c" in phases:

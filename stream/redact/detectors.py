@@ -76,6 +76,16 @@ _MONEY = re.compile(r"(?:[$€£¥₹]|\b(?:EUR|USD|GBP|CHF|JPY|INR)\b)\s*$", re
 _MONEY_AFTER = re.compile(r"^\s*(?:[$€£¥₹]|(?:EUR|USD|GBP|CHF|JPY|INR|euros?|dollars?)\b)", re.I)
 
 
+def _not_a_phones_start(before: str) -> bool:
+    """Digits that follow a letter, ``#``, ``_`` or ``/`` (an id's, a path's), or a digit and
+    ``.``, ``:`` or ``-`` (a version's, a time's, a range's): no phone number starts there.
+    After a word and a colon or a dot (``Tel:``, ``Tel.``) one may."""
+    last = before[-1:]
+    if last.isalnum() or last in ("#", "_", "/"):
+        return True
+    return last in (".", ":", "-") and before[-2:-1].isdigit()
+
+
 def _written_as_a_phone(raw: str) -> bool:
     """An international prefix, parentheses around an area code, or three or more digit
     groups: how people write phone numbers, not order numbers or amounts."""
@@ -94,25 +104,55 @@ def phones(regions: Sequence[str] = DEFAULT_REGIONS) -> Detector:
         if sum(c.isdigit() for c in text) < 7:
             return
         seen: set[tuple[int, int]] = set()
-        for region in regions:
-            for match in PhoneNumberMatcher(text, region, leniency=Leniency.POSSIBLE):
-                span = (match.start, match.end)
-                raw = match.raw_string
-                if span in seen or sum(c.isdigit() for c in raw) < 7 or _DATE.match(raw):
-                    continue
-                before = text[max(0, match.start - 30) : match.start]
-                if before[-1:].isalnum() or before[-1:] in ("#", "-", "_", "/", ".", ":"):
-                    continue  # an id's, a path's or a time's digits
-                if _MONEY.search(before) or _MONEY_AFTER.match(text[match.end :]):
-                    continue  # an amount
-                if _written_as_a_phone(raw) or (
-                    phonenumbers.is_valid_number(match.number)
-                    and (raw.startswith("0") or _PHONE_WORDS.search(before))
-                ):
-                    seen.add(span)
-                    yield Finding("PHONE", *span)
+        for candidate in _PHONE_LIKE.finditer(text):  # libphonenumber reads only these
+            chunk, at = candidate.group(), candidate.start()
+            before = text[max(0, at - 30) : at]
+            if (
+                sum(c.isdigit() for c in chunk) < 7
+                or _DATE.match(chunk)
+                or _not_a_phones_start(before)
+                or _MONEY.search(before)
+                # what no check below would keep: a bare run, led by no trunk prefix or word
+                or not (
+                    _written_as_a_phone(chunk)
+                    or chunk.startswith("0")
+                    or _PHONE_WORDS.search(before)
+                )
+            ):
+                continue
+            # an international number reads the same in every region: one is asked
+            international = chunk.startswith(("+", "00"))
+            yield from _phones_in(text, chunk, at, regions[:1] if international else regions, seen)
 
     return find
+
+
+# where a phone number may be: digits with the separators, parentheses, plus and extension
+# phone numbers are written with (libphonenumber's matcher is slow over long texts)
+_PHONE_LIKE = re.compile(r"[+(]?\d(?:[\d \t().\-/]|(?:x|ext\.? ?)(?=\d))*\d\)?")
+
+
+def _phones_in(
+    text: str, chunk: str, at: int, regions: Sequence[str], seen: set[tuple[int, int]]
+) -> Iterable[Finding]:
+    """The phone numbers in ``chunk`` (at ``at`` of ``text``), read with the text around."""
+    for region in regions:
+        for match in PhoneNumberMatcher(chunk, region, leniency=Leniency.POSSIBLE):
+            start, end = at + match.start, at + match.end
+            raw = match.raw_string
+            if (start, end) in seen or sum(c.isdigit() for c in raw) < 7 or _DATE.match(raw):
+                continue
+            before = text[max(0, start - 30) : start]
+            if _not_a_phones_start(before):
+                continue
+            if _MONEY.search(before) or _MONEY_AFTER.match(text[end:]):
+                continue  # an amount
+            if _written_as_a_phone(raw) or (
+                phonenumbers.is_valid_number(match.number)
+                and (raw.startswith("0") or _PHONE_WORDS.search(before))
+            ):
+                seen.add((start, end))
+                yield Finding("PHONE", start, end)
 
 
 _CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){11,18}(?![\d-])")

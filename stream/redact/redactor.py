@@ -51,6 +51,8 @@ class Redaction:
         self._placeholders: dict[tuple[str, str], str] = {}
         self._numbered: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()  # kind -> values replaced (every occurrence)
+        # a text seen again (a variable every rule of the target renders) is not read again
+        self._done: dict[tuple[str, int], tuple[str, Counter[str]]] = {}
 
     def redact(self, text: str, detectors: Sequence[Detector] | None = None) -> str:
         """``text`` with every value found replaced by its placeholder."""
@@ -65,9 +67,13 @@ class Redaction:
         if not text:
             return text, counts
         using = self.detectors if detectors is None else detectors
+        if (done := self._done.get((text, id(using)))) is not None:
+            self.counts.update(done[1])
+            return done[0], Counter(done[1])
         found = resolve(f for detect in using for f in detect(text))
         if not found:
-            return text, counts
+            self._done[(text, id(using))] = (text, counts)
+            return text, Counter()
         out: list[str] = []
         at = 0
         for finding in found:
@@ -77,7 +83,9 @@ class Redaction:
             at = finding.end
         out.append(text[at:])
         self.counts.update(counts)
-        return "".join(out), counts
+        masked = "".join(out)
+        self._done[(text, id(using))] = (masked, counts)
+        return masked, Counter(counts)
 
     def placeholder(self, kind: str, value: str) -> str:
         """``value``'s placeholder in this scope (made at its first sight)."""

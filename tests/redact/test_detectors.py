@@ -60,6 +60,7 @@ def test_phone_numbers_written_as_phones_or_valid_in_context() -> None:
     text = "call (650) 253-0000 or +44 20 7946 0958 or 030 901820"
     assert found(find, text) == ["(650) 253-0000", "+44 20 7946 0958", "030 901820"]
     assert found(find, "my phone is 6502530000") == ["6502530000"]
+    assert found(find, "Tel:+44 20 7946 0958") == ["+44 20 7946 0958"]  # after a word's colon
     # a bare number with no phone word, an order id, a date, a time, an amount
     clean = "build 6502530000, order #6502530000, 2024-06-01, 18:30:02.100000, $1 234 567"
     assert found(find, clean) == []
