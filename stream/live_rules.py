@@ -25,7 +25,7 @@ from .errors import RuleFileError, ScorerError
 from .observer import Observer
 from .ruleset.loader import RulesConfig, deployment_rules
 from .ruleset.location import folders_of
-from .ruleset.schema import RuleSet
+from .ruleset.schema import PromptedRule, RuleSet
 from .threads.gaps import inactivity_gaps
 from .threads.processor import ThreadProcessor
 from .threads.router import ThreadRouter
@@ -116,6 +116,8 @@ class ReloadConfig(RulesConfig, Protocol):
     @property
     def thread_inactivity_gap_s(self) -> float: ...
 
+    def redaction_problems(self, rules: Iterable[tuple[str, bool | list[str]]]) -> list[str]: ...
+
 
 class LiveRules:
     """The worker's rule set, reloaded from its files when they change."""
@@ -169,6 +171,16 @@ class LiveRules:
             return False
         if ruleset.digest == self.ruleset.digest:
             log.info("rules looked at (%s): unchanged, rule set %s", why, ruleset.digest)
+            return False
+        masked = [(r.id, r.judge.redact) for r in ruleset.rules if isinstance(r, PromptedRule)]
+        if problems := self.settings.redaction_problems(masked):  # as start-up refuses them
+            log.error(
+                "rules not reloaded (%s): the running rule set %s stays; fix and save again:\n  %s",
+                why,
+                self.ruleset.digest,
+                "\n  ".join(problems),
+            )
+            self.metrics.on_rules_reload("invalid")
             return False
         if (missing := self.wiring.missing(ruleset)) is not None:
             log.error(

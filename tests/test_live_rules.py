@@ -15,6 +15,7 @@ from stream.engine.scorer import Scorer
 from stream.live_rules import LiveRules, rules_fingerprint
 from stream.models import Trace
 from stream.observer import Observer
+from stream.redact.policy import SHIPPED, unmasked_problems
 from stream.ruleset.filters import PackFilter
 from stream.ruleset.loader import deployment_rules
 from stream.threads.router import ThreadRouter
@@ -29,6 +30,15 @@ class Config:
     pack_filters: dict[str, PackFilter] = field(default_factory=dict)
     disabled_rules: list[str] = field(default_factory=list)
     thread_inactivity_gap_s: float = 900.0
+    redact_required: bool = False  # SCORER_REDACT_REQUIRED, for an external judge
+
+    def redaction_problems(self, rules: Any) -> list[str]:
+        """As ``Settings.redaction_problems`` says them, for a judge at api.openai.com."""
+        listed = list(rules)
+        problems = SHIPPED.problems(listed)
+        if self.redact_required:
+            problems += unmasked_problems(listed, {"api.openai.com"}, [])
+        return problems
 
 
 class Recorder(Observer):
@@ -144,3 +154,34 @@ def test_the_fingerprint_follows_every_file_but_pythons_caches(rules: Path) -> N
     )
     assert rules_fingerprint(rules) != first
     assert rules_fingerprint(rules / "gone") == "missing"
+
+
+RAW_RULE = """\
+id: leak_check
+pack: support
+version: 1
+scope: trace
+kind: llm_judge
+description: "Does the reply leak personal data?"
+judge: {redact: false}
+variables:
+  reply: output.messages[-1].content
+output: {type: choice, choices: {"yes": 0.0, "no": 1.0}}
+prompt: "Does this reply leak personal data? {{reply}}"
+"""
+
+
+def test_a_reload_leaving_text_unmasked_where_redaction_is_required_is_refused(
+    rules: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SCORER_REDACT_REQUIRED holds on a live reload as at start: the running set stays."""
+    watcher, scorer, _, recorder = live(rules)
+    watcher.settings.redact_required = True  # type: ignore[attr-defined]
+    running = watcher.ruleset
+    (rules / "support" / "leak_check.yaml").write_text(RAW_RULE)
+    with caplog.at_level(logging.ERROR):
+        assert watcher.check() is False
+    assert scorer.ruleset is running and recorder.reloads == [("invalid", [])]
+    assert "rule leak_check: judge.redact leaves" in caplog.text
+    watcher.settings.redact_required = False  # type: ignore[attr-defined]
+    assert watcher.reload("SIGHUP") is True  # not required: it runs

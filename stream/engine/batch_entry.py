@@ -97,7 +97,7 @@ class Deferred:
         """The judge job it was deferred as, for ``rule`` (the rule it was planned with)."""
         job = self.job
         admission = job["admission"]
-        return JudgeJob(
+        judged = JudgeJob(
             rule,
             job["prompt"],
             job["system"],
@@ -112,6 +112,8 @@ class Deferred:
             job["prompt_cut"],
             Admission(**admission) if admission is not None else None,
         )
+        judged.redacted = dict(job.get("redacted") or {})  # a job kept before: none said
+        return judged
 
     def records(self, outcome: RuleOutcome) -> Records:
         """What the rule's outcome publishes: its scores, and a decision record holding its

@@ -89,6 +89,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
             "members": {slot: list(member) for slot, member in job.members.items()},
             "prompt_cut": job.prompt_cut,
             "admission": asdict(job.admission) if job.admission is not None else None,
+            "redacted": job.redacted,
         },
         calls=[call_id(key, index) for index in range(calls)],
         close=plan.close,

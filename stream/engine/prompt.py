@@ -88,8 +88,9 @@ class FittedPrompt:
     cut: dict[str, int]  # variable -> characters cut from its middle
     cap: int = DEFAULT_MAX_PROMPT_TOKENS  # the cap it was fitted to (estimated tokens)
     uncut_tokens: int = 0  # its estimated size before anything was cut
-    # values masked in the judge's copy, per kind (``judge.redact``)
-    redacted: Counter[str] = field(default_factory=Counter)
+    # values masked in the judge's copy, per kind (``judge.redact``); a plain dict: a
+    # deferred job's items are stored as JSON
+    redacted: dict[str, int] = field(default_factory=dict)
 
 
 def prompt_cut(fitted: list[FittedPrompt], setting: str) -> dict[str, Any] | None:
@@ -160,7 +161,7 @@ def fit_prompt(
         uncut = size if uncut is None else uncut
         if size <= cap:
             quoted = [texts[name] for name in values]
-            return FittedPrompt(prompt, system, quoted, cut, cap, uncut, redacted)
+            return FittedPrompt(prompt, system, quoted, cut, cap, uncut, dict(redacted))
         if rule.judge.oversize == "skip":
             raise PromptTooLarge(f"the prompt is about {size} tokens, over the cap of {cap}")
         # the largest variable as shown now gives up what is over (plus room for the marker)

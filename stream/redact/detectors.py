@@ -49,20 +49,29 @@ class Finding:
 
 Detector = Callable[[str], Iterable[Finding]]
 
+# a local part of at most 64 characters (RFC 5321), letters of any script; a domain of
+# labels of any script and a top-level domain of letters (bounded: no quadratic scan)
 _EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@"
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}(?![\w-])"
+    r"(?<![\w.%+-])[^\W_][\w.%+-]{0,63}@"
+    r"(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.){1,8}[^\W\d_]{2,63}(?![\w-])"
 )
 
 
 def emails(text: str) -> Iterable[Finding]:
+    if "@" not in text:
+        return
     for found in _EMAIL.finditer(text):
         yield Finding("EMAIL", found.start(), found.end())
 
 
 _DATE = re.compile(
-    r"^(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?:[ T]\d{1,2}:\d{2})?$"
+    r"^(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?:[ T]\d{1,2}(?::\d{2})?)?$"
 )
+_DATE_FIRST = re.compile(r"^(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{4})\b")
+# thousands grouped by spaces (1 234 567), a version's or an id's dotted or dashed groups
+# with a one-digit group past the first (10.0.19045.3803, ISBN 978-0-306-40615-7)
+_THOUSANDS = re.compile(r"^\d{1,2}(?:[ \u00a0\u202f]\d{3})+$")
+_SHORT_GROUP = re.compile(r"[.\-]\d[.\-]|[.\-]\d$")
 _GROUPS = re.compile(r"\d+")
 
 
@@ -73,7 +82,9 @@ _PHONE_WORDS = re.compile(
     re.IGNORECASE,
 )
 _MONEY = re.compile(r"(?:[$€£¥₹]|\b(?:EUR|USD|GBP|CHF|JPY|INR)\b)\s*$", re.IGNORECASE)
-_MONEY_AFTER = re.compile(r"^\s*(?:[$€£¥₹]|(?:EUR|USD|GBP|CHF|JPY|INR|euros?|dollars?)\b)", re.I)
+_MONEY_AFTER = re.compile(
+    r"^(?:[.,]\d{1,2})?\s*(?:[$€£¥₹]|(?:EUR|USD|GBP|CHF|JPY|INR|euros?|dollars?)\b)", re.I
+)
 
 
 def _not_a_phones_start(before: str) -> bool:
@@ -83,16 +94,22 @@ def _not_a_phones_start(before: str) -> bool:
     last = before[-1:]
     if last.isalnum() or last in ("#", "_", "/"):
         return True
-    return last in (".", ":", "-") and before[-2:-1].isdigit()
+    if last == "-":  # an id's dash (INC-0012345, 12-34)
+        return before[-2:-1].isalnum()
+    return last in (".", ":") and before[-2:-1].isdigit()
 
 
 def _written_as_a_phone(raw: str) -> bool:
     """An international prefix, parentheses around an area code, or three or more digit
     groups: how people write phone numbers, not order numbers or amounts."""
     stripped = raw.strip()
-    if stripped.startswith(("+", "00")) or "(" in stripped:
+    if stripped.startswith("+") or re.match(r"00[1-9]", stripped) or "(" in stripped:
         return True
-    return len(_GROUPS.findall(stripped)) >= 3
+    groups = _GROUPS.findall(stripped)
+    # groups of four only (a tracking or card-like number), no trunk prefix: not a phone's
+    if len(groups) >= 3 and all(len(g) == 4 for g in groups) and not stripped.startswith("0"):
+        return False
+    return len(groups) >= 3
 
 
 def phones(regions: Sequence[str] = DEFAULT_REGIONS) -> Detector:
@@ -107,29 +124,43 @@ def phones(regions: Sequence[str] = DEFAULT_REGIONS) -> Detector:
         for candidate in _PHONE_LIKE.finditer(text):  # libphonenumber reads only these
             chunk, at = candidate.group(), candidate.start()
             before = text[max(0, at - 30) : at]
+            digits = sum(c.isdigit() for c in re.split(r"x|ext", chunk)[0])
             if (
-                sum(c.isdigit() for c in chunk) < 7
+                not 7 <= digits <= 15  # E.164's most (an extension apart); a list of numbers
+                or len(chunk) > 40
                 or _DATE.match(chunk)
+                or _DATE_FIRST.match(chunk)
                 or _not_a_phones_start(before)
                 or _MONEY.search(before)
+                or _MONEY_AFTER.match(text[candidate.end() :])
+                or (_THOUSANDS.match(chunk) and not _PHONE_WORDS.search(before))
+                or _SHORT_GROUP.search(chunk.split("x")[0].rstrip())
                 # what no check below would keep: a bare run, led by no trunk prefix or word
                 or not (
                     _written_as_a_phone(chunk)
-                    or chunk.startswith("0")
+                    or re.match(r"0[1-9]", chunk)
                     or _PHONE_WORDS.search(before)
                 )
             ):
                 continue
-            # an international number reads the same in every region: one is asked
-            international = chunk.startswith(("+", "00"))
-            yield from _phones_in(text, chunk, at, regions[:1] if international else regions, seen)
+            # an international number reads the same in every region: one is asked (for 00,
+            # one whose international prefix it is)
+            asked = regions
+            if chunk.startswith("+"):
+                asked = regions[:1]
+            elif chunk.startswith("00"):
+                asked = ("DE",)
+            yield from _phones_in(text, chunk, at, asked, seen)
 
     return find
 
 
 # where a phone number may be: digits with the separators, parentheses, plus and extension
 # phone numbers are written with (libphonenumber's matcher is slow over long texts)
-_PHONE_LIKE = re.compile(r"[+(]?\d(?:[\d \t().\-/]|(?:x|ext\.? ?)(?=\d))*\d\)?")
+_PHONE_LIKE = re.compile(
+    r"[+(]?\d(?:[\d \t\u00a0\u202f().\u2010-\u2013]|(?<! )[-/](?! )|(?:x|ext\.? ?)(?=\d))*"
+    r"\d\)?"
+)  # a dash or slash with spaces around it parts two numbers (``+44 ... / 020 ...``)
 
 
 def _phones_in(
@@ -155,7 +186,8 @@ def _phones_in(
                 yield Finding("PHONE", start, end)
 
 
-_CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){11,18}(?![\d-])")
+_CARD = re.compile(r"(?<![\d+-])\d(?:[ .\-\u00a0\u202f]?\d){11,30}(?![\d-])")  # bounded: linear
+_CARD_GROUP = re.compile(r"\d+")
 # the first digits of the card networks' numbers: Visa 4, Mastercard 51-55 and 2221-2720,
 # American Express 34 and 37, Discover 6011, 644-649 and 65, JCB 35 (and its older 15-digit
 # 1800 and 2131), Diners Club 300-305, 36 and 38, UnionPay 62, Maestro 50 and 56-69
@@ -184,17 +216,39 @@ _SHORT = {
 }
 
 
+def card_number(digits: str) -> bool:
+    """12 to 19 digits of a network's range and lengths that pass the Luhn check."""
+    short = _SHORT.get(len(digits))
+    if short is not None and not short.match(digits):
+        return False
+    return 12 <= len(digits) <= 19 and bool(_NETWORK.match(digits)) and luhn(digits)
+
+
 def cards(text: str) -> Iterable[Finding]:
+    """Card numbers; a run of digit groups longer than one (a card and its expiry, ``4111
+    1111 1111 1111 05/27``) is read in windows of whole groups, the longest first."""
     for found in _CARD.finditer(text):
-        digits = re.sub(r"\D", "", found.group())
-        short = _SHORT.get(len(digits))
-        if short is not None and not short.match(digits):
-            continue
-        if 12 <= len(digits) <= 19 and _NETWORK.match(digits) and luhn(digits):
-            yield Finding("CARD", found.start(), found.end())
+        groups = [(m.start(), m.end()) for m in _CARD_GROUP.finditer(found.group())]
+        window = _card_window(found.group(), groups)
+        if window is not None:
+            yield Finding("CARD", found.start() + window[0], found.start() + window[1])
 
 
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+def _card_window(run: str, groups: list[tuple[int, int]]) -> tuple[int, int] | None:
+    if len(groups) == 1:
+        digits = run
+        if card_number(digits):
+            return 0, len(run)
+        return None
+    for size in range(len(groups), 0, -1):
+        for first in range(len(groups) - size + 1):
+            start, end = groups[first][0], groups[first + size - 1][1]
+            if card_number(re.sub(r"\D", "", run[start:end])):
+                return start, end
+    return None
+
+
+_IBAN = re.compile(r"\b[A-Za-z]{2}\d{2}(?:[ \-\u00a0]?[A-Za-z0-9]){11,40}")
 # the IBAN length of the countries of the IBAN registry most traffic comes from (others:
 # 15 to 34, the standard's bounds)
 IBAN_LENGTHS = {
@@ -210,7 +264,7 @@ IBAN_LENGTHS = {
 def iban_valid(text: str) -> bool:
     """ISO 13616: the country's length, and the number (country and check digits moved to
     the end, letters as 10-35) mod 97 is 1."""
-    compact = text.replace(" ", "")
+    compact = _compact(text)
     expected = IBAN_LENGTHS.get(compact[:2])
     if (expected is not None and len(compact) != expected) or not 15 <= len(compact) <= 34:
         return False
@@ -219,20 +273,41 @@ def iban_valid(text: str) -> bool:
 
 
 def ibans(text: str) -> Iterable[Finding]:
-    for found in _IBAN.finditer(text):
-        value = found.group().rstrip()
-        if iban_valid(value):
-            yield Finding("IBAN", found.start(), found.start() + len(value))
+    """IBANs in any case, grouped by spaces or dashes; what follows one (``BIC ...``,
+    ``EUR``) is left out: the country's length is taken, else the longest that checks."""
+    position = 0
+    while (found := _IBAN.search(text, position)) is not None:
+        position = found.start() + 1  # the next may start inside this run's words
+        run = found.group()
+        places = [i for i, c in enumerate(run) if c.isalnum()]
+        country = run[:2].upper()
+        lengths = [IBAN_LENGTHS[country]] if country in IBAN_LENGTHS else range(34, 14, -1)
+        for length in lengths:
+            if length > len(places):
+                continue
+            end = places[length - 1] + 1
+            if (end == len(run) or not run[end].isalnum()) and iban_valid(_compact(run[:end])):
+                yield Finding("IBAN", found.start(), found.start() + end)
+                position = found.start() + end
+                break
+
+
+def _compact(text: str) -> str:
+    return "".join(c for c in text if c.isalnum()).upper()
 
 
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\w|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
-_VERSION_BEFORE = re.compile(r"(?:\bv|\bversion\s|\bver\.?\s|\brelease\s)$", re.IGNORECASE)
+_VERSION_BEFORE = re.compile(
+    r"(?:\bv|\b(?:version|ver\.?|release|build|installed|upgraded?|updated?|sdk|"
+    r"chrome|firefox|edge|safari|node|python|java)\s*[:=]?\s*)$",
+    re.IGNORECASE,
+)
 
 
 def ip_addresses(text: str) -> Iterable[Finding]:
     for found in _IPV4.finditer(text):
-        if _VERSION_BEFORE.search(text[max(0, found.start() - 9) : found.start()]):
+        if _VERSION_BEFORE.search(text[max(0, found.start() - 14) : found.start()]):
             continue
         try:
             ipaddress.IPv4Address(found.group())
@@ -250,7 +325,7 @@ def ip_addresses(text: str) -> Iterable[Finding]:
         yield Finding("IP_ADDRESS", found.start(), found.end())
 
 
-_URL_CREDENTIALS = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://([^\s/:@]+:[^\s/@]+)@[^\s/]")
+_URL_CREDENTIALS = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://([^\s/:@]*:[^\s/@]+)@[^\s/]")
 
 
 def url_credentials(text: str) -> Iterable[Finding]:

@@ -12,9 +12,12 @@ redaction is ``counts``, per kind how many values were replaced.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import orjson
 
 from .detectors import SECRET, Detector, Finding
 
@@ -97,22 +100,38 @@ class Redaction:
 
 
 def _canonical(kind: str, value: str) -> str:
-    """One value however it is written: an address without case, a number without its
-    spacing and punctuation."""
-    if kind in ("EMAIL", "IBAN"):
-        return value.replace(" ", "").lower()
+    """One value however it is written: an address or a name without case, a card or IBAN
+    without its spacing, a phone number by its last nine digits (``+44 20 7946 0958`` and
+    ``020 7946 0958`` are one number), an IP address in its short form."""
     if kind in ("PHONE", "CARD"):
-        return "".join(c for c in value if c.isdigit())
-    return value
+        digits = "".join(c for c in value if c.isdigit())
+        return digits[-9:] if kind == "PHONE" else digits
+    if kind == "IBAN":
+        return "".join(c for c in value if c.isalnum()).upper()
+    if kind == "IP_ADDRESS":
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            return value
+    if kind in (SECRET, "URL_CREDENTIALS"):
+        return value
+    return value.casefold()
 
 
 def redacted_document(
     value: Any, redact: Callable[[str], tuple[str, Counter[str]]]
 ) -> tuple[Any, Counter[str]]:
-    """A copy of a JSON document with every string (keys kept) through ``redact``: what a
-    judge reading a trace through tools is given, so no tool answer, cut or searched, can
-    hold a value the prompt would have masked."""
-    counts: Counter[str] = Counter()
+    """A copy of a JSON document masked as its JSON text would be (keys, long numbers and
+    each value's context, ``"phone": "6502530000"``, read as in a prompt): what a judge
+    reading a trace through tools is given, so no tool answer, cut or searched, holds a
+    value the prompt would have masked. Where a mask would break the JSON, each string
+    (keys too) is masked on its own."""
+    prepared = _numbers_as_text(value)
+    masked, counts = redact(orjson.dumps(prepared).decode())
+    try:
+        return orjson.loads(masked), counts
+    except orjson.JSONDecodeError:
+        counts = Counter()
 
     def walk(node: Any) -> Any:
         if isinstance(node, str):
@@ -120,9 +139,23 @@ def redacted_document(
             counts.update(found)
             return text
         if isinstance(node, dict):
-            return {key: walk(item) for key, item in node.items()}
+            return {walk(str(key)): walk(item) for key, item in node.items()}
         if isinstance(node, list):
             return [walk(item) for item in node]
         return node
 
-    return walk(value), counts
+    return walk(prepared), counts
+
+
+def _numbers_as_text(node: Any) -> Any:
+    """Numbers of seven digits or more as text (a phone or card number stored as a JSON
+    number is masked as one written in a string)."""
+    if isinstance(node, bool):
+        return node
+    if isinstance(node, int | float) and len(str(node).replace("-", "").replace(".", "")) >= 7:
+        return str(node)
+    if isinstance(node, dict):
+        return {key: _numbers_as_text(item) for key, item in node.items()}
+    if isinstance(node, list):
+        return [_numbers_as_text(item) for item in node]
+    return node

@@ -12,7 +12,10 @@ that needs its context (AWS's 40-character secret key) is matched after its name
 from __future__ import annotations
 
 SECRET_SHAPES: dict[str, str] = {
-    "openai_or_anthropic_key": r"\bsk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}",
+    # a random key holds digits: "sk-learn-is-a-library" is no key
+    "openai_or_anthropic_key": (
+        r"\bsk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"
+    ),
     "aws_access_key_id": r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
     "aws_secret_access_key": (
         r"(?i:aws_?secret_?access_?key|aws_?secret)[\"']?\s*[:=]\s*[\"']?"
@@ -26,8 +29,10 @@ SECRET_SHAPES: dict[str, str] = {
     "google_api_key": r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])",
     "stripe_key": r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{20,}\b",
     "hugging_face_token": r"\bhf_[A-Za-z0-9]{30,}\b",
-    "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{8,}",
+    "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",  # alg none: no sig
+    # to its END line, or (a block cut short) to the end of its base64 and headers
     "pem_private_key": (
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:.,-]*)"
     ),
 }

@@ -720,3 +720,21 @@ async def test_a_deferred_trace_from_spans_keeps_the_span_its_scores_evaluate(
     spanned, plain = (Deferred.decode(kept.encode()) for kept in deferrer.kept)
     assert spanned.plan().target.span_id == "eee19b7ec3c1b174"  # its scores' otel_span_id
     assert "span_id" not in plain.target and plain.plan().target.span_id is None
+
+
+async def test_a_masked_fan_out_rule_is_kept_for_its_batch_and_scores_as_live(
+    tmp_path: Path, server: MockJudge
+) -> None:
+    """A fan-out rule whose prompts had values masked (issue 47) is kept for its batch (its
+    items' counts stored as JSON) and its score says what was masked, as the live one does."""
+    answer = {"doc one": '{"score": 1, "reason": "r"}', "doc two": '{"score": 0, "reason": "r"}'}
+    answer["doc three"] = '{"score": 0.5, "reason": "r"}'
+    trace = parcel_trace()
+    trace["input"]["question"] = "Where is my parcel? Write to ana@example.org"
+    live, outcome, deferred = await live_and_batched(
+        server, demo_rules(tmp_path, FANNED), "doc_relevance", trace, answer
+    )
+    assert all("<EMAIL_1>" in p[0] and "ana@" not in p[0] for p in deferred.prompts())
+    assert_same_as_live(live, outcome, "doc_relevance")
+    assert outcome.score is not None and outcome.score.details is not None
+    assert outcome.score.details["redacted"] == {"EMAIL": 3}  # once in each item's prompt

@@ -182,7 +182,7 @@ class JudgedKind(RuleKind):
         first = fitted[0]
         job = JudgeJob(rule, first.prompt, first.system, {}, first.quoted, first.cut, found.emptied)
         job.prompt_cut = prompt_cut(fitted, setting)
-        job.redacted = dict(sum((f.redacted for f in fitted), Counter()))
+        job.redacted = dict(sum((Counter(f.redacted) for f in fitted), Counter()))
         self.prepare(job, plan, found, fitted)
         return job
 
