@@ -161,27 +161,13 @@ class LiveRules:
                 if isinstance(exc, RuleFileError)
                 else [str(exc)]
             )
-            log.error(
-                "rules not reloaded (%s): the running rule set %s stays; fix and save again:\n  %s",
-                why,
-                self.ruleset.digest,
-                "\n  ".join(problems),
-            )
-            self.metrics.on_rules_reload("invalid")
-            return False
+            return self._invalid(why, problems)
         if ruleset.digest == self.ruleset.digest:
             log.info("rules looked at (%s): unchanged, rule set %s", why, ruleset.digest)
             return False
         masked = [(r.id, r.judge.redact) for r in ruleset.rules if isinstance(r, PromptedRule)]
         if problems := self.settings.redaction_problems(masked):  # as start-up refuses them
-            log.error(
-                "rules not reloaded (%s): the running rule set %s stays; fix and save again:\n  %s",
-                why,
-                self.ruleset.digest,
-                "\n  ".join(problems),
-            )
-            self.metrics.on_rules_reload("invalid")
-            return False
+            return self._invalid(why, problems)
         if (missing := self.wiring.missing(ruleset)) is not None:
             log.error(
                 "rules not reloaded (%s): %s; restart the worker to run rule set %s "
@@ -195,6 +181,17 @@ class LiveRules:
             return False
         self._swap(ruleset, why)
         return True
+
+    def _invalid(self, why: str, problems: list[str]) -> bool:
+        """A set refused: the running one stays, and the log says why (False: not swapped)."""
+        log.error(
+            "rules not reloaded (%s): the running rule set %s stays; fix and save again:\n  %s",
+            why,
+            self.ruleset.digest,
+            "\n  ".join(problems),
+        )
+        self.metrics.on_rules_reload("invalid")
+        return False
 
     def _swap(self, ruleset: RuleSet, why: str) -> None:
         before = {rule.id: rule for rule in self.ruleset.rules}
