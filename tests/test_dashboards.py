@@ -415,17 +415,5 @@ def test_the_cascade_agreement_panel_draws_the_bounds_of_cascade_rules_only(
         [('{measure="kappa", rule="c1"}', 0.6)],
         [('{model="luna", rule="c1"}', 40.0)],
     ]
-    case = {
-        "interval": "1m",
-        "input_series": [{"series": s, "values": v} for s, v in series.items()],
-        "promql_expr_test": [
-            {
-                "expr": expr,
-                "eval_time": "60m",
-                "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
-            }
-            for expr, samples in zip(exprs, expected, strict=True)
-        ],
-    }
-    result = run_promtool_case(tmp_path, case)
+    result = run_promtool_case(tmp_path, hour_case(series, exprs, expected))
     assert result.returncode == 0, result.stdout + result.stderr
