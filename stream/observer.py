@@ -8,9 +8,12 @@ registry; ``stream.metrics.ScorerMetrics`` turns the callbacks into Prometheus m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .models import ScoreEvent, TokenUsage
+
+if TYPE_CHECKING:
+    from .judge.fleet import FleetReading
 
 
 class Observer:
@@ -189,6 +192,10 @@ class Observer:
     ) -> None:
         """Readers of one model's pace (calls a second, and why) and of the token limit per
         minute its provider announced (NaN when none)."""
+
+    def watch_judge_fleet(self, model: str, read: Callable[[], FleetReading]) -> None:
+        """A reader of one model's fleet: the workers sharing the judge's account, this
+        worker's share, the fleet's pace and refusals (``judge/fleet.py``)."""
 
     # -- threads ---------------------------------------------------------------------
 

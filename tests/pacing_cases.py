@@ -213,21 +213,51 @@ def silent_request_cases(
     rpms: tuple[float, ...] = (600, 3000), calls: int = 1500
 ) -> Iterator[Case]:
     """Row 2: a silent request limit, token bucket (a second's burst) and sliding 60 s
-    window, its 429s' Retry-After exact or understated ("1"), every call at once."""
+    window, its 429s' Retry-After exact or understated ("1"), every call at once. The 600 rpm
+    window has rows of its own (``silent_window_cases``)."""
     for rpm in rpms:
         for shape in ("bucket", "window"):
+            if shape == "window" and rpm == 600:
+                continue
             for said in ("exact", "understated"):
-                sim = {
-                    "requests": RateLimit(rpm, shape=shape, announced=False),  # type: ignore[arg-type]
-                    "retry_after": RetryAfter(said),  # type: ignore[arg-type]
-                }
-                yield Case(
-                    "silent requests",
-                    f"{rpm:g} rpm, {shape}, Retry-After {said}",
-                    sim,
-                    calls,
-                    in_flight=calls,
-                )
+                yield _silent(rpm, shape, said, calls)
+
+
+def silent_window_cases(rpm: float = 600, calls: int = 1500) -> Iterator[Case]:
+    """Row 2's windows as providers run them (issue 48): a sliding 60 s window that counts
+    its refused calls against itself or not (OpenAI's help centre: "unsuccessful requests
+    contribute to your per-minute limit"), its 429s saying the real wait, "1" or nothing;
+    every call at once (a backlog), a slower and a slower still judge; and a steady stream at
+    twice the limit."""
+    for counted in (False, True):
+        for said in ("exact", "understated", "none"):
+            yield _silent(rpm, "window", said, calls, counted=counted)
+    for latency in (0.1, 1.0):
+        yield _silent(rpm, "window", "understated", calls, counted=True, latency_s=latency)
+    for counted in (False, True):
+        yield _silent(rpm, "window", "understated", calls, counted=counted, rate=2 * rpm / 60)
+
+
+def _silent(
+    rpm: float,
+    shape: str,
+    said: str,
+    calls: int,
+    *,
+    counted: bool = False,
+    latency_s: float = LATENCY_S,
+    rate: float = 0.0,
+) -> Case:
+    limit = RateLimit(rpm, shape=shape, announced=False, count_refused=counted)  # type: ignore[arg-type]
+    sim = {"requests": limit, "retry_after": RetryAfter(said)}  # type: ignore[arg-type]
+    name = f"{rpm:g} rpm, {shape}, Retry-After {said}"
+    if shape == "window":
+        name += ", refusals counted" if counted else ", refusals not counted"
+    if latency_s != LATENCY_S:
+        name += f", answers in {latency_s:g} s"
+    if rate:
+        name += f", {rate:g} calls/s arriving"
+    return Case("silent requests", name, sim, calls, in_flight=calls, rate=rate, latency_s=latency_s)
 
 
 def announced_request_cases(rpm: float = 600, calls: int = 1500) -> Iterator[Case]:

@@ -28,6 +28,7 @@ from .answers import InvalidAnswer, Quoted
 from .calls import Tally, ToolRequest, answer_tools
 from .config import JudgeConfig
 from .contract import AnswerParser, answer_contract
+from .fleet import Fleet
 from .health import PROVIDER_WIDE, JudgeHealth
 from .label_probs import probed, with_probabilities
 from .limiter import AdaptiveLimiter
@@ -70,8 +71,10 @@ class JudgeClient:
         self.backoff_max = config.backoff_max_s
         self.adaptations = ModelAdaptations(config.structured_output)
         self.max_concurrency = config.max_concurrency
-        # one pacer per model: two rules on two models do not slow each other
+        # one pacer per model: two rules on two models do not slow each other; the workers
+        # judging with the same account share its limits through ``fleet`` (None: alone)
         self.limiters: dict[str, AdaptiveLimiter] = {}
+        self.fleet: Fleet | None = None
         self.health = JudgeHealth(
             outage_max_s=config.outage_max_s,
             probe_base_s=max(config.backoff_base_s, 0.01),
@@ -111,11 +114,12 @@ class JudgeClient:
         if (limiter := self.limiters.get(model)) is None:
             limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency, clock=self.clock)
             self.observer.watch_judge_pacing(model, limiter.pace, limiter.token_limit_per_minute)
+            if self.fleet is not None:  # paced at its share of the account's limits
+                self.fleet.join(model, limiter, self.observer)
         return limiter
 
     @property
-    def limiter(self) -> AdaptiveLimiter:
-        """The default model's pacer."""
+    def limiter(self) -> AdaptiveLimiter:  # the default model's pacer
         return self.limiter_for(self.default_model)
 
     def _redact(self, text: str) -> str:
@@ -148,14 +152,11 @@ class JudgeClient:
         quoted: Sequence[str] = (),
         tools: ToolBox | None = None,
     ) -> Verdict:
-        """Ask the judge for ``rule``'s verdict on ``prompt``; raise ``JudgeError`` when none
-        can be had. Provider-wide trouble (connection errors, timeouts, 5xx, 429) is retried
-        with backoff; a call whose whole budget goes on it while nothing else is answered
-        takes the judge down, and then waits (see ``JudgeHealth``) instead of failing. An
-        unusable answer is asked again, up to the attempt budget, then fails quoting the last
-        answer; any other refusal (4xx) fails at once. With ``tools``, an answer that calls
-        tools gets their results and is asked again, up to the rule's ``judge.max_tool_calls``
-        calls and ``max_tool_tokens`` tokens, past which the evaluation fails saying which."""
+        """``rule``'s verdict on ``prompt``, or ``JudgeError``. Provider-wide trouble (5xx,
+        429, timeouts) is retried with backoff; a call that spends its budget on it while
+        nothing is answered takes the judge down and waits (``JudgeHealth``). An unusable
+        answer is asked again up to the attempt budget; any other 4xx fails at once. With
+        ``tools``, a tool call gets its result and is asked again, up to the rule's bounds."""
         if rule.judge.api == "decisions":
             if self.decisions is None:
                 raise JudgeError("this judge has no decision model client", kind="client_error")

@@ -9,15 +9,17 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .headers import duration_seconds, number
 from .pacing import Pacer
 from .segments import FREEZE_RUN, MINUTE_S
+from .sent import SentCalls
+
+if TYPE_CHECKING:
+    from .fleet import FleetLink
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
-SENT_KEPT = 256
-ABRUPT_CALLS = 20  # calls before a hold's run looked at to tell an abrupt one  # recent calls remembered by when they were sent
 SLOW_START = 4  # calls in flight at first, one more per answer up to the maximum
 # a Retry-After this long is the provider asking for a pause (a quota window resetting), not
 # one call's turn: every call waits for it
@@ -26,10 +28,16 @@ LONG_PAUSE_S = 10.0
 # waiting for its answer: every call waits (a 429 comes back at once and an answer after the
 # model's latency, so counted by arrival, 429s bunch up even while most calls go through)
 HOLD_RUN = 6
-HOLD_SPAN_S = 0.1  # ...sent over this long at least (calls sent together are refused together)
+# ...or this many, when every call before them was let through (a window closing at once)
+HOLD_RUN_ABRUPT = 3
+HOLD_SPAN_S = 0.03  # ...sent over this long at least (calls sent together are refused together)
 PROBE_FIRST_S = 1.0  # while held, one call goes at a time: first after this...
 PROBE_GROWTH = 2.0  # ...then this much later each time it is refused...
 PROBE_SHARE = 0.5  # ...but never later than this share of the time held so far
+# ...except once a window counting a minute should reopen (the minute's first call let through
+# has left it): then a probe a second for this long, so the limit is back within a second of
+# reopening (a window counting its refusals too reopens a little later than its first call)
+REOPEN_PROBING_S = 20.0
 REQUEST_HEADROOM = 0.985  # the share of an announced request limit used
 TOKEN_HEADROOM = 0.95  # the share of an announced token limit used
 # OpenAI's 429 slow_down: the request rate grew too fast, even within the limits; the ramp
@@ -45,20 +53,20 @@ class AdaptiveLimiter:
     - Concurrency: slow start (from 4, one more per answer) up to the maximum. A 429 does not
       cut it: the pace bounds the rate, and a refused call frees its slot at once.
     - Pace: one ``Pacer`` for requests and one for tokens (each call's estimated tokens),
-      announced by the provider (``x-ratelimit-limit-*``: paced just under; a token budget
-      too spent for another call holds calls until it has made up the difference, or
-      ``x-ratelimit-reset-tokens``) or measured from its 429s, which
-      must be shown to follow the rate before they slow anything (see ``pacing.py``). A 429
-      that says tokens (OpenAI's ``type: tokens``, "tokens per min", Anthropic's and Azure's
-      messages) is the token limit's; any other, the request limit's.
-    - Retry-After belongs to the call that got it: the client waits it before asking again,
-      other calls go on. Every call waits only when the provider asks for a long pause
-      (``LONG_PAUSE_S``: a quota window resetting) or refuses ``HOLD_RUN`` calls in a row: a
-      *hold*. Then one call at a time goes as a probe, first after a second (or its
-      Retry-After), each refusal doubling the wait up to a quarter of the time held so far,
-      and never past the moment the last minute's first call leaves a minute's window (when
-      a provider counting a minute lets calls through again). The first probe let through
-      ends the hold; the measured paces resume at what the provider let through.
+      announced (``x-ratelimit-limit-*``: paced just under; a token budget too spent for
+      another call holds calls until made up, or ``x-ratelimit-reset-tokens``) or measured
+      from 429s shown to follow the rate (``pacing.py``). A 429 that says tokens (OpenAI's
+      ``type: tokens``, Anthropic's and Azure's messages) is the token limit's; any other,
+      the request limit's. In a fleet (``fleet.py``), this worker's share of the account's.
+    - Retry-After belongs to the call that got it: other calls go on. Every call waits only
+      when the provider asks for a long pause (``LONG_PAUSE_S``) or refuses ``HOLD_RUN``
+      calls in a row (``HOLD_RUN_ABRUPT`` after calls all let through): a *hold*. Then one
+      call at a time goes as a probe (one in the fleet), first after a second, each refusal
+      doubling the wait up to half the time held, never past the moment the last minute's
+      first call leaves a minute's window; from then a probe a second for
+      ``REOPEN_PROBING_S`` (a window counting its refusals reopens later, and a Retry-After
+      may understate the wait). The first probe let through ends the hold; the measured
+      paces resume at what the provider (to the fleet) let through in the minute before.
     - A 429 ``slow_down`` (OpenAI: the request rate grew too fast, even within the limits)
       holds the ramp (concurrency and pace stop growing) for ``SLOW_DOWN_HOLD_S``.
     """
@@ -78,22 +86,35 @@ class AdaptiveLimiter:
         self.tokens = Pacer("tokens", TOKEN_HEADROOM)
         self._turn = asyncio.Lock()  # calls take their turn in order (asyncio's Lock is FIFO)
         self._changed = asyncio.Event()  # a slot freed or a pace moved: the next call looks again
-        self._sent: dict[float, str] = {}  # recent calls by start: pending, ok, refused, lost
+        self._sent = SentCalls()  # recent calls by start: pending, ok, refused, lost
         self._held_since: float | None = None
         self._abrupt = False  # the hold came with no refusal before its run
         self._held_for: Limit | None = None  # the limit the refusals named
         self._next_probe = 0.0
         self._probe_wait = PROBE_FIRST_S
         self._probe: float | None = None  # when the probe in flight started
+        self._reopens_at: float | None = None  # when the hold's window should let calls again
         self._ramp_held_until = float("-inf")
         self._recent_costs: list[float] = []
         self._last_start = float("-inf")
+        self.waiting = 0  # calls waiting for their turn (the backlog)
+        # this limiter's place among the workers judging with the same account (None: alone)
+        self.fleet: FleetLink | None = None
+        self.wall: Callable[[], float] = time.time
+        self.held_at: float | None = None  # when the last hold began (wall)
 
     # --- a call's turn ----------------------------------------------------------------------
     async def acquire(self, tokens: int = 0) -> float:
         """Wait for a slot and the call's turn (``tokens``: its estimated cost); returns when
         it starts (this clock)."""
         asked = self.clock()
+        self.waiting += 1
+        try:
+            return await self._take_turn(tokens, asked)
+        finally:
+            self.waiting -= 1
+
+    async def _take_turn(self, tokens: int, asked: float) -> float:
         async with self._turn:
             while True:
                 now = self.clock()
@@ -108,14 +129,14 @@ class AdaptiveLimiter:
             now = max(now, self._last_start + 1e-9)
             self._last_start = now
             self.in_flight += 1
-            self._sent[now] = "pending"
-            if len(self._sent) > SENT_KEPT:
-                del self._sent[next(iter(self._sent))]
+            self._sent.sent(now)
             if self._held_since is not None:
                 self._probe = now
             self.requests.book(now, 1.0, asked)
             self.tokens.book(now, float(tokens), asked)
             self._recent_costs = [*self._recent_costs[-31:], float(tokens)]
+            if self.fleet is not None:
+                self.fleet.started(now)
         return now
 
     def _earliest(self, tokens: int, now: float) -> float:
@@ -125,6 +146,9 @@ class AdaptiveLimiter:
         if self._held_since is not None:
             if self._probe is not None:
                 return math.inf
+            if now >= self._next_probe and self.fleet and self.fleet.probed_elsewhere(self.wall()):
+                # another held worker of the fleet probes: this one waits to hear it end
+                self._next_probe = now + PROBE_FIRST_S
             return max(now, self._next_probe)
         return max(self.requests.earliest(now), self.tokens.earliest(now))
 
@@ -146,7 +170,9 @@ class AdaptiveLimiter:
         now = self.clock()
         started = now if started is None else started
         self._learn(headers, now)
-        self._mark(started, "ok")
+        self._sent.mark(started, "ok")
+        if self.fleet is not None:
+            self.fleet.answered(now, refused=False)
         ramping = now >= self._ramp_held_until
         if ramping and self.limit < self.max:
             self.limit = min(float(self.max), self.limit + 1.0)
@@ -165,7 +191,7 @@ class AdaptiveLimiter:
     def on_failure(self, started: float) -> None:
         """A call that started at ``started`` got no answer that says anything of the limits
         (a timeout, a 5xx, a refused request): the paces' measuring waits for it no longer."""
-        self._mark(started, "lost")
+        self._sent.mark(started, "lost")
         now = self.clock()
         self.requests.lost(started, now)
         self.tokens.lost(started, now)
@@ -190,7 +216,9 @@ class AdaptiveLimiter:
             self._ramp_held_until = now + SLOW_DOWN_HOLD_S
             return
         self._learn(headers, now)
-        self._mark(started, "refused")
+        self._sent.mark(started, "refused")
+        if self.fleet is not None:
+            self.fleet.answered(now, refused=True)
         if self._held_since is not None and started >= self._held_since:
             self.on_failure(started)  # a probe (or a call let go before the hold began)
             if started == self._probe:
@@ -206,12 +234,19 @@ class AdaptiveLimiter:
         if retry_after is not None and retry_after >= LONG_PAUSE_S:
             self._hold(now, retry_after, limit)
         else:
-            run, span = self._refused_run(started)
+            run, span = self._sent.refused_run(started)
             # token calls are few and large: a shorter run of them refused is no bunching
-            if (run >= HOLD_RUN and span >= HOLD_SPAN_S) or (
-                limit == "tokens" and run >= FREEZE_RUN
+            early = (
+                limit != "tokens"
+                and HOLD_RUN_ABRUPT <= run < HOLD_RUN
+                and self._sent.refused_abruptly()
+            )
+            if (
+                (run >= HOLD_RUN and span >= HOLD_SPAN_S)
+                or early
+                or (limit == "tokens" and run >= FREEZE_RUN)
             ):
-                self._hold(now, retry_after or 0.0, limit)
+                self._hold(now, retry_after or 0.0, limit, early=early)
             elif (
                 run
                 >= (pacer := self.tokens if limit == "tokens" else self.requests).runs_to_freeze()
@@ -220,49 +255,35 @@ class AdaptiveLimiter:
         self._changed.set()
 
     # --- holding every call -----------------------------------------------------------------
-    def _mark(self, started: float, outcome: str) -> None:
-        if started in self._sent:
-            self._sent[started] = outcome
-
-    def _refused_abruptly(self) -> bool:
-        """Whether the calls sent before the last run of refusals were all let through: a
-        provider that lets everything through until it refuses everything (a window, a
-        bucket a minute deep), not one that refused a share all along (a shallow bucket)."""
-        outcomes = [o for o in self._sent.values() if o in ("ok", "refused")]
-        while outcomes and outcomes[-1] == "refused":
-            outcomes.pop()  # the run itself
-        before = outcomes[-ABRUPT_CALLS:]
-        return len(before) >= ABRUPT_CALLS // 2 and before.count("refused") == 0
-
-    def _refused_run(self, started: float) -> tuple[int, float]:
-        """How many calls in a row up to the one sent at ``started`` were refused, by when
-        they were sent (a call still waiting for its answer, or let through, ends the run;
-        one that failed otherwise is skipped), and over how long they were sent."""
-        run, first = 0, started
-        for when in reversed(self._sent):
-            if when > started:
-                continue
-            outcome = self._sent[when]
-            if outcome == "refused":
-                run, first = run + 1, when
-            elif outcome != "lost":
-                break
-        return run, started - first
-
-    def _hold(self, now: float, retry_after: float, limit: Limit | None) -> None:
+    def _hold(
+        self, now: float, retry_after: float, limit: Limit | None, *, early: bool = False
+    ) -> None:
         """The provider refuses every call (for ``limit``): one probe at a time from now on."""
         if self._held_since is None:
             self._held_since = now
             self._held_for = limit
-            self._abrupt = self._refused_abruptly()
+            # held early (a short run): a short hold is a shallow bucket's, not a deep one's
+            self._abrupt = not early and self._sent.refused_abruptly()
             self._probe = None
             self._probe_wait = PROBE_FIRST_S
+            self._reopens_at = self._minute_reopens(now)
+            self.held_at = self.wall()
             self.requests.hold(now)
             self.tokens.hold(now)
         self._next_probe = max(self._next_probe, now + max(retry_after, PROBE_FIRST_S))
 
     def _probe_refused(self, retry_after: float | None, now: float) -> None:
         assert self._held_since is not None
+        if retry_after is not None and retry_after >= LONG_PAUSE_S:
+            self._next_probe = now + retry_after
+            self._changed.set()
+            return
+        reopens = self._reopens_at
+        if reopens is not None and reopens <= now <= reopens + REOPEN_PROBING_S:
+            # the window the refusals imply has reopened, or is about to: a probe a second
+            self._next_probe = now + max(PROBE_FIRST_S, retry_after or 0.0)
+            self._changed.set()
+            return
         held = now - self._held_since
         self._probe_wait = min(
             self._probe_wait * PROBE_GROWTH, max(PROBE_FIRST_S, held * PROBE_SHARE)
@@ -271,8 +292,6 @@ class AdaptiveLimiter:
         # a provider counting a minute lets calls through once the minute's first has left it
         reopens = self._minute_reopens(now)
         self._next_probe = now + wait if reopens is None else min(now + wait, reopens)
-        if retry_after is not None and retry_after >= LONG_PAUSE_S:
-            self._next_probe = now + retry_after
         self._changed.set()
 
     def _minute_reopens(self, now: float) -> float | None:
@@ -286,13 +305,18 @@ class AdaptiveLimiter:
         held = now - self._held_since
         self._held_since = None
         self._probe = None
+        self._reopens_at = None
         self._next_probe = 0.0
         for pacer in (self.requests, self.tokens):
-            if pacer.source != "announced" and (pacer.rate is not None or pacer.ceiling):
-                pacer.resume(held, now, abrupt=self._abrupt)
-        held_for = self.tokens if self._held_for == "tokens" else self.requests
-        if held_for.rate is None:
-            held_for.resume(held, now, abrupt=self._abrupt)
+            if pacer.source != "announced" and (
+                pacer.rate is not None
+                or pacer.ceiling
+                or pacer is (self.tokens if self._held_for == "tokens" else self.requests)
+            ):
+                says = (
+                    self.fleet.resuming(pacer.unit, self.held_at, self.wall()) if self.fleet else {}
+                )
+                pacer.resume(held, now, abrupt=self._abrupt, **says)
         self._changed.set()
 
     # --- what the provider said -------------------------------------------------------------
@@ -317,6 +341,14 @@ class AdaptiveLimiter:
             # made up the difference at its rate, or until it resets, whichever comes first
             # (x-ratelimit-reset-tokens is when it is back to full, OpenAI's guide says)
             self.tokens.spent_until(now + min(reset, (needed - remaining) / (tokens / MINUTE_S)))
+
+    # --- the fleet (``fleet.py``) ----------------------------------------------------------
+    def reshare(self, share: float) -> None:
+        """This worker's share of the account's limits is now ``share``."""
+        now = self.clock()
+        self.requests.reshare(share, now)
+        self.tokens.reshare(share, now)
+        self._changed.set()
 
     # --- reading ----------------------------------------------------------------------------
     def _mean_cost(self) -> float:

@@ -46,6 +46,9 @@ class Pacer:
     def __init__(self, unit: Unit, headroom: float) -> None:
         self.unit = unit
         self.headroom = headroom  # the share of an announced limit used
+        self.share = 1.0  # this worker's share of the account's limit (``fleet.py``)
+        self.announced: float | None = None  # the provider's limit, units a second
+        self.findings = 0  # ceilings found (or proven) here: the fleet hears of each
         self.rate: float | None = None
         self.source: Source | None = None
         self.ceiling: float | None = None  # units a second the provider was found to let through
@@ -65,6 +68,8 @@ class Pacer:
         self._refused_at: float | None = None  # a rate sent when calls in a row were refused
         self._proven_s = PROVEN_RATE_S  # held that long there without a 429: the new ceiling
         self._last_grown: float | None = None
+        self.held_minute = 0.0  # let through in the minute before the provider refused all
+        self._hold_began: float | None = None  # ...which began then (calls sent before count)
         self.traffic = Traffic()  # what was sent and let through lately
         self.verdicts = SegmentVerdicts(unit)  # what each judged segment says
 
@@ -99,7 +104,8 @@ class Pacer:
     # --- what the provider said ------------------------------------------------------------
     def announce(self, per_minute: float) -> None:
         """The provider stated its limit: pace just under it, nothing left to measure."""
-        self.rate = per_minute / MINUTE_S * self.headroom
+        self.announced = per_minute / MINUTE_S
+        self.rate = self.announced * self.headroom * self.share
         self.source = "announced"
         self.segment, self.closing = None, []
 
@@ -112,6 +118,8 @@ class Pacer:
         """A call of ``cost`` units that started at ``started`` was let through (``grow``:
         the pace may grow, unless the provider asked it not to)."""
         self.traffic.let_through(started, cost, now)
+        if self._hold_began is not None and started <= self._hold_began:
+            self.held_minute += cost  # sent before the window closed: it let this through
         self._count(started, cost, refused=False, now=now)
         if grow:
             self._grow(now)
@@ -134,7 +142,9 @@ class Pacer:
             since = now - self._last_load
             if since >= CYCLE_MIN_S:
                 through = self.traffic.let_through_since(now - min(since, MINUTE_S), now)
-                self.ceiling = min(self.ceiling, through)
+                if through < self.ceiling:
+                    self.ceiling = through
+                    self.findings += 1
             self._probes_failed += 1
             self._cut(self.ceiling * UNDER, now)
 
@@ -156,27 +166,88 @@ class Pacer:
         """The provider refuses every call: what is measured until it lets calls through
         again says nothing of a rate."""
         if self.source != "announced":
+            self.held_minute = self.traffic.minute_let_through(now)
+            self._hold_began = now
             self._close(now, judged=False)
             self._moved_at = now
 
-    def resume(self, held_s: float, now: float, *, abrupt: bool = False) -> None:
+    def resume(
+        self,
+        held_s: float,
+        now: float,
+        *,
+        abrupt: bool = False,
+        others: float = 0.0,
+        found: float | None = None,
+    ) -> None:
         """Calls go again after the provider refused every one for ``held_s``.
 
         A long hold, or one that came abruptly (calls let through until all were refused,
         none refused before), is a provider counting a window or a bucket a minute deep: the
         last minute let its limit through, so pace at that (a minute is how providers state
         limits), and probe over it only a minute at a time. A short hold after refusals
-        mixed with answers is a shallow bucket: pace at what it let through just before."""
+        mixed with answers is a shallow bucket: pace at what it let through just before.
+
+        The minute is the one before the hold began (what the window let through before it
+        closed), or the one before now if more went through since: a hold as long as the
+        window itself leaves only its probes in the minute before now. In a fleet the window
+        let through the other workers' minute too (``others``, each said when held): the
+        pace is this worker's share of it; or the fleet's first worker out of the hold found
+        the account's limit (``found``): this worker's share of that."""
+        self._hold_began = None
         if self.source == "announced":
             return
+        if found is not None:
+            self.history.clear()
+            self.adopt(found, now)
+            return
         self.history.clear()
-        minute = self.traffic.minute_let_through(now) / MINUTE_S
+        mine = max(self.traffic.minute_let_through(now), self.held_minute)
+        minute = mine / MINUTE_S if not others else (mine + others) / MINUTE_S * self.share
         if held_s >= LONG_HOLD_S or abrupt:
             self._found(minute, now)
             self._proven_s = PROVEN_WINDOW_S
         else:
             self._found(max(self.traffic.let_through_lately(now - held_s), minute), now)
             self._proven_s = PROVEN_GUESS_S  # a guess from a moment: proven higher sooner
+
+    # --- the fleet (``fleet.py``) ----------------------------------------------------------
+    def reshare(self, share: float, now: float) -> None:
+        """This worker's share of the account's limit is now ``share``: an announced pace is
+        that share of the announcement, a measured one scales with it (what it measured was
+        measured at the old share), and measures afresh from now."""
+        old, self.share = self.share, share
+        if self.source == "announced" and self.announced is not None:
+            self.rate = self.announced * self.headroom * share
+            return
+        if self.source != "measured" or not self.rate:
+            return
+        factor = share / old
+        self.rate *= factor
+        if self.ceiling is not None:
+            self.ceiling *= factor
+        if self._refused_at is not None:
+            self._refused_at *= factor
+        self.history.clear()
+        self._close(now, judged=False)
+        self._moved_at = now
+        self.free_at = min(self.free_at, now)
+
+    def adopt(self, per_s: float, now: float) -> None:
+        """Another worker found the account's limit at ``per_s`` (the whole account's units a
+        second): pace at this worker's share of it, a window's ceiling (over it only after a
+        quiet minute)."""
+        self._found(per_s * self.share, now)
+        self._proven_s = PROVEN_WINDOW_S
+
+    def account_limit(self) -> tuple[Source, float] | None:
+        """The account's limit as this pacer knows it (units a second of the whole
+        account): announced, or the measured ceiling over this worker's share; None."""
+        if self.source == "announced" and self.announced is not None:
+            return "announced", self.announced
+        if self.ceiling is not None and self.source == "measured":
+            return "measured", self.ceiling / self.share
+        return None
 
     # --- the measuring ---------------------------------------------------------------------
     def _close(self, now: float, *, judged: bool) -> None:
@@ -255,6 +326,7 @@ class Pacer:
             return
         log.debug("%s ceiling %s -> %.3f/s", self.unit, self.ceiling, ceiling)
         self.ceiling = ceiling
+        self.findings += 1
         self._proven_s = PROVEN_GUESS_S
         self._move(ceiling * UNDER, now)
         self._last_load = now
@@ -316,6 +388,7 @@ class Pacer:
             elif now - self._at_top >= self._proven_s and now - self._last_load >= self._proven_s:
                 self._proven_s = PROVEN_RATE_S
                 self.ceiling, self._at_top = self.rate, None  # a minute over it, no 429
+                self.findings += 1
                 self._probes_failed = 0
             return
         self.rate = min(top, self.rate * (1.0 + growth * elapsed))
