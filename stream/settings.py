@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     trace_batch_wait_ms: float = Field(default=5.0, ge=0, le=1000)
     web_port: int = 6066
     lag_interval_s: float = Field(default=15.0, gt=0)  # how often consumer lag is measured
+    # the workers judging with one account share its limits through <app_id>-judge-pace
+    # (design record 46); false: each paces alone
+    judge_pace_share: bool = True
     web_host: str = "127.0.0.1"
     data_dir: Path = Path(".scorer-data")
     # where the tables live between restarts: "rocksdb" (local files under data_dir, read at a
@@ -292,6 +295,11 @@ class Settings(BaseSettings):
     def agreement_measure_topic(self) -> str:
         """Internal, one partition: every joined pair, read by the one worker measuring."""
         return f"{self.app_id}-agreement-measure"
+
+    @property
+    def judge_pace_topic(self) -> str:
+        """Internal, one partition, compacted: each worker's judge pace, read by every one."""
+        return f"{self.app_id}-judge-pace"
 
     @property
     def otlp_assembly_topic(self) -> str:

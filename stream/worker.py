@@ -6,13 +6,16 @@ import asyncio
 import errno
 import logging
 import os
+import secrets
 import shutil
 import signal
+import socket
 import tempfile
 from functools import partial
 from pathlib import Path
 
 import faust
+import mode
 
 from . import __version__, rules_summary
 from .agents.agreement import register_agreement_agents
@@ -32,6 +35,7 @@ from .errors import ConfigError
 from .judge.batch import BatchAPI
 from .judge.cache import CachingJudge
 from .judge.client import JudgeClient
+from .judge.fleet import Fleet, PaceBoard, account_of
 from .judging import caches_verdicts, judge_of, verdict_table
 from .kafka.broker import EmbeddedBroker, how_to_use, user_broker
 from .kafka.data_dir import lock_data_dir
@@ -42,6 +46,7 @@ from .kafka.mends.lag import LagMeter
 from .kafka.mends.library_versions import check_libraries
 from .kafka.mends.snapshot_store import write_snapshots
 from .kafka.mends.stale_state import settle_stale_state
+from .kafka.pace_topic import PaceTopic
 from .kafka.security import KafkaSecurity
 from .live_rules import LiveRules, agreement_thresholds, rule_directions
 from .metrics import ProjectLabels, ScorerMetrics
@@ -165,7 +170,27 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         observer=metrics,
         security=settings.kafka,
     )
-    return ScorerWorker(app, lag_meter, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    services: list[mode.Service] = [lag_meter]
+    if judge is not None and settings.judge_pace_share:
+        services.append(pace_sharing(judge, settings, bootstrap))
+    return ScorerWorker(app, *services, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+
+
+def pace_sharing(judge: Judge, settings: Settings, bootstrap: str) -> PaceTopic:
+    """The judge clients' limiters paced at this worker's share of their account's limits,
+    shared with the other workers through the judge-pace topic (design record 46)."""
+    client = judge.inner if isinstance(judge, CachingJudge) else judge
+    assert isinstance(client, JudgeClient)
+    board = PaceBoard(f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}")
+    config = settings.judge_config()
+    key = config.api_key.get_secret_value() if config.api_key else None
+    account = account_of(config.base_url or "", key)
+    fleets = [Fleet(board, account)]
+    client.fleet = fleets[0]
+    if client.decisions is not None:  # the Decisions API's own limits, the same account
+        client.decisions.fleet = Fleet(board, account)
+        fleets.append(client.decisions.fleet)
+    return PaceTopic(fleets, board, settings.judge_pace_topic, bootstrap, settings.kafka)
 
 
 def register_batch_jobs(
