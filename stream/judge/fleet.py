@@ -161,6 +161,7 @@ class FleetLink:
         self.account = account
         self.model = model
         self.share = 1.0
+        self._first = True
         self._found_at: dict[str, float] = {}  # the newest finding known, by unit (wall)
         self._findings: dict[str, int] = {}  # the pacer's own findings counted, by unit
         self._starts: deque[float] = deque()  # calls started lately (limiter clock)
@@ -240,6 +241,9 @@ class FleetLink:
         mine = self.demand(limiter)
         wanted = mine + sum(r.demand for r in others)
         share = 1.0 if not others or wanted <= 0 else max(SHARE_MIN, mine / wanted)
+        if self._first and others:  # joining, its demand not seen yet: an equal share
+            share = 1.0 / (len(others) + 1)
+        self._first = False
         if abs(share - self.share) > RESHARE_AT * max(share, self.share):
             self.share = share
             limiter.reshare(share)
@@ -248,14 +252,20 @@ class FleetLink:
             if pacer.findings != self._findings.get(unit, 0):
                 self._findings[unit] = pacer.findings
                 self._found_at[unit] = wall  # found here, now
+            limits = [r.limits[unit] for r in others if unit in r.limits]
+            told = next((limit for limit in limits if limit.source == "announced"), None)
+            if told is not None and pacer.source is None:
+                # a worker that joins: the limit the provider told the others, until it is
+                # told itself (the headers of its own answers)
+                pacer.announce(told.per_s * MINUTE_S)
+                continue
             newest = max(
-                (r.limits[unit] for r in others if unit in r.limits),
+                (limit for limit in limits if limit.source == "measured"),
                 key=lambda limit: limit.found_at,
                 default=None,
             )
             if (
                 newest is not None
-                and newest.source == "measured"
                 and newest.found_at > self._found_at.get(unit, -math.inf)
                 and pacer.source != "announced"
             ):
@@ -327,12 +337,13 @@ class Fleet:
         limiter.fleet, limiter.wall = link, self.wall
         self.links[model] = (link, limiter)
         observer.watch_judge_fleet(model, lambda: link.reading(limiter, self.wall()))
+        link.tick(limiter, self.wall())  # its first call paced at its share already
 
     def tick(self) -> list[PaceRecord]:
         """Every limiter paced at its share; the records to publish."""
         wall = self.wall()
         return [link.tick(limiter, wall) for link, limiter in list(self.links.values())]
 
-    def keys(self) -> list[bytes]:
+    def own_keys(self) -> list[bytes]:
         """The keys this worker publishes under (tombstoned when it stops)."""
         return [record_key(self.account, m, self.board.worker) for m in self.links]

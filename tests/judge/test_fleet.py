@@ -118,8 +118,25 @@ def test_an_idle_worker_holds_no_capacity_a_busy_one_needs() -> None:
     limiter.fleet = link
     limiter.requests.announce(600)
     board.heard(b"acct/m/w2", record("w2", at=clock[0], demand=30.0, limits={}).to_bytes())
+    link.tick(limiter, clock[0])  # joining: its demand not seen yet, an equal share
+    assert link.share == pytest.approx(0.5)
     link.tick(limiter, clock[0])  # w1 wants nothing: the floor, not half
     assert link.share == pytest.approx(0.02)
+
+
+def test_a_worker_that_joins_starts_at_its_share_of_what_the_provider_told_the_others() -> None:
+    """Its first call is paced before any answer of its own told it the limit."""
+    clock = [100.0]
+    board = PaceBoard("w3")
+    board.reading = True
+    for other in ("w1", "w2"):
+        told = record(other, at=clock[0], limits={"requests": Limit("announced", 10.0, 100.0)})
+        board.heard(told.key, told.to_bytes())
+    fleet = Fleet(board, "acct", wall=lambda: clock[0])
+    limiter = limiter_at(clock)
+    fleet.join("m", limiter, Observer())
+    assert limiter.requests.source == "announced"
+    assert limiter.requests.rate == pytest.approx(10 * 0.985 / 3)
 
 
 def test_a_limit_one_worker_learned_is_taken_up_by_the_others_at_their_share() -> None:
@@ -130,7 +147,9 @@ def test_a_limit_one_worker_learned_is_taken_up_by_the_others_at_their_share() -
     limiter = limiter_at(clock)
     limiter.fleet = link
     limiter.waiting = 50  # as busy as the other
-    other = record("w2", at=clock[0], demand=5.0, limits={"requests": Limit("measured", 10.0, 99.0)})
+    other = record(
+        "w2", at=clock[0], demand=5.0, limits={"requests": Limit("measured", 10.0, 99.0)}
+    )
     board.heard(other.key, other.to_bytes())
     mine = link.tick(limiter, clock[0])
     assert limiter.requests.source == "measured"
