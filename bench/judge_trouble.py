@@ -8,7 +8,10 @@ new client with a user's default settings (``tests/pacing_cases.py``):
 (p1) 1 call in 7 refused, random or every 7th, with and without ``Retry-After: 1``: time
      against the clean run [<= 1.5x].
 (p2) a silent request limit (``--rpm``), token bucket and sliding minute, Retry-After exact
-     and understated ("1"), ``--calls`` calls at once: 429s [< 2 %], limit used [>= 0.95].
+     and understated ("1"), ``--calls`` calls at once: 429s [< 2 %], limit used [>= 0.95];
+     and the first rate's sliding minute as providers run it (``silent_window_cases``): its
+     refusals counted against it or not, Retry-After exact, "1" or none, answers in 0.1 and
+     1 s, and a steady stream at twice the limit.
 (p3) an announced request limit: 429s [0 %], limit used [>= 0.95].
 (p4) an announced token limit, prompts of 1 k to 30 k tokens: 429s [< 2 %], used [>= 0.9].
 (p5) a silent token limit (429s that say tokens): 429s [< 5 %], used [>= 0.8].
@@ -138,6 +141,8 @@ def table(phases: set[str], run: Runner, args: argparse.Namespace) -> None:
     if "p2" in phases:
         chosen = cases.silent_request_cases(rpms, args.calls)
         limit_phase("p2", chosen, run, args.seeds, "[targets < 2 %, >= 0.95]", "requests")
+        windows = cases.silent_window_cases(rpms[0], args.calls)
+        limit_phase("p2", windows, run, args.seeds, "[targets < 2 %, >= 0.95]", "requests")
     if "p3" in phases:
         chosen = cases.announced_request_cases(rpms[0], args.calls)
         limit_phase("p3", chosen, run, args.seeds, "[targets 0 %, >= 0.95]", "requests")

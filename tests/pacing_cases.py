@@ -257,7 +257,9 @@ def _silent(
         name += f", answers in {latency_s:g} s"
     if rate:
         name += f", {rate:g} calls/s arriving"
-    return Case("silent requests", name, sim, calls, in_flight=calls, rate=rate, latency_s=latency_s)
+    return Case(
+        "silent requests", name, sim, calls, in_flight=calls, rate=rate, latency_s=latency_s
+    )
 
 
 def announced_request_cases(rpm: float = 600, calls: int = 1500) -> Iterator[Case]:
