@@ -1,4 +1,5 @@
-"""The judge-health dashboard: latency, failures, retries, pace, tokens, estimated cost,
+"""The judge-health dashboard: latency, failures, retries, pace, the fleet's row (the workers
+sharing the provider account: their pace, shares and refusals), tokens, estimated cost,
 batches, and the cascade rules' row (escalation, cost per 1,000 targets by tier, the first
 tier's agreement with the judge). Written by ``dashboards.py``."""
 
@@ -102,6 +103,7 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
             description="Refusals for rate (429 rate_limited) among every attempt; the pacer "
             "aims to keep it under 2 %.",
         ),
+        *fleet(),
         graph(
             "Tokens per minute against the announced limit",
             Query(
@@ -184,6 +186,74 @@ def judge() -> tuple[dict[str, Any], list[Panel]]:
             "scores), and judge jobs deferred to batches and finished from them.",
         ),
         *cascade(),
+    ]
+
+
+def fleet() -> list[Panel]:
+    """The fleet's row (SCORER_JUDGE_PACE_SHARE): the workers judging with one provider
+    account share its limits through the judge-pace topic; each says what it reads of them."""
+    return [
+        graph(
+            "Fleet: pace by model and each worker's (calls a second)",
+            Query(
+                f"max by (model) (scorer_judge_fleet_pace_rps{{{MODELS}}}\n"
+                f"and on (instance, model, account) scorer_judge_fleet_shared{{{MODELS}}} == 1)",
+                "{{model}} fleet",
+            ),
+            Query(
+                f"max by (model, instance) (scorer_judge_pace_rps{{{MODELS}}})",
+                "{{model}} on {{instance}}",
+            ),
+            new_row=True,
+            dashed=".* on .*",
+            description="The calls a second the workers sharing the account let start together "
+            "(their paces summed, as the workers reading the judge-pace topic see it), and "
+            "dashed, each worker's own pace: its share of the account's limit, announced or "
+            "measured. A worker pacing alone is not in the fleet's line, only in its own.",
+        ),
+        graph(
+            "Fleet: each worker's share of the account's limit",
+            Query(
+                f"max by (model, instance) (scorer_judge_fleet_share{{{MODELS}}})",
+                "{{model}} on {{instance}}",
+            ),
+            **SHARE,
+            description="Each worker's share: its demand (calls sent lately, and its backlog) "
+            "over the fleet's, so an idle worker holds little a busy one needs; 1 for a worker "
+            "alone. The shares of one model add up to about 1.",
+        ),
+        graph(
+            "Fleet: workers sharing the account",
+            Query(
+                f"max by (model) (scorer_judge_fleet_workers{{{MODELS}}})",
+                "{{model}} sharing",
+            ),
+            Query(
+                f"sum by (model) (1 - scorer_judge_fleet_shared{{{MODELS}}})",
+                "{{model}} pacing alone",
+            ),
+            dashed=".* pacing alone$",
+            description="Workers whose pace records for the model are fresh on the judge-pace "
+            "topic, this one included; dashed, workers that cannot read the topic and pace as "
+            "if alone (ScorerJudgePacingAlone fires after 10 minutes).",
+        ),
+        graph(
+            "Fleet: share of calls refused 429",
+            Query(f"scorer:judge_refused_ratio:10m{{{MODELS}}}", "{{model}} fleet (10m)"),
+            Query(
+                f"max by (model) (scorer_judge_fleet_refused_ratio{{{MODELS}}})",
+                "{{model}} as the workers read it (1m)",
+            ),
+            unit="percentunit",
+            min=0,
+            thresholds=[(None, "green"), (0.02, "red")],
+            threshold_line=True,
+            dashed=".* read it .*",
+            description="The fleet's calls refused for rate (429 rate_limited) over all "
+            "calls, every worker summed over 10 minutes: ScorerJudgeFleetRefused fires above "
+            "the red line (2 %) for 10 minutes; dashed, the last minute's as the workers' pace "
+            "records say it.",
+        ),
     ]
 
 

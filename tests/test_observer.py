@@ -53,7 +53,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # budget, RocksDB's cache), watch_held (what a worker's tables, indexes and caches hold)
     # + on_cascade, on_cascade_cost (issue 46: which tier of a cascade decided, its cost)
     # + on_redacted (issue 47: values masked in the judge's copy, by kind)
-    assert len(callbacks) == 47
+    # + watch_judge_fleet (issue 48: the workers sharing the judge's account, on /metrics)
+    assert len(callbacks) == 48
     assert callbacks <= set(vars(ScorerMetrics))
 
 

@@ -6,8 +6,9 @@ Faust's ``PrometheusMonitor``); the worker uses ``ScorerMetrics.default()``, on
 prometheus_client's global registry, which its /metrics page serves.
 
 Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
-topic, reason, kind, type, a comparison's variant_a, variant_b and preferred, and project,
-bounded by ``ProjectLabels``); never trace, thread or score ids. The Grafana dashboards and the Prometheus rules in ``grafana/`` are written
+topic, reason, kind, type, a comparison's variant_a, variant_b and preferred, project,
+bounded by ``ProjectLabels``, and the judge's account, a hash of its endpoint and key); never
+trace, thread or score ids, never a key. The Grafana dashboards and the Prometheus rules in ``grafana/`` are written
 against these names.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,6 +23,9 @@ from ..models import ScoreEvent, TokenUsage
 from ..observer import Observer
 from .families import MetricFamilies
 from .projects import ProjectLabels
+
+if TYPE_CHECKING:
+    from ..judge.fleet import FleetReading
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
@@ -329,8 +332,13 @@ class ScorerMetrics(MetricFamilies, Observer):
         self, model: str, pace: Callable[[], tuple[float, str]], token_limit: Callable[[], float]
     ) -> None:
         self.judge_pacing.readers[model] = (pace, token_limit)
-        # from 0, so that the quota alert's increase() sees the model's first refusal
-        self._child(self.judge_calls, model, "quota_exhausted")
+        # from 0, so that the quota and rate-limit alerts' increase() counts a model's first
+        # refusals
+        for outcome in ("quota_exhausted", "rate_limited"):
+            self._child(self.judge_calls, model, outcome)
+
+    def watch_judge_fleet(self, model: str, read: Callable[[], FleetReading]) -> None:
+        self.judge_pacing.fleets[model] = read
 
     # -- threads ---------------------------------------------------------------------
 
