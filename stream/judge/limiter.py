@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from .headers import duration_seconds, number
-from .pacing import Pacer
+from .pacing import LONG_HOLD_S, Pacer
 from .segments import FREEZE_RUN, MINUTE_S
 from .sent import SentCalls
 
@@ -89,6 +89,8 @@ class AdaptiveLimiter:
         self._sent = SentCalls()  # recent calls by start: pending, ok, refused, lost
         self._held_since: float | None = None
         self._abrupt = False  # the hold came with no refusal before its run
+        self._early = False  # the hold began early (``HOLD_RUN_ABRUPT``)...
+        self._early_holds = True  # ...which stops once one proved short (a shallow bucket)
         self._held_for: Limit | None = None  # the limit the refusals named
         self._next_probe = 0.0
         self._probe_wait = PROBE_FIRST_S
@@ -237,7 +239,8 @@ class AdaptiveLimiter:
             run, span = self._sent.refused_run(started)
             # token calls are few and large: a shorter run of them refused is no bunching
             early = (
-                limit != "tokens"
+                self._early_holds
+                and limit != "tokens"
                 and HOLD_RUN_ABRUPT <= run < HOLD_RUN
                 and self._sent.refused_abruptly()
             )
@@ -264,6 +267,7 @@ class AdaptiveLimiter:
             self._held_for = limit
             # held early (a short run): a short hold is a shallow bucket's, not a deep one's
             self._abrupt = not early and self._sent.refused_abruptly()
+            self._early = early
             self._probe = None
             self._probe_wait = PROBE_FIRST_S
             self._reopens_at = self._minute_reopens(now)
@@ -303,11 +307,18 @@ class AdaptiveLimiter:
     def _end_hold(self, now: float) -> None:
         assert self._held_since is not None
         held = now - self._held_since
+        # held early and let through again in a moment: a shallow bucket, no window. The paces
+        # go on as before the hold (their segments find its rate), and no hold begins early
+        shallow = self._early and held < LONG_HOLD_S
+        self._early_holds = self._early_holds and not shallow
         self._held_since = None
         self._probe = None
         self._reopens_at = None
         self._next_probe = 0.0
         for pacer in (self.requests, self.tokens):
+            if shallow:
+                pacer.let_go()
+                continue
             if pacer.source != "announced" and (
                 pacer.rate is not None
                 or pacer.ceiling

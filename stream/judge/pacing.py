@@ -171,6 +171,11 @@ class Pacer:
             self._close(now, judged=False)
             self._moved_at = now
 
+    def let_go(self) -> None:
+        """An early hold was soon over (a shallow bucket's, ``limiter.py``): the pace goes on
+        as it was, its segments to find the rate."""
+        self._hold_began = None
+
     def resume(
         self,
         held_s: float,
