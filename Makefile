@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/judge_trouble.py
+	$(BIN)/python bench/judge_fleet.py
 	$(BIN)/python bench/verdicts.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/cascade.py
