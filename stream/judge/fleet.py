@@ -162,6 +162,7 @@ class FleetLink:
         self.model = model
         self.share = 1.0
         self._first = True
+        self._rising = 1.0  # the share worked out at the last tick
         self._found_at: dict[str, float] = {}  # the newest finding known, by unit (wall)
         self._findings: dict[str, int] = {}  # the pacer's own findings counted, by unit
         self._starts: deque[float] = deque()  # calls started lately (limiter clock)
@@ -242,7 +243,13 @@ class FleetLink:
         wanted = mine + sum(r.demand for r in others)
         share = 1.0 if not others or wanted <= 0 else max(SHARE_MIN, mine / wanted)
         if self._first and others:  # joining, its demand not seen yet: an equal share
-            share = 1.0 / (len(others) + 1)
+            share = self._rising = 1.0 / (len(others) + 1)
+        elif share > self.share:
+            # a larger share is taken a tick later, once the others have heard the demand
+            # that makes it (and given up theirs): the fleet's shares never sum far over one
+            share, self._rising = min(share, self._rising), share
+        else:
+            self._rising = share
         self._first = False
         if abs(share - self.share) > RESHARE_AT * max(share, self.share):
             self.share = share

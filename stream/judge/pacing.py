@@ -35,6 +35,7 @@ PROVEN_RATE_S = 30.0  # ...where this long without a 429 proves it the new ceili
 PROVEN_GUESS_S = 10.0  # ...this long if the ceiling was a guess from a moment's answers...
 PROVEN_WINDOW_S = 60.0  # ...a minute if it was found as a window (a window counting a
 # minute lets a pace over its limit through for up to a minute)
+LATE_S = 0.5  # a call started this late for its turn keeps the pace's schedule
 CYCLE_MIN_S = 5.0  # a probe over the ceiling refused this long after the last: re-measure
 PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one's climb, so far
 
@@ -84,7 +85,12 @@ class Pacer:
         self.traffic.sent(start, cost)
         if self.rate:
             self.bound = start > asked + 1e-9
-            self.free_at = max(self.free_at, start) + cost / self.rate
+            if self.bound and self.free_at <= start < self.free_at + LATE_S:
+                # it waited for its turn and started late (a busy event loop): the pace's
+                # schedule is kept, not moved back by the delay
+                self.free_at += cost / self.rate
+            else:
+                self.free_at = max(self.free_at, start) + cost / self.rate
         if self.source == "announced":
             return
         if self.segment is None:

@@ -104,6 +104,9 @@ def test_a_worker_paces_at_its_share_of_the_demand_and_takes_up_a_leavers_share(
     assert fleet.links["m"][0].share == pytest.approx(0.5)
     assert limiter.requests.rate == pytest.approx(10 * 0.985 * 0.5)
     clock[0] += STALE_S + 1.0
+    fleet.tick()  # a larger share is taken a tick later (the others hear the demand first)
+    assert fleet.links["m"][0].share == pytest.approx(0.5)
+    clock[0] += 1.0
     fleet.tick()
     assert fleet.links["m"][0].share == 1.0
     assert limiter.requests.rate == pytest.approx(10 * 0.985)
