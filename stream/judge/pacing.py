@@ -14,11 +14,20 @@ which says when calls go again (``resume``).
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from typing import Literal
 
 from .pace_verdicts import UNDER, UP, Found, Lift, Move, Noise, Pace, SegmentVerdicts, Up
-from .segments import APART, MINUTE_S, SEGMENT_MIN_CALLS, Segment, Traffic, runs_to_freeze
+from .segments import (
+    APART,
+    MINUTE_S,
+    NOISE_MAX,
+    SEGMENT_MIN_CALLS,
+    Segment,
+    Traffic,
+    runs_to_freeze,
+)
 
 log = logging.getLogger(__name__)
 
@@ -354,8 +363,13 @@ class Pacer:
         self._at_top = None
 
     def _noise(self, low: Segment, high: Segment, now: float) -> None:
-        """The share of 429s did not follow the rate: background, and no pace of our own."""
-        self.background = (low.refused + high.refused) / (low.answers + high.answers)
+        """The share of 429s did not follow the rate: background, and no pace of our own. The
+        background is taken a standard error above the two segments' share: from forty-odd
+        calls the share is rough, and one taken low lets later segments' chance excess pass
+        for a limit (a worker found a limit at half its rate among 1 in 7 refused at random)."""
+        answers = low.answers + high.answers
+        share = (low.refused + high.refused) / answers
+        self.background = min(NOISE_MAX, share + math.sqrt(share * (1 - share) / answers))
         log.debug(
             "%s 429s at %.3f/s and %.3f/s alike: background %.3f",
             self.unit,
