@@ -198,7 +198,8 @@ def test_the_same_share_at_rates_apart_is_noise_and_lifts_the_pace() -> None:
     pacer._move(15.0, clock.t)
     segment_at(pacer, 15.0, 5, SEGMENT_CALLS + 1, clock)
     segment_at(pacer, 15.0, 5, SEGMENT_CALLS + 1, clock)
-    assert pacer.background == pytest.approx(0.2, abs=0.05)
+    # the share the two segments saw, taken a standard error higher (about 40 calls: rough)
+    assert 0.2 < pacer.background < 0.2 + 0.1
     assert pacer.rate is None and pacer.ceiling is None
 
 
