@@ -94,10 +94,11 @@ class Pacer:
         self.traffic.sent(start, cost)
         if self.rate:
             self.bound = start > asked + 1e-9
-            if self.bound and self.free_at <= start < self.free_at + LATE_S:
-                # it waited for its turn and started late (a busy event loop): the pace's
-                # schedule is kept, not moved back by the delay
-                self.free_at += cost / self.rate
+            spacing = cost / self.rate
+            if self.bound and self.free_at <= start < self.free_at + min(LATE_S, spacing):
+                # it waited for its turn and started late (a busy event loop), by less than
+                # a call's spacing: the pace's schedule is kept, not moved back by the delay
+                self.free_at += spacing
             else:
                 self.free_at = max(self.free_at, start) + cost / self.rate
         if self.source == "announced":

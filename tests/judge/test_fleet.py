@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from fleet_cases import run_fleet
-from pacing_cases import Case, silent_window_cases, token_cases
+from pacing_cases import Case, announced_request_cases, silent_window_cases, token_cases
 
 from stream.judge.fleet import (
     STALE_S,
@@ -198,3 +198,12 @@ def test_three_workers_share_an_announced_token_limit() -> None:
     assert got.errors == 0
     assert got.share_429 < 0.02
     assert got.tokens_used >= 0.9
+
+
+def test_three_workers_share_an_announced_request_limit() -> None:
+    """Each told the account's 600 a minute by its answers' headers, each paces at its share
+    of it: the refusals are the first moment's, before any header was read."""
+    got = run_fleet(next(announced_request_cases()), workers=3)
+    assert got.errors == 0
+    assert got.share_429 < 0.02
+    assert got.requests_used >= 0.95
