@@ -86,6 +86,16 @@ def limiter_at(clock: list[float]) -> AdaptiveLimiter:
     return limiter
 
 
+def linked(clock: list[float]) -> tuple[PaceBoard, FleetLink, AdaptiveLimiter]:
+    """Worker w1's board (reading the topic), and a limiter linked to its fleet."""
+    board = PaceBoard("w1")
+    board.reading = True
+    link = FleetLink(board, "acct", "m")
+    limiter = limiter_at(clock)
+    limiter.fleet = link
+    return board, link, limiter
+
+
 def test_a_worker_paces_at_its_share_of_the_demand_and_takes_up_a_leavers_share() -> None:
     """Two workers with the same demand under an announced limit of 600 a minute: each
     paces at half of it; the other's records stop (killed): within STALE_S and a tick, this
@@ -114,11 +124,7 @@ def test_a_worker_paces_at_its_share_of_the_demand_and_takes_up_a_leavers_share(
 
 def test_an_idle_worker_holds_no_capacity_a_busy_one_needs() -> None:
     clock = [100.0]
-    board = PaceBoard("w1")
-    board.reading = True
-    link = FleetLink(board, "acct", "m")
-    limiter = limiter_at(clock)
-    limiter.fleet = link
+    board, link, limiter = linked(clock)
     limiter.requests.announce(600)
     board.heard(b"acct/m/w2", record("w2", at=clock[0], demand=30.0, limits={}).to_bytes())
     link.tick(limiter, clock[0])  # joining: its demand not seen yet, an equal share
@@ -144,11 +150,7 @@ def test_a_worker_that_joins_starts_at_its_share_of_what_the_provider_told_the_o
 
 def test_a_limit_one_worker_learned_is_taken_up_by_the_others_at_their_share() -> None:
     clock = [100.0]
-    board = PaceBoard("w1")
-    board.reading = True
-    link = FleetLink(board, "acct", "m")
-    limiter = limiter_at(clock)
-    limiter.fleet = link
+    board, link, limiter = linked(clock)
     limiter.waiting = 50  # as busy as the other
     other = record(
         "w2", at=clock[0], demand=5.0, limits={"requests": Limit("measured", 10.0, 99.0)}
