@@ -115,7 +115,7 @@ class JudgeClient:
             limiter = self.limiters[model] = AdaptiveLimiter(self.max_concurrency, clock=self.clock)
             self.observer.watch_judge_pacing(model, limiter.pace, limiter.token_limit_per_minute)
             if self.fleet is not None:  # paced at its share of the account's limits
-                self.fleet.join(model, limiter, self.observer)
+                self.fleet.join(model, limiter, self.observer.watch_judge_fleet)
         return limiter
 
     @property

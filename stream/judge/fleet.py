@@ -21,16 +21,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import orjson
 
+from .pace_share import Source, Unit
+
 if TYPE_CHECKING:
-    from ..observer import Observer
     from .limiter import AdaptiveLimiter
 
-Unit = Literal["requests", "tokens"]
-UNITS: tuple[Unit, Unit] = ("requests", "tokens")
 
 MINUTE_S = 60.0
 PUBLISH_S = 1.0  # each worker says where it stands this often
@@ -53,7 +52,7 @@ class Limit:
     """An account's limit in one unit as one worker knows it: ``per_s`` of the whole account,
     ``announced`` by the provider or ``measured`` from its 429s, found at ``found_at`` (wall)."""
 
-    source: Literal["announced", "measured"]
+    source: Source
     per_s: float
     found_at: float
 
@@ -339,11 +338,18 @@ class Fleet:
         self.wall = wall
         self.links: dict[str, tuple[FleetLink, AdaptiveLimiter]] = {}
 
-    def join(self, model: str, limiter: AdaptiveLimiter, observer: Observer) -> None:
+    def join(
+        self,
+        model: str,
+        limiter: AdaptiveLimiter,
+        watch: Callable[[str, Callable[[], FleetReading]], None],
+    ) -> None:
+        """``limiter`` of ``model`` paced at its share from its first call; ``watch`` (the
+        observer's ``watch_judge_fleet``) given the reader of its fleet."""
         link = FleetLink(self.board, self.account, model)
         limiter.fleet, limiter.wall = link, self.wall
         self.links[model] = (link, limiter)
-        observer.watch_judge_fleet(model, lambda: link.reading(limiter, self.wall()))
+        watch(model, lambda: link.reading(limiter, self.wall()))
         link.tick(limiter, self.wall())  # its first call paced at its share already
 
     def tick(self) -> list[PaceRecord]:

@@ -9,15 +9,13 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from .headers import duration_seconds, number
+from .pace_share import FleetSide
 from .pacing import LONG_HOLD_S, Pacer
 from .segments import FREEZE_RUN, MINUTE_S
 from .sent import SentCalls
-
-if TYPE_CHECKING:
-    from .fleet import FleetLink
 
 CLOCK_SLACK_S = 1e-6  # a start this close is now (a wait shorter may not move a float clock)
 SLOW_START = 4  # calls in flight at first, one more per answer up to the maximum
@@ -101,7 +99,7 @@ class AdaptiveLimiter:
         self._last_start = float("-inf")
         self.waiting = 0  # calls waiting for their turn (the backlog)
         # this limiter's place among the workers judging with the same account (None: alone)
-        self.fleet: FleetLink | None = None
+        self.fleet: FleetSide | None = None
         self.wall: Callable[[], float] = time.time
         self.held_at: float | None = None  # when the last hold began (wall)
 

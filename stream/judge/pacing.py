@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import Literal
 
+from .pace_share import PROVEN_WINDOW_S, SharedPace, Source, Unit
 from .pace_verdicts import UNDER, UP, Found, Lift, Move, Noise, Pace, SegmentVerdicts, Up
 from .segments import (
     APART,
@@ -31,8 +31,6 @@ from .segments import (
 
 log = logging.getLogger(__name__)
 
-Unit = Literal["requests", "tokens"]
-Source = Literal["announced", "measured"]
 
 LONG_HOLD_S = 5.0  # a hold this long: the provider counts a window, not a rate
 GROWTH_PER_S = 0.002  # the measured pace's growth a second near its ceiling, at first...
@@ -42,16 +40,17 @@ RECOVERY_PER_S = 0.05  # growth a second while below UNDER x the ceiling
 PROBE_OVER = 1.03  # the pace probes up to this far over the ceiling...
 PROVEN_RATE_S = 30.0  # ...where this long without a 429 proves it the new ceiling...
 PROVEN_GUESS_S = 10.0  # ...this long if the ceiling was a guess from a moment's answers...
-PROVEN_WINDOW_S = 60.0  # ...a minute if it was found as a window (a window counting a
-# minute lets a pace over its limit through for up to a minute)
+# ...a minute if it was found as a window (PROVEN_WINDOW_S: a window counting a minute lets a
+# pace over its limit through for up to a minute)
 LATE_S = 0.5  # a call started this late for its turn keeps the pace's schedule
 CYCLE_MIN_S = 5.0  # a probe over the ceiling refused this long after the last: re-measure
 PROBE_BACKOFF_MAX = 4  # each probe over the ceiling refused halves the next one's climb, so far
 
 
-class Pacer:
+class Pacer(SharedPace):
     """How fast calls may start in one unit: ``rate`` units a second (None: unpaced), from an
-    announced limit or a measured ceiling, and when the next call may start."""
+    announced limit or a measured ceiling, and when the next call may start; in a fleet, at
+    this worker's share of the account's (``SharedPace``)."""
 
     def __init__(self, unit: Unit, headroom: float) -> None:
         self.unit = unit
@@ -187,11 +186,6 @@ class Pacer:
             self._close(now, judged=False)
             self._moved_at = now
 
-    def let_go(self) -> None:
-        """An early hold was soon over (a shallow bucket's, ``limiter.py``): the pace goes on
-        as it was, its segments to find the rate."""
-        self._hold_began = None
-
     def resume(
         self,
         held_s: float,
@@ -231,44 +225,6 @@ class Pacer:
         else:
             self._found(max(self.traffic.let_through_lately(now - held_s), minute), now)
             self._proven_s = PROVEN_GUESS_S  # a guess from a moment: proven higher sooner
-
-    # --- the fleet (``fleet.py``) ----------------------------------------------------------
-    def reshare(self, share: float, now: float) -> None:
-        """This worker's share of the account's limit is now ``share``: an announced pace is
-        that share of the announcement, a measured one scales with it (what it measured was
-        measured at the old share), and measures afresh from now."""
-        old, self.share = self.share, share
-        if self.source == "announced" and self.announced is not None:
-            self.rate = self.announced * self.headroom * share
-            return
-        if self.source != "measured" or not self.rate:
-            return
-        factor = share / old
-        self.rate *= factor
-        if self.ceiling is not None:
-            self.ceiling *= factor
-        if self._refused_at is not None:
-            self._refused_at *= factor
-        self.history.clear()
-        self._close(now, judged=False)
-        self._moved_at = now
-        self.free_at = min(self.free_at, now)
-
-    def adopt(self, per_s: float, now: float) -> None:
-        """Another worker found the account's limit at ``per_s`` (the whole account's units a
-        second): pace at this worker's share of it, a window's ceiling (over it only after a
-        quiet minute)."""
-        self._found(per_s * self.share, now)
-        self._proven_s = PROVEN_WINDOW_S
-
-    def account_limit(self) -> tuple[Source, float] | None:
-        """The account's limit as this pacer knows it (units a second of the whole
-        account): announced, or the measured ceiling over this worker's share; None."""
-        if self.source == "announced" and self.announced is not None:
-            return "announced", self.announced
-        if self.ceiling is not None and self.source == "measured":
-            return "measured", self.ceiling / self.share
-        return None
 
     # --- the measuring ---------------------------------------------------------------------
     def _close(self, now: float, *, judged: bool) -> None:

@@ -33,7 +33,7 @@ def worker(name: str, topic: str, bootstrap: str) -> tuple[PaceTopic, AdaptiveLi
     board = PaceBoard(name)
     fleet = Fleet(board, account_of("http://judge/v1", "sk-test"))
     limiter = AdaptiveLimiter(32)
-    fleet.join(MODEL, limiter, Observer())
+    fleet.join(MODEL, limiter, Observer().watch_judge_fleet)
     limiter.requests.announce(600)  # the provider's headers said so
     limiter.waiting = 40  # a backlog as large as the other's
     return PaceTopic([fleet], board, topic, bootstrap), limiter

@@ -105,7 +105,7 @@ def test_a_worker_paces_at_its_share_of_the_demand_and_takes_up_a_leavers_share(
     board.reading = True
     fleet = Fleet(board, "acct", wall=lambda: clock[0])
     limiter = limiter_at(clock)
-    fleet.join("m", limiter, Observer())
+    fleet.join("m", limiter, Observer().watch_judge_fleet)
     limiter.requests.announce(600)
     for n in range(50):  # 5 calls a second over the last 10 s
         fleet.links["m"][0].started(clock[0] - n / 5)
@@ -143,7 +143,7 @@ def test_a_worker_that_joins_starts_at_its_share_of_what_the_provider_told_the_o
         board.heard(told.key, told.to_bytes())
     fleet = Fleet(board, "acct", wall=lambda: clock[0])
     limiter = limiter_at(clock)
-    fleet.join("m", limiter, Observer())
+    fleet.join("m", limiter, Observer().watch_judge_fleet)
     assert limiter.requests.source == "announced"
     assert limiter.requests.rate == pytest.approx(10 * 0.985 / 3)
 

@@ -80,7 +80,7 @@ def test_a_worker_in_a_fleet_of_two_exports_the_fleet_as_it_paces(metrics: Score
     board.reading = True
     fleet = Fleet(board, ACCOUNT, wall=lambda: clock[0])
     limiter = AdaptiveLimiter(32, clock=lambda: clock[0])
-    fleet.join("m", limiter, metrics)
+    fleet.join("m", limiter, metrics.watch_judge_fleet)
     limiter.requests.announce(600)
     link = fleet.links["m"][0]
     for n in range(50):  # 5 calls a second over the last 10 s, answered
