@@ -187,8 +187,8 @@ def pace_sharing(judge: Judge, settings: Settings, bootstrap: str) -> PaceTopic:
     account = account_of(config.base_url or "", key)
     fleets = [Fleet(board, account)]
     client.fleet = fleets[0]
-    if client.decisions is not None:  # the Decisions API's own limits, the same account
-        client.decisions.fleet = Fleet(board, account)
+    if client.decisions is not None:  # the Decisions API's limits: an account of their own
+        client.decisions.fleet = Fleet(board, account_of(f"{config.base_url}#decisions", key))
         fleets.append(client.decisions.fleet)
     return PaceTopic(fleets, board, settings.judge_pace_topic, bootstrap, settings.kafka)
 

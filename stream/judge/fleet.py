@@ -37,6 +37,7 @@ STALE_S = 4.0  # a record this old is a worker that left (or cannot publish)
 DEMAND_S = 10.0  # demand: the calls sent over this long, and the backlog drained over it
 SHARE_MIN = 0.02  # a worker's share never falls under this (its first call is not starved)
 RESHARE_AT = 0.05  # the share moved this far (relative): the paces follow it
+PRUNE_AT = 64  # records kept before the stale ones are looked for
 HOLD_TOGETHER_S = 10.0  # holds that began this close: the same window closing on the fleet
 VERSION = 1
 
@@ -92,11 +93,21 @@ class PaceRecord:
                 raise ValueError("not a version 1 pace record")
             limits = {u: Limit(**v) for u, v in (data.pop("limits", None) or {}).items()}
             record = cls(**data, limits=limits)
-        except (orjson.JSONDecodeError, TypeError) as exc:
+            numbers: list[object] = [record.at, record.demand, record.pace, record.share]
+            numbers += [x for limit in limits.values() for x in (limit.per_s, limit.found_at)]
+            numbers += [*record.minute.values(), *record.held_minute.values()]
+            numbers += [record.held_at] if record.held_at is not None else []
+            numbers += [record.answered, record.refused]
+            names: list[object] = [record.account, record.model, record.worker]
+            if not all(map(_finite, numbers)) or not all(isinstance(x, str) for x in names):
+                raise ValueError("a pace record with a field that is not a finite number")
+        except (orjson.JSONDecodeError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a pace record: {exc}") from exc
-        if not all(math.isfinite(x) for x in (record.at, record.demand, record.pace)):
-            raise ValueError("a pace record with a number that is not finite")
         return record
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def record_key(account: str, model: str, worker: str) -> bytes:
@@ -126,6 +137,7 @@ class PaceBoard:
         self.records: dict[bytes, PaceRecord] = {}
         self.reading = False  # the topic is being read: the fleet's records are known
         self.rejected = 0  # records that could not be read
+        self.last_heard = -math.inf  # the newest record read (its own included), wall time
 
     def heard(self, key: bytes, value: bytes | None) -> None:
         """A record (None: a tombstone, the worker stopped) read from the topic."""
@@ -137,12 +149,21 @@ class PaceBoard:
         except ValueError:
             self.rejected += 1
             return
+        self.last_heard = max(self.last_heard, record.at)
         if record.worker != self.worker:
             self.records[key] = record
+        if len(self.records) > PRUNE_AT:  # workers killed (never tombstoned) are forgotten
+            for gone in [k for k, r in self.records.items() if r.at < record.at - MINUTE_S]:
+                del self.records[gone]
+
+    def live(self, now: float) -> bool:
+        """The topic is read, and lately: this worker's own records come back through it
+        every second (a broker gone mid-run answers reads with nothing)."""
+        return self.reading and now - self.last_heard <= STALE_S
 
     def others(self, account: str, model: str, now: float) -> list[PaceRecord]:
         """The fresh records of the other workers judging ``model`` with ``account``."""
-        if not self.reading:
+        if not self.live(now):
             return []
         return [
             r
@@ -230,7 +251,11 @@ class FleetLink:
     def probed_elsewhere(self, wall: float) -> bool:
         """Another worker of the fleet is held too and probes for all (the first by name):
         the provider is asked once, not once a worker."""
-        held = [r.worker for r in self.board.others(self.account, self.model, wall) if r.held]
+        held = [
+            r.worker
+            for r in self.board.others(self.account, self.model, wall)
+            if r.held and r.demand > 0  # an idle held worker sends no probe
+        ]
         return bool(held) and min(held) < self.board.worker
 
     # --- each tick ----------------------------------------------------------------------
@@ -243,13 +268,13 @@ class FleetLink:
         share = 1.0 if not others or wanted <= 0 else max(SHARE_MIN, mine / wanted)
         if self._first and others:  # joining, its demand not seen yet: an equal share
             share = self._rising = 1.0 / (len(others) + 1)
+            self._first = False
         elif share > self.share:
             # a larger share is taken a tick later, once the others have heard the demand
             # that makes it (and given up theirs): the fleet's shares never sum far over one
             share, self._rising = min(share, self._rising), share
         else:
             self._rising = share
-        self._first = False
         if abs(share - self.share) > RESHARE_AT * max(share, self.share):
             self.share = share
             limiter.reshare(share)
@@ -324,7 +349,7 @@ class FleetLink:
             share=self.share,
             pace=sum(r.pace for r in everyone),
             refused=sum(r.refused for r in everyone) / answered if answered else 0.0,
-            shared=self.board.reading,
+            shared=self.board.live(wall),
         )
 
 

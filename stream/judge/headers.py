@@ -3,6 +3,7 @@ Azure's ``retry-after-ms``, and OpenAI's reset durations (``x-ratelimit-reset-*`
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -14,9 +15,10 @@ def number(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return float(value)
+        found = float(value)
     except ValueError:
         return None
+    return found if math.isfinite(found) else None  # "inf", "nan": not a limit
 
 
 _DURATION = re.compile(

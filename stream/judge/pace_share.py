@@ -41,6 +41,7 @@ class SharedPace:
     _moved_at: float
     _proven_s: float
     _hold_began: float | None
+    findings: int
 
     def _close(self, now: float, *, judged: bool) -> None:
         raise NotImplementedError  # the pacer's
@@ -75,6 +76,7 @@ class SharedPace:
         quiet minute)."""
         self._found(per_s * self.share, now)
         self._proven_s = PROVEN_WINDOW_S
+        self.findings -= 1  # taken up, not found here: the fleet is not told it again
 
     def account_limit(self) -> tuple[Source, float] | None:
         """The account's limit as this pacer knows it (units a second of the whole

@@ -105,7 +105,11 @@ class PaceTopic(mode.Service):
         """Each limiter paced at its share, and its record sent, every ``PUBLISH_S``."""
         while not self.should_stop:
             await self.sleep(PUBLISH_S)
-            records = [r for fleet in self.fleets for r in fleet.tick()]
+            try:
+                records = [r for fleet in self.fleets for r in fleet.tick()]
+            except Exception:  # pacing at a share must never stop the worker
+                log.exception("judge pace: the fleet's shares not worked out")
+                continue
             async with self._sending:
                 if not records or self._closing:
                     continue
@@ -135,9 +139,17 @@ class PaceTopic(mode.Service):
         try:
             if self.topic in set(await admin.list_topics()):
                 return
-            configs = {"cleanup.policy": "compact,delete", "retention.ms": str(RETENTION_MS)}
+            configs = {
+                "cleanup.policy": "compact,delete",
+                "retention.ms": str(RETENTION_MS),
+                "segment.ms": str(RETENTION_MS // 10),  # the active segment rolls: both apply
+            }
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics([NewTopic(self.topic, 1, 1, topic_configs=configs)])
+            # aiokafka answers a refused creation (an ACL, a policy) with error codes, not an
+            # exception: the topic must be there now
+            if self.topic not in set(await admin.list_topics()):
+                raise KafkaError(f"{self.topic} could not be created")
         finally:
             await admin.close()
 

@@ -8,6 +8,9 @@ request limit and 0.9 of a token limit used)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
+import orjson
 import pytest
 from fleet_cases import run_fleet
 from pacing_cases import Case, announced_request_cases, silent_window_cases, token_cases
@@ -21,6 +24,7 @@ from stream.judge.fleet import (
     PaceRecord,
     account_of,
 )
+from stream.judge.headers import number
 from stream.judge.limiter import AdaptiveLimiter
 from stream.observer import Observer
 
@@ -61,6 +65,16 @@ def test_a_record_reads_back_as_it_was_written_and_anything_else_is_refused() ->
     for bad in (b"not json", b"[]", b'{"v": 2}', b'{"v": 1, "account": "a"}'):
         with pytest.raises(ValueError):
             PaceRecord.from_bytes(bad)
+    # what a worker told "x-ratelimit-limit-requests: inf" once wrote (orjson: inf -> null),
+    # limits not a mapping, a limit without a number: refused, never raised past the board
+    for bad_fields in ({"pace": None}, {"limits": ["x"]}, {"held_at": "soon"}):
+        data = {"v": 1, **asdict(sent), **bad_fields}
+        with pytest.raises(ValueError):
+            PaceRecord.from_bytes(orjson.dumps(data))
+    board = PaceBoard("w1")
+    board.heard(b"k", orjson.dumps({"v": 1, **asdict(sent), "limits": {"requests": {"x": 1}}}))
+    assert board.rejected == 1
+    assert number("inf") is None and number("nan") is None and number("600") == 600.0
 
 
 def test_the_board_keeps_the_others_fresh_records_and_forgets_on_a_tombstone() -> None:
@@ -161,6 +175,33 @@ def test_a_limit_one_worker_learned_is_taken_up_by_the_others_at_their_share() -
     assert limiter.requests.ceiling == pytest.approx(10.0 * link.share)
     # what it publishes is the account's limit, found when the other found it
     assert mine.limits["requests"] == Limit("measured", pytest.approx(10.0), 99.0)  # type: ignore[arg-type]
+
+
+def test_the_board_is_not_live_when_its_own_records_stop_coming_back() -> None:
+    """A broker gone mid-run answers reads with nothing: the worker paces alone, and says so."""
+    board = PaceBoard("w1")
+    board.reading = True
+    board.heard(b"acct/m/w1", record("w1", at=100.0).to_bytes())
+    board.heard(b"acct/m/w2", record("w2", at=100.0).to_bytes())
+    assert board.live(101.0) and len(board.others("acct", "m", 101.0)) == 1
+    assert not board.live(100.0 + STALE_S + 1) and board.others("acct", "m", 105.0) == []
+
+
+def test_workers_that_left_without_a_tombstone_are_forgotten() -> None:
+    board = PaceBoard("w1")
+    board.reading = True
+    for n in range(200):  # a worker killed and restarted under a new name, again and again
+        board.heard(f"acct/m/w{n + 2}".encode(), record(f"w{n + 2}", at=100.0 + n).to_bytes())
+    assert len(board.records) <= 64 + 61
+
+
+def test_an_idle_held_worker_does_not_stop_the_others_probing() -> None:
+    board = PaceBoard("w2")
+    board.reading = True
+    link = FleetLink(board, "acct", "m")
+    idle = record("w1", at=100.0, held=True, held_at=90.0, demand=0.0)
+    board.heard(idle.key, idle.to_bytes())
+    assert not link.probed_elsewhere(100.0)
 
 
 def test_one_held_worker_probes_for_the_fleet() -> None:
