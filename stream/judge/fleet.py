@@ -4,9 +4,9 @@ record 46). Pure: wall times come in as arguments; the topic that carries the re
 
 Every worker publishes, for each model it judges with, a ``PaceRecord`` every ``PUBLISH_S``:
 what it wants (``demand``: calls a second sent lately, plus its backlog drained over
-``DEMAND_S``), its pace, what it had refused over the last minute and let through before its last hold, the
-account's limits as it knows them (announced by the provider, or learned from 429s, in the
-account's units: the whole account's calls or tokens a second). Each worker reads every
+``DEMAND_S``), its pace, what it had refused over the last minute and let through before its
+last hold, the account's limits as it knows them (announced by the provider, or learned from
+429s, in the account's units: the whole account's calls or tokens a second). Each worker reads every
 record, and paces at its *share* of the account's limit: its demand over the fleet's. A record
 older than ``STALE_S`` is a worker that left; a worker stopping cleanly says so at once (a
 tombstone). A limit learned by one worker is taken up by the others (the newest finding
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .pace_share import Source, Unit
+from .segments import MINUTE_S
 
 if TYPE_CHECKING:
     from .limiter import AdaptiveLimiter
 
 
-MINUTE_S = 60.0
 PUBLISH_S = 1.0  # each worker says where it stands this often
 STALE_S = 4.0  # a record this old is a worker that left (or cannot publish)
 DEMAND_S = 10.0  # demand: the calls sent over this long, and the backlog drained over it
