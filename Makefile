@@ -17,12 +17,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# promtool (alert-rule checks and unit tests), prometheus (the scrape test) and stunnel (TLS
-# in front of the embedded broker, whose own TLS does not work), from Debian.
+# promtool (alert-rule checks and unit tests), prometheus (the scrape test), stunnel (TLS in
+# front of the embedded broker, whose own TLS does not work) and amtool with Alertmanager (the
+# alert route's checks), from Debian.
 tools:
 	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && \
-	  command -v stunnel4 >/dev/null 2>&1 || \
-	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus stunnel4; }
+	  command -v stunnel4 >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 && \
+	  command -v prometheus-alertmanager >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus stunnel4 \
+	    prometheus-alertmanager; }
 
 demo: install
 	$(BIN)/scorer demo

@@ -36,7 +36,9 @@ def mounts(service: str) -> dict[str, Path]:
 
 
 def test_the_stack_has_kafka_in_kraft_mode_workers_prometheus_grafana_and_judges() -> None:
-    assert {"kafka", "scorer", "prometheus", "grafana", "ollama", "vllm"} <= set(SERVICES)
+    assert {"kafka", "scorer", "prometheus", "alertmanager", "grafana", "ollama", "vllm"} <= set(
+        SERVICES
+    )
     kafka = SERVICES["kafka"]["environment"]
     assert "controller" in kafka["KAFKA_PROCESS_ROLES"]  # KRaft: no ZooKeeper
     assert "zookeeper" not in SERVICES
@@ -93,6 +95,19 @@ def test_prometheus_loads_the_rules_and_scrapes_every_worker(tmp_path: Path) -> 
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_prometheus_sends_its_alerts_to_the_alertmanager_with_the_example_route() -> None:
+    alertmanager = SERVICES["alertmanager"]
+    assert alertmanager["image"].startswith("prom/alertmanager:")
+    route = mounts("alertmanager")["/etc/alertmanager/alertmanager.yml"]  # the image's default
+    assert route == REPO / "grafana" / "alertmanager" / "alertmanager.yml"
+    assert "receivers" in yaml.safe_load(route.read_text())  # amtool checks the rest
+    assert "9093:9093" in alertmanager["ports"]
+    config = yaml.safe_load(mounts("prometheus")["/etc/prometheus/prometheus.yml"].read_text())
+    (target,) = config["alerting"]["alertmanagers"]
+    assert target["static_configs"] == [{"targets": ["alertmanager:9093"]}]
+    assert "alertmanager" in SERVICES["prometheus"]["depends_on"]
 
 
 def test_grafana_gets_its_provisioning_and_the_dashboards() -> None:
