@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .models import ScoreEvent, TokenUsage
 
 if TYPE_CHECKING:
+    from .canary.compare import CanaryRound
     from .judge.fleet import FleetReading
 
 
@@ -124,6 +125,13 @@ class Observer:
 
     def on_rule_cost(self, rule: str, pack: str, model: str, usd: float) -> None:
         """A judge call for ``rule`` on ``model`` cost ``usd`` (estimated from the prices)."""
+
+    def on_canary_round(self, found: CanaryRound, cost_usd: float | None) -> None:
+        """A rule's canary round ended with ``found`` (its judge calls cost ``cost_usd``, None:
+        no price): its gauges are set from it."""
+
+    def on_canary_stopped(self) -> None:
+        """This worker no longer runs the canary rounds (another leads): no gauge of its own."""
 
     def on_judge_cache(
         self,

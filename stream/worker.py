@@ -20,6 +20,7 @@ import mode
 from . import __version__, rules_summary
 from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
+from .agents.canary import JudgeCanary
 from .agents.otel_events import register_otel_events_agent
 from .agents.otlp import register_otlp_agents
 from .agents.sessions import co_partitioned_sessions, register_session_agent
@@ -89,6 +90,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     scorer.context.redaction = redaction
     if judge is not None:
         register_batch_jobs(app, settings, scorer, judge, topics, metrics)
+        JudgeCanary(app, scorer, settings, metrics).register()  # the leader's rounds
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)
     sources = SourceLog()
     register_trace_agent(

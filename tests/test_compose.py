@@ -117,6 +117,11 @@ def test_grafana_gets_its_provisioning_and_the_dashboards() -> None:
     provider = yaml.safe_load((provisioning / "dashboards" / "scorer.yml").read_text())
     assert files[provider["providers"][0]["options"]["path"]] == REPO / "grafana" / "dashboards"
     assert list((REPO / "grafana" / "dashboards").glob("*.json"))
+    # Grafana-managed alerts, their contact point and policy (tests/test_grafana_alerting.py)
+    assert {p.name for p in (provisioning / "alerting").glob("*.yaml")} == {
+        "scorer-rules.yaml",
+        "contact-points.yaml",
+    }
     source = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
     assert source["datasources"][0]["url"] == "http://prometheus:9090"
     assert "9090:9090" in SERVICES["prometheus"]["ports"]

@@ -25,6 +25,7 @@ from .families import MetricFamilies
 from .projects import ProjectLabels
 
 if TYPE_CHECKING:
+    from ..canary.compare import CanaryRound
     from ..judge.fleet import FleetReading
 
 M = TypeVar("M", bound=MetricWrapperBase)
@@ -239,6 +240,12 @@ class ScorerMetrics(MetricFamilies, Observer):
 
     def on_rule_cost(self, rule: str, pack: str, model: str, usd: float) -> None:
         self.rule_judge_cost.labels(rule=rule, pack=pack, model=model).inc(usd)
+
+    def on_canary_round(self, found: CanaryRound, cost_usd: float | None) -> None:
+        self.canary.round(found, cost_usd)
+
+    def on_canary_stopped(self) -> None:
+        self.canary.clear()
 
     def on_judge_cache(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Summary
 
+from .canary import CanaryMetrics
 from .pacing import PREFIX, JudgePacing
 
 
@@ -248,6 +249,7 @@ class MetricFamilies:
         )
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
+        self.canary = CanaryMetrics(registry)  # the judge canary's (design record 47)
         self.budget_used = gauge(
             "judge_budget_used_ratio",
             "Share of each spend budget (SCORER_JUDGE_BUDGETS) used in its current window; "

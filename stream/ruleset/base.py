@@ -1,6 +1,6 @@
 """What every rule kind shares (``RuleBase``: identity, scope, filter and sampling, variables,
 output, thread section) and what every judged kind adds (``PromptedRule``: the judge, the
-prompt and its placeholders, suffixes, shadow judges, an agreement bound); the kinds
+prompt and its placeholders, suffixes, shadow judges, an agreement bound, a canary); the kinds
 themselves are in ``kinds``. ``PackCode``: the registries of a rule's own pack, which the
 loader passes as the validation context.
 """
@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, model_valida
 from ..models import Scope
 from ..text.template import placeholders
 from .aggregators import AggregatorSpec
+from .canary import CanarySpec
 from .checks import CheckSpec
 from .filters import RuleFilter, sampled
 from .judge_specs import AgreementSpec, JudgeSpec, ShadowSpec
@@ -143,6 +144,11 @@ class PromptedRule(RuleBase):
     agreement: AgreementSpec | None = Field(
         default=None,
         description="How far the judge must agree with human labels before an alert fires",
+    )
+    canary: CanarySpec | None = Field(
+        default=None,
+        description="Reference items re-judged on a schedule, the cache bypassed, to tell a "
+        "judge that changed from an application that did (design record 47)",
     )
 
     def _mapping_problems(self, prompt: str, system_prompt: str | None) -> list[str]:
