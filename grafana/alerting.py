@@ -14,8 +14,9 @@ QueryV1) in grafana/grafana.
 The rules mirror Prometheus alerts of grafana/alerts/scorer.rules.yml and keep no logic of
 their own where Prometheus already has it: the score drop and the judge canary read the series
 the recording rules produce while their alert holds (scorer:score_drop_alarm,
-scorer:judge_drift); the judge error rate reads the recorded ratio, with the alert's bounds. A rule's
-``for`` and severity are taken from the Prometheus alert it mirrors, when the rule file has it.
+scorer:judge_drift); the judge error rate reads the recorded ratio, with the alert's bounds. A
+rule's ``for`` and severity are taken from the Prometheus alert it mirrors, when the rule file
+has it.
 """
 
 from __future__ import annotations
