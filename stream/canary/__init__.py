@@ -5,7 +5,7 @@ model. Pure: imports no Kafka, Faust, judge SDK or metrics library; the worker's
 
 from .compare import CanaryRound, Rejudged, changed, summarise
 from .events import canary_topic, rounds_of
-from .rejudge import canary_rule, judge_items
+from .rejudge import canary_rule, judge_inputs, judge_items
 
 __all__ = [
     "CanaryRound",
@@ -13,6 +13,7 @@ __all__ = [
     "canary_rule",
     "canary_topic",
     "changed",
+    "judge_inputs",
     "judge_items",
     "rounds_of",
     "summarise",

@@ -26,10 +26,11 @@ EPSILON = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class Rejudged:
-    """One item judged again: its new verdict (``status`` ok), or why there is none."""
+    """One item judged (again): its new verdict (``status`` ok), or why there is none;
+    ``recorded``: the verdict it is compared with (None while a file of items is made)."""
 
     item_id: str
-    recorded: RecordedVerdict
+    recorded: RecordedVerdict | None
     status: str
     value: float | None = None
     raw_value: float | None = None
@@ -95,10 +96,11 @@ def summarise(
 ) -> CanaryRound:
     """The round of ``rejudged``: counts, the signed mean shift, the changed items."""
     judged = [r for r in rejudged if r.status == "ok" and r.value is not None]
+    assert all(r.recorded is not None for r in rejudged), "an item without a recorded verdict"
     sign = -1.0 if higher_is_better else 1.0
     shifts, changes = [], []
     for r in judged:
-        assert r.value is not None
+        assert r.value is not None and r.recorded is not None
         shifts.append(sign * (r.value - r.recorded.value))
         if changed(r.recorded, r.value, r.label, tolerance):
             changes.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from ..engine.context import ScoringContext
 from ..engine.kinds import Found, kind_of, primary_shape
@@ -22,7 +23,7 @@ from ..engine.verdicts import Judge
 from ..errors import MissingVariable
 from ..observer import Observer
 from ..redact.policy import SHIPPED, RedactionPolicy
-from ..ruleset.canary import CanaryItem
+from ..ruleset.canary import CanaryItem, RecordedVerdict
 from .compare import Rejudged
 
 # items of one rule judged at once: a round queues behind live traffic, never floods it
@@ -46,6 +47,28 @@ async def judge_items(
 ) -> list[Rejudged]:
     """Every item of ``items`` judged again by ``rule`` (in their order); an item that
     cannot be judged (no judge, a variable missing, a judge error) says why."""
+    inputs = [(item.id or "", item.input, item.recorded) for item in items]
+    return await judge_inputs(
+        rule,
+        inputs,
+        judge,
+        default_model=default_model,
+        max_prompt_tokens=max_prompt_tokens,
+        redaction=redaction,
+    )
+
+
+async def judge_inputs(
+    rule: JudgedRule,
+    inputs: Sequence[tuple[str, dict[str, Any], RecordedVerdict | None]],
+    judge: Judge | None,
+    *,
+    default_model: str,
+    max_prompt_tokens: int,
+    redaction: RedactionPolicy = SHIPPED,
+) -> list[Rejudged]:
+    """Each input (its id, the document the rule reads, the verdict recorded for it or None)
+    judged by ``rule`` as a canary judges it, in their order."""
     asked = canary_rule(rule)
     # a no-op observer: a canary's verdicts are not scores (no decision or score metric)
     context = ScoringContext(
@@ -58,17 +81,21 @@ async def judge_items(
     )
     bound = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(item: CanaryItem) -> Rejudged:
+    async def one(
+        item_id: str, document: dict[str, Any], recorded: RecordedVerdict | None
+    ) -> Rejudged:
         async with bound:
-            return await judge_item(context, asked, item)
+            outcome = await judge_document(context, asked, item_id, document)
+            return rejudged(item_id, recorded, outcome)
 
-    return list(await asyncio.gather(*(one(item) for item in items)))
+    return list(await asyncio.gather(*(one(*each) for each in inputs)))
 
 
-async def judge_item(context: ScoringContext, rule: JudgedRule, item: CanaryItem) -> Rejudged:
-    """One item judged by ``rule`` (already a ``canary_rule``)."""
-    item_id = item.id or ""
-    document = item.input
+async def judge_document(
+    context: ScoringContext, rule: JudgedRule, item_id: str, document: dict[str, Any]
+) -> RuleOutcome | str:
+    """``rule`` (already a ``canary_rule``) on one document: its outcome, or why it could not
+    be judged (a variable missing)."""
     project = document.get("project_name")
     target_id = f"canary:{rule.id}:{item_id}"
     plan = Plan(Target(target_id, project if isinstance(project, str) else "", target_id))
@@ -76,7 +103,7 @@ async def judge_item(context: ScoringContext, rule: JudgedRule, item: CanaryItem
     try:
         values = resolve_variables(rule, document, emptied)
     except MissingVariable as exc:
-        return Rejudged(item_id, item.recorded, "skipped", reason=str(exc))
+        return str(exc)
     kind = kind_of(rule)
     kind.plan(context, plan, rule, Found(document, values, emptied))
     primary: RuleOutcome | None = next((o for o in plan.outcomes if o.variant is None), None)
@@ -86,24 +113,24 @@ async def judge_item(context: ScoringContext, rule: JudgedRule, item: CanaryItem
         outcome = await kind.run(context, job, plan)
         kind.settle(context, job, outcome)
         primary = outcome
-    return _rejudged(item, primary)
+    return primary if primary is not None else "not judged"
 
 
-def _rejudged(item: CanaryItem, outcome: RuleOutcome | None) -> Rejudged:
+def rejudged(
+    item_id: str, recorded: RecordedVerdict | None, outcome: RuleOutcome | str
+) -> Rejudged:
     """What an item's outcome says of its new verdict."""
-    item_id = item.id or ""
-    if outcome is None or outcome.score is None:
-        detail = outcome.decision.detail if outcome is not None else None
-        return Rejudged(item_id, item.recorded, "skipped", reason=detail or "not judged")
+    if isinstance(outcome, str):
+        return Rejudged(item_id, recorded, "skipped", reason=outcome)
+    if outcome.score is None:
+        return Rejudged(item_id, recorded, "skipped", reason=outcome.decision.detail)
     score = outcome.score
     usage = next((s.usage for s in [score, *outcome.extra] if s.usage is not None), None)
     if score.status != "ok":
-        return Rejudged(
-            item_id, item.recorded, score.status, reason=score.status_reason, usage=usage
-        )
+        return Rejudged(item_id, recorded, score.status, reason=score.status_reason, usage=usage)
     return Rejudged(
         item_id,
-        item.recorded,
+        recorded,
         "ok",
         value=score.value,
         raw_value=score.raw_value,

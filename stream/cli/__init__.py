@@ -1,4 +1,5 @@
-"""The ``scorer`` command line: demo, worker, replay, agreement, explain, rules check, sink.
+"""The ``scorer`` command line: demo, worker, replay, agreement, explain, rules check, sink,
+canary record.
 
 One module per group of commands; each registers on the Typer apps of ``base``."""
 
@@ -9,7 +10,7 @@ from pydantic_settings import SettingsError
 
 from ..config_errors import config_error
 from ..errors import ScorerError
-from . import backfill, commands, estimate, explain, rules, sinks  # noqa: F401  (they register their commands)
+from . import backfill, canary, commands, estimate, explain, rules, sinks  # noqa: F401  (they register their commands)
 from .base import app, console, scores_broker, stop
 
 __all__ = ["app", "console", "main", "scores_broker", "stop"]

@@ -89,29 +89,35 @@ def agreement(
 ) -> None:
     """How far each rule's judge agrees with human labels, each shadow with the labels and
     the primary, each cascade's curve over confidence cuts and what its tiers cost, and each
-    comparison's B over A: counts and 95 % intervals, from the agreement and scores topics
-    (KAFKA_BOOTSTRAP_SERVERS, else the running embedded broker)."""
+    comparison's B over A: counts and 95 % intervals, from the agreement and scores topics;
+    and each judge canary's last round, from the canary topic (KAFKA_BOOTSTRAP_SERVERS, else
+    the running embedded broker)."""
+    import orjson
+
+    from ..agreement.canary_report import canary_lines, canary_summary
     from ..agreement.cascade_spend import cascade_spend
-    from ..agreement.report import build, pairs_of, preferences_of, report_json
+    from ..agreement.report import build, pairs_of, preferences_of
+    from ..canary import canary_topic, rounds_of
     from ..kafka.io import check_cluster, read_all
 
     settings = Settings()
     bootstrap, security = scores_broker(settings)
 
-    async def read() -> tuple[list[bytes], list[bytes]]:
+    async def read() -> list[list[bytes]]:
         await check_cluster(bootstrap, security)
-        topics = (settings.agreement_topic, settings.scores_topic)
-        pairs, scores = await asyncio.gather(
-            *(read_all(bootstrap, topic, security, idle) for topic in topics)
+        topics = (settings.agreement_topic, settings.scores_topic, canary_topic(settings.app_id))
+        return list(
+            await asyncio.gather(*(read_all(bootstrap, topic, security, idle) for topic in topics))
         )
-        return pairs, scores
 
-    joined, scores = asyncio.run(read())
+    joined, scores, canary = asyncio.run(read())
     after = datetime.fromtimestamp(time.time() - since, UTC) if since else None
     spend = cascade_spend(scores, after, rule, settings.judge_cost)
     report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule), spend)
+    rounds = rounds_of(canary, after, rule)
     if as_json:
-        typer.echo(report_json(report))
+        document = {**report.as_dict(), "canary": canary_summary(rounds)}
+        typer.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
-    for line in report.lines():
+    for line in [*report.lines(), *canary_lines(rounds)]:
         console.print(line, highlight=False, markup=False)
