@@ -21,8 +21,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # its modules beside it, run as a script or loaded by path
     sys.path.append(str(HERE))
 
+from drop_panels import drop_panels  # noqa: E402
 from judge_dashboard import judge  # noqa: E402
 from panels import (  # noqa: E402
+    PER_RULE,
     RULES,
     SCORES,
     SHARE,
@@ -36,7 +38,6 @@ from panels import (  # noqa: E402
 )
 
 OUT = HERE / "dashboards"
-PER_RULE = "{{pack}}/{{rule}} {{criterion}} ({{project}})"  # legend of per-rule series
 PAIR = "{{pack}}/{{rule}} {{variant_b}} over {{variant_a}} ({{project}})"  # a variant pair
 
 
@@ -111,10 +112,11 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
         ),
         stat(
             "Rules worse than baseline",
-            f"count(scorer:score_drop:30m_vs_1d{{{SCORES}}} > 0.15) or vector(0)",
+            f"count(scorer:score_drop_alarm{{{SCORES}}}) or vector(0)",
             thresholds=[(None, "green"), (1, "red")],
-            description="Rules (and rubric criteria) per project whose last 30 minutes are 15 "
-            "points of the scale worse than their last day.",
+            description="Rules (and rubric criteria) per project whose drop test pages now: a "
+            "window's mean is worse than the baseline beyond chance, by a drop that may matter "
+            "(alert.min_drop). Design record 48.",
         ),
         stat(
             "Firing quality alerts",
@@ -123,24 +125,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             thresholds=[(None, "green"), (1, "red")],
             description="The score alerts fire per rule, criterion and project.",
         ),
-        graph(
-            "Mean score per rule (30m) against its 1-day baseline (dashed)",
-            Query(f"scorer:score_mean:30m{{{SCORES}}}", PER_RULE),
-            Query(f"scorer:score_mean:1d{{{SCORES}}}", PER_RULE + " baseline"),
-            **SHARE,
-            width=24,
-            height=10,
-            dashed=".* baseline$",
-        ),
-        graph(
-            "How much worse than the baseline (positive = worse, direction respected)",
-            Query(f"scorer:score_drop:30m_vs_1d{{{SCORES}}}", PER_RULE),
-            unit="percentunit",
-            thresholds=[(None, "green"), (0.15, "red")],
-            threshold_line=True,
-            description="The ScorerRuleScoreDrop alert fires above the red line (on at least "
-            "20 scores in 30 minutes, for 10 minutes).",
-        ),
+        *drop_panels(),
         graph(
             "Share of low scores (30m) against its 1-day baseline (dashed)",
             Query(f"scorer:low_score_share:30m{{{SCORES}}}", PER_RULE),

@@ -14,6 +14,7 @@ SCORES = f'{RULES}, project=~"$project"'
 MODELS = 'model=~"$model"'
 WIDTH = 24  # Grafana's grid
 SHARE: dict[str, Any] = {"unit": "percentunit", "min": 0, "max": 1}  # a 0..1 axis
+PER_RULE = "{{pack}}/{{rule}} {{criterion}} ({{project}})"  # legend of per-rule series
 
 
 @dataclass

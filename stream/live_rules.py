@@ -67,6 +67,15 @@ def rule_directions(ruleset: RuleSet) -> list[tuple[str, str, str, int]]:
     ]
 
 
+def rule_min_drops(ruleset: RuleSet) -> list[tuple[str, str, str, float]]:
+    """Each rule's id, pack, scope and smallest drop that pages (``alert.min_drop``,
+    normalised), as the score-drop alert reads them."""
+    return [
+        (rule.id, rule.pack, rule.scope, rule.alert.normalised(rule.output))
+        for rule in ruleset.rules
+    ]
+
+
 def agreement_thresholds(ruleset: RuleSet) -> list[tuple[str, str, str, str, float, int]]:
     """Each rule's agreement bound (``agreement:``): rule, measure, window, direction (min or
     max), threshold and the labels needed before it holds, as the alert reads them."""
@@ -202,6 +211,7 @@ class LiveRules:
             self.processor.gaps = inactivity_gaps(ruleset, self.settings.thread_inactivity_gap_s)
         self.metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
         self.metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
+        self.metrics.on_alert_bounds(rule_min_drops(ruleset))
         self.metrics.on_rules_reload("reloaded", ruleset.projects)
         changed = sorted(i for i in before.keys() & after.keys() if before[i] != after[i])
         log.warning(

@@ -183,6 +183,10 @@ class Observer:
         """The rules' agreement bounds (rule, measure, window, direction, threshold, labels
         needed), at every (re)load of the rule set."""
 
+    def on_alert_bounds(self, min_drops: list[tuple[str, str, str, float]]) -> None:
+        """The rules' smallest drops that page (rule, pack, scope, normalised ``alert.min_drop``),
+        at every (re)load of the rule set."""
+
     def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
         """The agreement measures now (``agreement.windows.AgreementWindows.measures``:
         (series, window) -> measure -> estimate); empty where this worker measures none."""

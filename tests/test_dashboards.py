@@ -95,7 +95,8 @@ def test_quality_and_pipeline_filter_by_rule_and_pack_and_judge_by_model() -> No
 
 SCORE_SERIES = re.compile(
     r"\b(scorer_(?:scores_total|score_value_(?:sum|count)|low_scores_total)"
-    r"|scorer:(?:score_mean|scores|score_drop|low_score_share)[a-z0-9_:]*|ALERTS)(\{[^}]*\})?"
+    r"|scorer:(?:score_mean|scores|score_drop|score_n|score_s1|low_score_share)[a-z0-9_:]*|ALERTS)"
+    r"(\{[^}]*\})?"
 )
 
 

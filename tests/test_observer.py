@@ -55,7 +55,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_redacted (issue 47: values masked in the judge's copy, by kind)
     # + watch_judge_fleet (issue 48: the workers sharing the judge's account, on /metrics)
     # + on_canary_round, on_canary_stopped (issue 49, item 2: the judge canary's gauges)
-    assert len(callbacks) == 50
+    # + on_alert_bounds (issue 49, item 1: each rule's alert.min_drop)
+    assert len(callbacks) == 51
     assert callbacks <= set(vars(ScorerMetrics))
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..judge.fleet import FleetReading
 
 M = TypeVar("M", bound=MetricWrapperBase)
+Powers = tuple[Counter, Counter]  # the sums of the squares and the cubes of one score series
 
 
 class ScorerMetrics(MetricFamilies, Observer):
@@ -42,7 +43,7 @@ class ScorerMetrics(MetricFamilies, Observer):
         self._decision_children: dict[tuple[str, str, str], Counter] = {}
         self._consumed_children: dict[str, Counter] = {}
         self._score_children: dict[
-            tuple[str, str, str, str], tuple[dict[str, Counter], Histogram, Counter]
+            tuple[str, str, str, str], tuple[dict[str, Counter], Histogram, Counter, Powers]
         ] = {}
         # the score metrics' project label, bounded (automatic until the worker configures it)
         self.projects = ProjectLabels()
@@ -98,11 +99,12 @@ class ScorerMetrics(MetricFamilies, Observer):
         project = self.projects.label(score.project_name)
         labels = (score.rule_id, score.pack, score.criterion or "", project)
         try:
-            by_status, value, low = self._score_children[labels]
+            by_status, value, low, powers = self._score_children[labels]
         except KeyError:
             by_status = {}
             value, low = self.score_value.labels(*labels), self.low_scores.labels(*labels)
-            self._score_children[labels] = (by_status, value, low)
+            powers = (self.score_squares.labels(*labels), self.score_cubes.labels(*labels))
+            self._score_children[labels] = (by_status, value, low, powers)
         try:
             counted = by_status[score.status]
         except KeyError:
@@ -110,6 +112,8 @@ class ScorerMetrics(MetricFamilies, Observer):
         counted.inc()
         if score.status == "ok" and score.value is not None:
             value.observe(score.value)
+            powers[0].inc(score.value**2)
+            powers[1].inc(score.value**3)
             # the low-score series exists from a rule's first ok score, so its share reads 0,
             # not nothing, until a low score comes
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
@@ -123,9 +127,8 @@ class ScorerMetrics(MetricFamilies, Observer):
                 )
 
     def _count_error(self, score: ScoreEvent, project: str, counted: Any) -> None:
-        """An error score whose rule counts errors as a value: that value once for each score
-        the rule would have published (``details.counted_as``: the engine's ``settle``; any
-        other shape under that key is not the engine's and is not counted)."""
+        """An error score whose rule counts errors as a value: that value once per score the
+        rule would have published (``details.counted_as``, the engine's ``settle``; no other)."""
         if not isinstance(counted, dict) or not isinstance(counted.get("criteria"), list):
             return
         value = counted.get("value")
@@ -135,7 +138,8 @@ class ScorerMetrics(MetricFamilies, Observer):
             labels = (score.rule_id, score.pack, str(criterion or ""), project)
             self._child(self.errors_counted, *labels).observe(value)
             # the ok series too, at 0 if none came yet: a pass rate adds the two
-            self._child(self.score_value, *labels)
+            for family in (self.score_value, self.score_squares, self.score_cubes):
+                self._child(family, *labels)
 
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         self._child(self.offset_gaps, topic, outcome).inc()
@@ -309,6 +313,11 @@ class ScorerMetrics(MetricFamilies, Observer):
             labels = {"rule": rule, "measure": measure, "window": window, "direction": direction}
             self.judge_agreement_threshold.labels(**labels).set(threshold)
             self.judge_agreement_min_labels.labels(rule=rule, window=window).set(min_labels)
+
+    def on_alert_bounds(self, min_drops: list[tuple[str, str, str, float]]) -> None:
+        self.rule_alert_min_drop.clear()
+        for rule, pack, scope, min_drop in min_drops:
+            self.rule_alert_min_drop.labels(rule=rule, pack=pack, scope=scope).set(min_drop)
 
     def on_agreement_measured(self, measures: Mapping[Any, Mapping[str, Any]]) -> None:
         self.judge_agreement.clear()  # a series no longer measured (here) disappears

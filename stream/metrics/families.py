@@ -64,6 +64,20 @@ class MetricFamilies:
             [round(i / 10, 1) for i in range(1, 11)],
             ("rule", "pack", "criterion", "project"),
         )
+        # the second and third powers of the same values: with _count and _sum, what a test of
+        # a drop needs (the mean, the spread and the skew of a window; design record 48)
+        self.score_squares = counter(
+            "score_value_squares",
+            "Sum of the squares of the normalised values of ok scores (scorer_score_value's), "
+            "by project (unkept projects: other)",
+            ("rule", "pack", "criterion", "project"),
+        )
+        self.score_cubes = counter(
+            "score_value_cubes",
+            "Sum of the cubes of the normalised values of ok scores (scorer_score_value's), "
+            "by project (unkept projects: other)",
+            ("rule", "pack", "criterion", "project"),
+        )
         self.low_scores = counter(
             "low_scores",
             "Ok scores on the bad side of their scale: below the middle, or above it for rules "
@@ -111,6 +125,12 @@ class MetricFamilies:
         self.rule_direction = gauge(
             "rule_direction",
             "Each loaded rule: 1 when a higher score is better, -1 when lower is better",
+            ("rule", "pack", "scope"),
+        )
+        self.rule_alert_min_drop = gauge(
+            "rule_alert_min_drop",
+            "Each loaded rule: the smallest drop of its mean score that pages (alert.min_drop, "
+            "on the normalised 0..1 scale)",
             ("rule", "pack", "scope"),
         )
         self.rule_silent = gauge(

@@ -23,7 +23,7 @@ from .filters import RuleFilter, sampled
 from .judge_specs import AgreementSpec, JudgeSpec, ShadowSpec
 from .paths import compile_path
 from .registry import Registry
-from .specs import OutputSpec, PromptSuffix, Strict, ThreadSpec, VariableSpec
+from .specs import AlertSpec, OutputSpec, PromptSuffix, Strict, ThreadSpec, VariableSpec
 
 RULE_ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 
@@ -74,6 +74,9 @@ class RuleBase(Strict):
         description="false: validated like any rule, but not run (SCORER_DISABLED_RULES "
         "switches rules off without editing their files)",
     )
+    alert: AlertSpec = Field(
+        default_factory=AlertSpec, description="How the score-drop alert treats the rule"
+    )
 
     @model_validator(mode="after")
     def _thread_matches_scope(self) -> RuleBase:
@@ -87,6 +90,12 @@ class RuleBase(Strict):
             raise ValueError(
                 "filter.when is for rules over traces: a session rule filters on the "
                 "session's project and topic only"
+            )
+        scale = self.output.scale
+        if self.alert.min_drop is not None and self.alert.min_drop > scale.max - scale.min > 0:
+            raise ValueError(
+                f"alert.min_drop {self.alert.min_drop} is more than the whole output scale "
+                f"({scale.min}..{scale.max})"
             )
         if self.scope == "pair" and not self.judges_pairs:
             raise ValueError("scope: pair is for comparison rules (kind: comparison) only")

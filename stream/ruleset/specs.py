@@ -295,3 +295,27 @@ class AggregateRef(Strict):
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
+
+
+# The smallest drop of a rule's mean score that pages when no rule file says otherwise: 0.05
+# of the normalised 0..1 scale (0.2 points of a 1..5 scale). Design record 48.
+DEFAULT_MIN_DROP = 0.05
+
+
+class AlertSpec(Strict):
+    """How the score-drop alert treats the rule (``alert:``): the smallest drop that matters."""
+
+    min_drop: float | None = Field(
+        default=None,
+        gt=0,
+        description="The smallest drop of the rule's mean score that pages, in the units of its "
+        "output scale (0.2 on a 1..5 scale); unset: 0.05 of the scale. Smaller drops never "
+        "page, however sure the test is of them",
+    )
+
+    def normalised(self, output: OutputSpec) -> float:
+        """The smallest drop that pages, on the normalised 0..1 scale."""
+        if self.min_drop is None:
+            return DEFAULT_MIN_DROP
+        scale = output.scale
+        return 1.0 if scale.max == scale.min else self.min_drop / (scale.max - scale.min)
