@@ -164,3 +164,13 @@ def test_traces_of_pairs_are_counted(metrics: ScorerMetrics) -> None:
     assert value(metrics, "pair_traces_total", outcome="paired") == 2
     assert value(metrics, "pair_traces_total", outcome="ignored") == 1
     assert value(metrics, "pair_traces_total", outcome="unknown_variant") is None
+
+
+def test_ok_scores_add_their_squares_and_cubes_for_the_drop_test(metrics: ScorerMetrics) -> None:
+    for v in (0.5, 1.0, 0.2):
+        metrics.on_score_published(score("ok", v))
+    metrics.on_score_published(score("error", None))
+    labels = {"rule": "r", "pack": "p", "criterion": "", "project": "proj"}
+    assert value(metrics, "score_value_count", **labels) == 3
+    assert value(metrics, "score_value_squares_total", **labels) == pytest.approx(1.29)
+    assert value(metrics, "score_value_cubes_total", **labels) == pytest.approx(1.133)
