@@ -113,10 +113,19 @@ class JudgeCanary:
                     self.leading = False
                 return []
             self.leading = True
+            self.forget_gone()
             return [await self.run_round(rule) for rule in self.due(self.clock())]
         except Exception:
             log.exception("a judge canary round failed: tried again at the next tick")
             return []
+
+    def forget_gone(self) -> None:
+        """A reload dropped a canary (or changed a rule's version or model): no gauge of it
+        stays. The gauges are cleared together, so every canary runs again at once."""
+        running = {self._key(rule) for rule in canary_rules(self.scorer)}
+        if set(self.last) - running:
+            self.observer.on_canary_stopped()
+            self.last.clear()
 
     async def run_round(self, rule: JudgedRule) -> CanaryRound:
         """One round of ``rule``'s items: judged, summed up, its gauges set, published."""

@@ -22,6 +22,7 @@ from stream.engine.scorer import Scorer
 from stream.judge.cache import CachingJudge
 from stream.judging import judge_of
 from stream.ruleset.loader import load_rules
+from stream.ruleset.schema import RuleSet
 
 RULE: dict[str, Any] = {
     "id": "answer_quality",
@@ -139,21 +140,30 @@ async def test_a_shift_in_the_judge_is_found_in_the_next_round_and_only_the_lead
     metrics = worker[3]
     sent = RecordingPublisher.sent
     assert {topic.get_topic_name() for topic, *_ in sent} == {"llm-trace-scorer-canary"}
-    assert counted(metrics, "scorer_scores_total", rule="answer_quality", pack="demo") == 0
-    assert (
-        counted(
-            metrics, "scorer_decisions_total", rule="answer_quality", pack="demo", outcome="scored"
-        )
-        == 0
-    )
+    of_rule = [
+        line.split("{")[0]
+        for line in metrics.exposition()[0].decode().splitlines()
+        if 'rule="answer_quality"' in line and not line.startswith("#")
+    ]
+    assert of_rule and all(name.startswith("scorer_canary_") for name in of_rule), of_rule
     rounds = rounds_of(value for _, _, value, _ in sent)
     assert [(r.changed, r.mean_shift) for r in rounds] == [(0, 0.0), (2, pytest.approx(0.3125))]
+
+    # a reload that drops the canary drops its gauges
+    scorer = runs.scorer
+    kept = scorer.ruleset
+    scorer.use(RuleSet([r.model_copy(update={"canary": None}) for r in kept.rules], "other"))
+    assert await runs.tick() == []
+    assert "scorer_canary_items{" not in metrics.exposition()[0].decode()
+    scorer.use(kept)
+    (again,) = await runs.tick()  # back: its round runs at once
+    assert again.changed == 2 and len(judge.requests) == 12
 
     # another worker leads now: this one clears its gauges, and runs nothing
     leads[0] = False
     assert await runs.tick() == []
     assert "scorer_canary_items{" not in metrics.exposition()[0].decode()
-    assert len(judge.requests) == 8
+    assert len(judge.requests) == 12
 
 
 def test_the_leader_is_fausts_and_the_timer_looks_often_enough(worker: Worker) -> None:
