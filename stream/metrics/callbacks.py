@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..judge.fleet import FleetReading
 
 M = TypeVar("M", bound=MetricWrapperBase)
-Powers = tuple[Counter, Counter]  # the sums of the squares and the cubes of one score series
+Powers = tuple[Counter, Counter, Counter, Counter]  # the moments of one score series (power 0-3)
 
 
 class ScorerMetrics(MetricFamilies, Observer):
@@ -103,7 +103,7 @@ class ScorerMetrics(MetricFamilies, Observer):
         except KeyError:
             by_status = {}
             value, low = self.score_value.labels(*labels), self.low_scores.labels(*labels)
-            powers = (self.score_squares.labels(*labels), self.score_cubes.labels(*labels))
+            powers = tuple(self.score_moments.labels(*labels, str(k)) for k in range(4))  # type: ignore[assignment]
             self._score_children[labels] = (by_status, value, low, powers)
         try:
             counted = by_status[score.status]
@@ -112,8 +112,8 @@ class ScorerMetrics(MetricFamilies, Observer):
         counted.inc()
         if score.status == "ok" and score.value is not None:
             value.observe(score.value)
-            powers[0].inc(score.value**2)
-            powers[1].inc(score.value**3)
+            for k, moment in enumerate(powers):
+                moment.inc(score.value**k)
             # the low-score series exists from a rule's first ok score, so its share reads 0,
             # not nothing, until a low score comes
             low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
@@ -138,8 +138,7 @@ class ScorerMetrics(MetricFamilies, Observer):
             labels = (score.rule_id, score.pack, str(criterion or ""), project)
             self._child(self.errors_counted, *labels).observe(value)
             # the ok series too, at 0 if none came yet: a pass rate adds the two
-            for family in (self.score_value, self.score_squares, self.score_cubes):
-                self._child(family, *labels)
+            self._child(self.score_value, *labels)
 
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         self._child(self.offset_gaps, topic, outcome).inc()

@@ -64,19 +64,14 @@ class MetricFamilies:
             [round(i / 10, 1) for i in range(1, 11)],
             ("rule", "pack", "criterion", "project"),
         )
-        # the second and third powers of the same values: with _count and _sum, what a test of
-        # a drop needs (the mean, the spread and the skew of a window; design record 48)
-        self.score_squares = counter(
-            "score_value_squares",
-            "Sum of the squares of the normalised values of ok scores (scorer_score_value's), "
-            "by project (unkept projects: other)",
-            ("rule", "pack", "criterion", "project"),
-        )
-        self.score_cubes = counter(
-            "score_value_cubes",
-            "Sum of the cubes of the normalised values of ok scores (scorer_score_value's), "
-            "by project (unkept projects: other)",
-            ("rule", "pack", "criterion", "project"),
+        # the same values' count and sums of their powers, from one place, so that a baseline's
+        # mean, spread and skew never mix a worker that exports one with one that does not
+        # (design record 48: the score-drop test)
+        self.score_moments = counter(
+            "score_moments",
+            "Sums of the powers 0 to 3 of the normalised values of ok scores (power 0: their "
+            "count): the mean, spread and skew the score-drop test reads; by project",
+            ("rule", "pack", "criterion", "project", "power"),
         )
         self.low_scores = counter(
             "low_scores",

@@ -309,8 +309,8 @@ class AlertSpec(Strict):
         default=None,
         gt=0,
         description="The smallest drop of the rule's mean score that pages, in the units of its "
-        "output scale (0.2 on a 1..5 scale); unset: 0.05 of the scale. Smaller drops never "
-        "page, however sure the test is of them",
+        "output scale (0.2 on a 1..5 scale); unset: 0.05 of the scale. A drop surely smaller "
+        "(by two standard errors) never pages, however many scores show it",
     )
 
     def normalised(self, output: OutputSpec) -> float:
