@@ -105,4 +105,9 @@ def record(
     for line in missed:
         console.print(f"[yellow]left out[/] {line}", highlight=False, soft_wrap=True)
     console.print(f"wrote {written} items to {out} ({len(missed)} left out)", highlight=False)
+    console.print(
+        "[yellow]the items hold the inputs as given, unmasked[/]: choose inputs without personal "
+        "data, or review the file, before it goes into the rules folder",
+        highlight=False,
+    )
     raise typer.Exit(0 if written else 1)
