@@ -57,3 +57,4 @@ bench: install
 	$(BIN)/python bench/verdicts.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/cascade.py
+	$(BIN)/python bench/score_alerts.py
