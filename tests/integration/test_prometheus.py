@@ -297,8 +297,17 @@ def live_coach_labels(round_: str) -> list[dict[str, Any]]:
     ]
 
 
+# What cannot hold data in this test's minute, and is run for its syntax and joins only: the
+# score-drop test, whose baseline is the day before the last 6 hours (its arithmetic is
+# unit-tested with promtool, grafana/alerts/scorer.rules.test.yml), and the judge canary,
+# which no rule of this run names (tests/canary).
+LATER = re.compile(r"scorer:(?:score_\w+:baseline|score_drop\w*|judge_canary\w*|judge_drift)\b")
+LATER_RAW = re.compile(r"\bscorer_canary_\w+")
+
+
 def problems(prometheus: Prometheus) -> list[str]:
-    """Every expression that does not parse or returns nothing, with where it is used."""
+    """Every expression that does not parse or returns nothing, with where it is used (for
+    those ``LATER`` names: that does not run)."""
     found = []
     checks = [(where, expr, "whole") for where, expr in dashboard_queries()]
     for rule in rules():
@@ -310,6 +319,8 @@ def problems(prometheus: Prometheus) -> list[str]:
                 checks.append((f"alert {rule['alert']} reads", selector, "whole"))
     assert len(checks) > 80  # every panel, variable, recording rule, alert and selector
     for where, expr, mode in checks:
+        if LATER.search(f"{where} {expr}") or LATER_RAW.search(expr):
+            mode = "parse"
         answer = prometheus.query(substitute(expr))
         if answer.get("status") != "success":
             found.append(f"{where}: does not run: {answer.get('error')}\n  {expr}")
