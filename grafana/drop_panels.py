@@ -35,6 +35,7 @@ def drop_panels() -> list[Panel]:
             "How much worse than the baseline (positive = worse, direction respected)",
             Query(f"scorer:score_drop:15m{{{SCORES}}}", PER_RULE + " 15m"),
             Query(f"scorer:score_drop:1h{{{SCORES}}}", PER_RULE + " 1h"),
+            Query(f"scorer:score_drop:2h{{{SCORES}}}", PER_RULE + " 2h"),
             Query(f"scorer:score_drop:6h{{{SCORES}}}", PER_RULE + " 6h"),
             unit="percentunit",
             thresholds=[(None, "green"), (0.05, "red")],
@@ -51,6 +52,10 @@ def drop_panels() -> list[Panel]:
             Query(
                 f"scorer:score_drop_z:1h{{{SCORES}}} / scorer:score_drop_bound:1h{{{SCORES}}}",
                 PER_RULE + " 1h",
+            ),
+            Query(
+                f"scorer:score_drop_z:2h{{{SCORES}}} / scorer:score_drop_bound:2h{{{SCORES}}}",
+                PER_RULE + " 2h",
             ),
             Query(
                 f"scorer:score_drop_z:6h{{{SCORES}}} / scorer:score_drop_bound:6h{{{SCORES}}}",
