@@ -58,3 +58,4 @@ bench: install
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/cascade.py
 	$(BIN)/python bench/score_alerts.py
+	$(BIN)/python bench/canary.py
