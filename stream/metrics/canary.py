@@ -48,13 +48,25 @@ class CanaryMetrics:
         self.last_round = gauge(
             "last_round_timestamp_seconds", "When the last canary round ended (Unix time)"
         )
+        self.period = gauge(
+            "period_seconds",
+            "The rule's canary period (canary.every): ScorerJudgeCanaryStale fires when no "
+            "round ended in three of them",
+        )
         self.tokens = counter(
             "tokens", "Tokens the canary's judge calls used (the canary's own spend)"
         )
         self.cost = counter(
             "cost_usd", "What the canary's judge calls cost, where the model has a price"
         )
-        self._gauges = (self.items, self.changed, self.mean_shift, self.failed, self.last_round)
+        self._gauges = (
+            self.items,
+            self.changed,
+            self.mean_shift,
+            self.failed,
+            self.last_round,
+            self.period,
+        )
 
     def round(self, found: CanaryRound, cost_usd: float | None) -> None:
         """The gauges of ``found``'s rule and model set from it; its spend counted."""
@@ -65,6 +77,7 @@ class CanaryMetrics:
         self.mean_shift.labels(*labels).set(float("nan") if shift is None else shift)
         self.failed.labels(*labels).set(found.failed)
         self.last_round.labels(*labels).set(found.at.timestamp())
+        self.period.labels(*labels).set(found.every_s)
         self.tokens.labels(*labels).inc(found.tokens)
         if cost_usd is not None:
             self.cost.labels(*labels).inc(cost_usd)

@@ -98,7 +98,7 @@ def canary(worker: Worker, judge: MockJudge, tmp_path: Path, leads: list[bool]) 
 
 def gauges(worker: Worker) -> tuple[float, ...]:
     labels = {"rule": "answer_quality", "pack": "demo", "model": "judge-m"}
-    names = ("items", "changed", "mean_shift", "last_round_timestamp_seconds")
+    names = ("items", "changed", "mean_shift", "last_round_timestamp_seconds", "period_seconds")
     return tuple(counted(worker[3], f"scorer_canary_{name}", **labels) for name in names)
 
 
@@ -115,7 +115,7 @@ async def test_a_shift_in_the_judge_is_found_in_the_next_round_and_only_the_lead
     assert isinstance(clock, Clock)
     (before,) = await runs.tick()
     assert (before.items, before.changed, before.mean_shift, before.failed) == (4, 0, 0.0, 0)
-    assert gauges(worker) == (4.0, 0.0, 0.0, clock.now)
+    assert gauges(worker) == (4.0, 0.0, 0.0, clock.now, 3600.0)
     assert len(judge.requests) == 4
 
     clock.now += 1800  # within the hour: not due
@@ -131,7 +131,7 @@ async def test_a_shift_in_the_judge_is_found_in_the_next_round_and_only_the_lead
     # 0.75 -> 0.25 and 0.75 -> 0.0, the others unchanged; lower is worse: a positive shift
     assert after.mean_shift == pytest.approx((0.5 + 0.75) / 4)
     assert sorted((c.id, c.now) for c in after.changes) == [("Q-one", 0.25), ("Q-two", 0.0)]
-    assert gauges(worker) == (4.0, 2.0, pytest.approx(0.3125), clock.now)
+    assert gauges(worker) == (4.0, 2.0, pytest.approx(0.3125), clock.now, 3600.0)
     labels = {"rule": "answer_quality", "pack": "demo", "model": "judge-m"}
     assert after.tokens == before.tokens > 0  # the canary's own spend, counted apart
     assert counted(worker[3], "scorer_canary_tokens_total", **labels) == 2 * before.tokens
