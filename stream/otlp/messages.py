@@ -37,17 +37,18 @@ def _parts_text(parts: Any) -> Any:
 
 
 def _genai_messages(value: Any) -> list[dict[str, Any]]:
+    """GenAI messages (a JSON list) as chat messages; anything else (a number, an object: an
+    instrumentation's bug or a hostile span) reads as none, never as an exception."""
+    loaded = _json(value)
     messages = []
-    for message in _json(value) or []:
+    for message in loaded if isinstance(loaded, list) else []:
         if not isinstance(message, dict):
             continue
-        chat: dict[str, Any] = {
-            "role": message.get("role"),
-            "content": _parts_text(message.get("parts")),
-        }
+        parts = message.get("parts")
+        chat: dict[str, Any] = {"role": message.get("role"), "content": _parts_text(parts)}
         calls = [
             p
-            for p in message.get("parts") or []
+            for p in (parts if isinstance(parts, list) else [])
             if isinstance(p, dict) and p.get("type") == "tool_call"
         ]
         if calls:

@@ -33,6 +33,7 @@ from strategies import (
 from stream.otlp.decode import decode
 from stream.otlp.document import NO_CONTENT, trace_document
 from stream.otlp.events import spans_events
+from stream.otlp.messages import input_messages
 from stream.otlp.spans import Span
 
 
@@ -577,3 +578,15 @@ def test_any_record_read_with_auto_is_spans_or_a_value_error(raw: bytes) -> None
     spans = decoded_or_refused(lambda r: decode(r, "auto"), raw)
     if not isinstance(spans, ValueError):
         forwardable(spans)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    ["5", '{"role": "user"}', '[{"role": "user", "parts": 5}]', '[5, "x", null]', "not json"],
+)
+def test_malformed_genai_messages_read_as_none_not_as_an_exception(messages: str) -> None:
+    """A span whose ``gen_ai.input.messages`` is JSON but not a list of messages, or whose
+    message parts are not a list (an instrumentation's bug, or a hostile span), reads as no
+    messages (or a message without tool calls): it never raises."""
+    read = input_messages({"gen_ai.input.messages": messages})
+    assert all(isinstance(m, dict) and "tool_calls" not in m for m in read)
