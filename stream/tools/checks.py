@@ -123,6 +123,8 @@ def arguments_valid(call: ToolCall) -> CallVerdict:
     """The arguments parse as JSON, are an object and validate against the declared tool's
     schema; skipped when that schema is not valid JSON Schema (or refers outside itself)."""
     name = call.name
+    if call.extra.get("content_missing"):  # a span that recorded neither arguments nor result
+        return _skip(f"the span of {name} recorded no arguments (content capture is off)")
     try:
         value = parse_arguments(call.arguments)
     except _NotJSONError as exc:

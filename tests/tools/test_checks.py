@@ -369,3 +369,13 @@ def test_arguments_too_deep_to_read_are_compared_as_text() -> None:
     calls = copies([deep] * 3)
     assert [not_repeated(c, calls).label for c in calls] == ["pass", "pass", "fail"]
     assert arguments_valid(calls[0]).reason.endswith("are not JSON (nested too deeply)")
+
+
+def test_a_span_that_recorded_no_content_is_skipped_not_failed() -> None:
+    """An execute_tool span with content capture off has no arguments to check."""
+    from stream.tools.checks import arguments_valid
+    from stream.tools.model import ToolCall
+
+    call = ToolCall("t", "c", "search", "", extra={"content_missing": True})
+    verdict = arguments_valid(call)
+    assert verdict.skipped and "recorded no arguments" in verdict.reason
