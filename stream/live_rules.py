@@ -76,6 +76,14 @@ def rule_min_drops(ruleset: RuleSet) -> list[tuple[str, str, str, float]]:
     ]
 
 
+def export_rule_set(metrics: Observer, ruleset: RuleSet) -> None:
+    """What the alerts read of a rule set, told to the metrics at start and at every reload:
+    its digest and each rule's direction, agreement bound and smallest drop that pages."""
+    metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
+    metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
+    metrics.on_alert_bounds(rule_min_drops(ruleset))
+
+
 def agreement_thresholds(ruleset: RuleSet) -> list[tuple[str, str, str, str, float, int]]:
     """Each rule's agreement bound (``agreement:``): rule, measure, window, direction (min or
     max), threshold and the labels needed before it holds, as the alert reads them."""
@@ -209,9 +217,7 @@ class LiveRules:
         self.router.use(ruleset)
         if self.processor is not None:
             self.processor.gaps = inactivity_gaps(ruleset, self.settings.thread_inactivity_gap_s)
-        self.metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
-        self.metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
-        self.metrics.on_alert_bounds(rule_min_drops(ruleset))
+        export_rule_set(self.metrics, ruleset)
         self.metrics.on_rules_reload("reloaded", ruleset.projects)
         changed = sorted(i for i in before.keys() & after.keys() if before[i] != after[i])
         log.warning(

@@ -17,7 +17,7 @@ from pathlib import Path
 import faust
 import mode
 
-from . import __version__, rules_summary
+from . import rules_summary
 from .agents.agreement import register_agreement_agents
 from .agents.batch_jobs import BatchJobs
 from .agents.canary import JudgeCanary
@@ -49,7 +49,7 @@ from .kafka.mends.snapshot_store import write_snapshots
 from .kafka.mends.stale_state import settle_stale_state
 from .kafka.pace_topic import PaceTopic
 from .kafka.security import KafkaSecurity
-from .live_rules import LiveRules, agreement_thresholds, rule_directions, rule_min_drops
+from .live_rules import LiveRules, export_rule_set
 from .metrics import ProjectLabels, ScorerMetrics
 from .observer import Observer
 from .ruleset.loader import deployment_rules
@@ -135,9 +135,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     if settings.otel_events_topic:  # "" (the default): no evaluation events
         register_otel_events_agent(app, topics, settings, metrics)
     register_rule_reloads(app, live, settings.rules_reload_s)
-    metrics.on_rules_loaded(__version__, ruleset.digest, rule_directions(ruleset))
-    metrics.on_agreement_thresholds(agreement_thresholds(ruleset))
-    metrics.on_alert_bounds(rule_min_drops(ruleset))
+    export_rule_set(metrics, ruleset)
     usage = rocksdb_store.memory_usage if settings.store == "rocksdb" else None
     metrics.watch_memory(settings.memory_share(1.0), usage)
     if judge is None:
