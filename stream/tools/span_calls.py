@@ -143,12 +143,7 @@ def span_definitions(spans: list[dict[str, Any]]) -> Iterator[Any]:
     """The raw tool definitions the spans declare (each still to be read as a definition)."""
     for span in spans:
         attributes = span["attributes"]
-        definitions = attributes.get("gen_ai.tool.definitions")
-        if isinstance(definitions, str):
-            try:
-                definitions = orjson.loads(definitions)
-            except orjson.JSONDecodeError:
-                definitions = None
+        definitions = _json_any(attributes.get("gen_ai.tool.definitions"))
         if isinstance(definitions, list):
             yield from definitions
         for key, value in attributes.items():
