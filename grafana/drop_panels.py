@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from panels import PER_RULE, SCORES, SHARE, Panel, Query, graph
 
+WINDOWS = ("15m", "1h", "2h", "6h")  # the drop test's windows (grafana/alerts/scorer.rules.yml)
+
 
 def drop_panels() -> list[Panel]:
     return [
@@ -33,10 +35,7 @@ def drop_panels() -> list[Panel]:
         ),
         graph(
             "How much worse than the baseline (positive = worse, direction respected)",
-            Query(f"scorer:score_drop:15m{{{SCORES}}}", PER_RULE + " 15m"),
-            Query(f"scorer:score_drop:1h{{{SCORES}}}", PER_RULE + " 1h"),
-            Query(f"scorer:score_drop:2h{{{SCORES}}}", PER_RULE + " 2h"),
-            Query(f"scorer:score_drop:6h{{{SCORES}}}", PER_RULE + " 6h"),
+            *(Query(f"scorer:score_drop:{w}{{{SCORES}}}", f"{PER_RULE} {w}") for w in WINDOWS),
             unit="percentunit",
             thresholds=[(None, "green"), (0.05, "red")],
             threshold_line=True,
@@ -45,21 +44,12 @@ def drop_panels() -> list[Panel]:
         ),
         graph(
             "The drop test: each window's z over the bound it must pass (pages above 1)",
-            Query(
-                f"scorer:score_drop_z:15m{{{SCORES}}} / scorer:score_drop_bound:15m{{{SCORES}}}",
-                PER_RULE + " 15m",
-            ),
-            Query(
-                f"scorer:score_drop_z:1h{{{SCORES}}} / scorer:score_drop_bound:1h{{{SCORES}}}",
-                PER_RULE + " 1h",
-            ),
-            Query(
-                f"scorer:score_drop_z:2h{{{SCORES}}} / scorer:score_drop_bound:2h{{{SCORES}}}",
-                PER_RULE + " 2h",
-            ),
-            Query(
-                f"scorer:score_drop_z:6h{{{SCORES}}} / scorer:score_drop_bound:6h{{{SCORES}}}",
-                PER_RULE + " 6h",
+            *(
+                Query(
+                    f"scorer:score_drop_z:{w}{{{SCORES}}} / scorer:score_drop_bound:{w}{{{SCORES}}}",
+                    f"{PER_RULE} {w}",
+                )
+                for w in WINDOWS
             ),
             thresholds=[(None, "green"), (1, "red")],
             threshold_line=True,
