@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .found import Found, arguments_of, json_value, message_failure, text_of
+from .found import MISSING, Found, arguments_of, json_value, message_failure, text_of
 from .model import ToolCall, ToolDefinition
 from .span_calls import span_calls, span_definitions, span_list, span_messages
 
@@ -51,6 +51,7 @@ def tool_calls(trace: dict[str, Any]) -> list[ToolCall]:
     calls = []
     for position, found in enumerate(merged):
         arguments, parsed, parses = arguments_of(found.arguments)
+        extra = found.extra if found.arguments is not None else {**found.extra, MISSING: True}
         calls.append(
             ToolCall(
                 trace_id=trace_id,
@@ -67,7 +68,7 @@ def tool_calls(trace: dict[str, Any]) -> list[ToolCall]:
                 position=position,
                 turn=found.turn,
                 source=found.source,
-                extra=found.extra,
+                extra=extra,
             )
         )
     return calls

@@ -44,6 +44,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
+from .found import NotJSONError, parse_arguments
 from .model import ToolCall
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -83,27 +84,6 @@ def _skip(reason: str) -> CallVerdict:
 # --- parsing --------------------------------------------------------------------------------
 
 
-class _NotJSONError(ValueError):
-    pass
-
-
-def _no_constants(name: str) -> Any:
-    raise _NotJSONError(f"{name} is not JSON")
-
-
-def parse_arguments(text: str) -> Any:
-    """The JSON value of a call's raw arguments (empty text: ``{}``); ``ValueError`` saying
-    where the text stops being JSON, never quoting it."""
-    if not text.strip():
-        return {}
-    try:
-        return json.loads(text, parse_constant=_no_constants)
-    except json.JSONDecodeError as exc:  # its message names a position, not the text
-        raise _NotJSONError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise _NotJSONError("nested too deeply") from None
-
-
 def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
@@ -125,9 +105,11 @@ def arguments_valid(call: ToolCall) -> CallVerdict:
     name = call.name
     if call.extra.get("content_missing"):  # a span that recorded neither arguments nor result
         return _skip(f"the span of {name} recorded no arguments (content capture is off)")
-    try:
+    if call.extra.get("arguments_missing"):  # the source had no arguments field at all
+        return _skip(f"the trace recorded no arguments of {name}")
+    try:  # the one reader of arguments (``found.parse_arguments``), as ``tool_calls`` reads them
         value = parse_arguments(call.arguments)
-    except _NotJSONError as exc:
+    except NotJSONError as exc:
         return _fail(f"arguments of {name} are not JSON ({exc})")
     if not isinstance(value, dict):
         return _fail(f"arguments of {name} are a JSON {_json_type(value)}, not an object")
@@ -294,7 +276,7 @@ def _short_arguments_key(text: str) -> tuple[str, str]:
 def _read_key(text: str) -> tuple[str, str]:
     try:
         return ("json", _canonical(parse_arguments(text)))
-    except (_NotJSONError, RecursionError):  # RecursionError: deep enough to parse, not to walk
+    except (NotJSONError, RecursionError):  # RecursionError: deep enough to parse, not to walk
         return ("text", text)
 
 

@@ -16,11 +16,14 @@ A result says the call failed (``failure``) in exactly these shapes:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+# a call whose source had no arguments field (unknown arguments, not empty ones): its extra
+MISSING = "arguments_missing"
 AGENTS_SDK_FAILURE = "An error occurred while running the tool"
 _EMPTY: tuple[Any, ...] = (None, False, "", {}, [])
 
@@ -52,15 +55,40 @@ def json_value(value: Any) -> Any:
     return value
 
 
+class NotJSONError(ValueError):
+    """A call's arguments are not JSON (the message names where, never the text)."""
+
+
+def _no_constants(name: str) -> Any:
+    raise NotJSONError(f"{name} is not JSON")
+
+
+def parse_arguments(text: str) -> Any:
+    """The JSON value of a call's raw arguments: empty (or blank) text is ``{}``, as OpenAI's
+    Agents SDK reads a call without arguments; NaN and Infinity are not JSON. Raises
+    ``NotJSONError`` saying where the text stops being JSON, never quoting it. The one reader
+    of arguments: the calls' ``parsed`` and the checks agree on every text."""
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:  # its message names a position, not the text
+        raise NotJSONError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise NotJSONError("nested too deeply") from None
+
+
 def arguments_of(value: Any) -> tuple[str, Any, bool]:
     """A call's arguments as (raw text, parsed JSON value, whether it parsed): the text as
-    the model wrote it; a value a source kept as JSON is written back as JSON text."""
+    the model wrote it, read by ``parse_arguments``; a value a source kept as JSON is written
+    back as JSON text. No arguments recorded (None: the source has no arguments field, or
+    content capture was off) is ``""`` that did not parse: unknown, unlike empty text."""
     if value is None:
         return "", None, False
     if isinstance(value, str):
         try:
-            return value, orjson.loads(value), True
-        except orjson.JSONDecodeError:
+            return value, parse_arguments(value), True
+        except NotJSONError:
             return value, None, False
     try:
         return orjson.dumps(value).decode(), value, True

@@ -29,6 +29,7 @@ from call_corpus import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stream.tools.calls import tool_calls
 from stream.tools.checks import (
     CallVerdict,
     arguments_valid,
@@ -379,3 +380,29 @@ def test_a_span_that_recorded_no_content_is_skipped_not_failed() -> None:
     call = ToolCall("t", "c", "search", "", extra={"content_missing": True})
     verdict = arguments_valid(call)
     assert verdict.skipped and "recorded no arguments" in verdict.reason
+
+
+@settings(max_examples=150)
+@given(st.one_of(st.text(max_size=40), VALUES.map(json.dumps)))
+def test_the_calls_and_the_parse_check_read_arguments_alike(text: str) -> None:
+    """One reader of arguments (``found.parse_arguments``): empty text is ``{}`` in both, and
+    text the call did not parse is what the check fails as not JSON."""
+    [call] = tool_calls(
+        {"id": "t", "input": {"messages": [{"role": "assistant", "tool_calls": [
+            {"id": "c", "function": {"name": "lookup_user", "arguments": text}}]}]}}
+    )  # fmt: skip
+    verdict = arguments_valid(replace(call, declared=(LOOKUP,)))
+    assert ("are not JSON" in verdict.reason) == (not call.parses), (call, verdict)
+    if not text.strip():
+        assert (call.parsed, verdict.label) == ({}, "pass")
+
+
+def test_arguments_the_trace_did_not_record_are_skipped_not_failed() -> None:
+    document = {"id": "t", "input": {"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "lookup_user"}}]}]}}  # fmt: skip
+    [call] = tool_calls(document)
+    verdict = arguments_valid(replace(call, declared=(LOOKUP,)))
+    assert (verdict.label, verdict.reason) == (
+        "skipped",
+        "the trace recorded no arguments of lookup_user",
+    )
