@@ -118,7 +118,7 @@ def targets_of(
         else:
             parsed.append((topic, item))
     found.traces = [(*item, topic) for topic, item in parsed if isinstance(item, tuple)]
-    if any(rule.scope != "trace" for rule in ruleset.rules):
+    if any(rule.scope not in ("trace", "tool_call") for rule in ruleset.rules):
         threads = FileThreads(ruleset, options, start=first_moment([i for _, i in parsed]))
         for topic, item in parsed:
             if isinstance(item, SessionEvent):
@@ -143,8 +143,14 @@ def primary_id(job_or_rule: Any, plan: Plan) -> str:
 
 
 def unscored(plan: Plan, existing: set[str]) -> int:
-    """Drop from ``plan`` what the scores topic already holds, and what publishes nothing;
-    how many rules' scores were already there."""
+    """Drop from ``plan`` (and its tool calls' plans) what the scores topic already holds,
+    and what publishes nothing; how many rules' scores were already there."""
+    already = sum(_unscored(each, existing) for each in plan.each())
+    plan.parts = [part for part in plan.parts if part.outcomes or part.judge_jobs]
+    return already
+
+
+def _unscored(plan: Plan, existing: set[str]) -> int:
     before = sum(o.score is not None for o in plan.outcomes) + len(plan.judge_jobs)
     plan.outcomes = [  # a rule filtered out or sampled out publishes nothing: not a target
         o for o in plan.outcomes if o.score is not None and o.score.score_id not in existing
@@ -193,7 +199,7 @@ class Backfill:
         for plan in plans:
             self.tally.already_scored += unscored(plan, self.existing)
         self.tally.invalid = targets.invalid
-        return [plan for plan in plans if plan.outcomes or plan.judge_jobs]
+        return [plan for plan in plans if plan.decided() or plan.waits]
 
     async def run(self, plans: list[Plan], judge: Judge | None = None) -> Tally:
         """Finish every plan (with ``judge`` instead of the scorer's own when given: a

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .engine.kinds import primary_shape
-from .engine.outcomes import score_rule_key
+from .engine.outcomes import call_score_key, score_rule_key
 from .engine.plan import JudgeJob, Plan
 from .explain import ExplainedClose, ExplainedTrace, FileOptions, explain_file
 from .judge.cache import verdict_key
@@ -238,7 +238,12 @@ def estimate_messages(
             invalid += hasattr(record, "error")
             continue
         for explained in record.rules:
-            if explained.job is not None:
+            if explained.job is None:
+                continue
+            if explained.call is not None and trace_id is not None:  # one of its tool calls
+                key = call_score_key(trace_id, explained.call["id"])
+                counting.count(explained.job, "tool_call", key)
+            else:
                 counting.count(explained.job, scope, trace_id)
     found = counting.estimate(traces, closes, invalid)
     found.basis = counting.basis
@@ -272,8 +277,9 @@ def estimate_plans(
             traces += 1
         else:
             closes += 1
-        for job in plan.judge_jobs:
-            counting.count(job, "trace" if plan.target.thread is None else job.rule.scope)
+        for each in plan.each():  # a trace's tool calls are counted with the trace
+            for job in each.judge_jobs:
+                counting.count(job, "trace" if each.target.thread is None else job.rule.scope)
     return counting.estimate(traces, closes, 0)
 
 

@@ -20,7 +20,7 @@ from pydantic import (
     field_validator,
 )
 
-Scope = Literal["trace", "thread", "pair"]
+Scope = Literal["trace", "thread", "pair", "tool_call"]
 Status = Literal["ok", "skipped", "error"]
 Outcome = Literal["filtered", "sampled_out", "skipped", "scored", "error", "deferred"]
 
@@ -255,7 +255,8 @@ class ScoreEvent(BaseModel):
     thread: ThreadInfo | None = Field(default=None, description="Thread-scope scores only")
     details: dict[str, Any] | None = Field(
         default=None,
-        description="Structured detail of an aggregate score (e.g. a rubric's failed checks)",
+        description="Structured detail of an aggregate score (e.g. a rubric's failed checks); "
+        "a tool-call score's trace_id (the trace the call is in) and tool (the tool's name)",
     )
     variant: str | None = Field(
         default=None,

@@ -25,9 +25,20 @@ from .ruleset.aggregators import (
 from .ruleset.checks import CheckParams, CheckResult, NotApplicable, check
 from .text.measures import mentions, sentences, words
 from .text.values import render_value
+from .tools import (
+    CallVerdict,
+    ToolCall,
+    arguments_valid,
+    call_succeeded,
+    calls_per_turn,
+    not_repeated,
+    tool_declared,
+)
+from .tools.view import call_of, calls_of
 
 __all__ = [
     "AggregateParams",
+    "CallVerdict",
     "CheckParams",
     "CheckResult",
     "CriterionAnswer",
@@ -36,11 +47,19 @@ __all__ = [
     "RubricInput",
     "RubricScore",
     "Scale",
+    "ToolCall",
     "aggregate",
+    "arguments_valid",
+    "call_of",
+    "call_succeeded",
+    "calls_of",
+    "calls_per_turn",
     "check",
     "mentions",
+    "not_repeated",
     "render_value",
     "sentences",
+    "tool_declared",
     "unknown_criteria",
     "words",
 ]

@@ -169,9 +169,9 @@ class TraceAgent:
             return Scored(dead_letters.engine_failure(message, exc))
         entry.moment = trace.start_time or trace.end_time
         entry.engine_seconds = time.perf_counter() - started
-        if plan.judge_jobs:
+        if plan.waits:
             return Scored([], early=early, plan=plan, trace=trace)
-        result = TraceResult(plan.outcomes)
+        result = TraceResult(plan.decided())
         try:
             sends = self.outbox.sends(trace_records(result, trace))
         except Exception as exc:  # a bug: its turn (early) goes all the same

@@ -41,17 +41,17 @@ def batch_calls(plans: list[Plan]) -> dict[RuleKey, list[tuple[Any, str, str | N
     prompt), each once."""
     calls: defaultdict[RuleKey, list[tuple[Any, str, str | None]]] = defaultdict(list)
     seen: set[tuple[str, str | None, str, str | None]] = set()
-    for plan in plans:
-        for job in plan.judge_jobs:
-            if job.tools is not None:
-                continue
-            for prompt, system in [(i.prompt, i.system) for i in job.items] or [
-                (job.prompt, job.system)
-            ]:
-                key = (job.rule.id, job.rule.variant, prompt, system)
-                if key not in seen:
-                    seen.add(key)
-                    calls[(job.rule.id, job.rule.variant)].append((job.rule, prompt, system))
+    jobs = (job for plan in plans for each in plan.each() for job in each.judge_jobs)
+    for job in jobs:
+        if job.tools is not None:
+            continue
+        for prompt, system in [(i.prompt, i.system) for i in job.items] or [
+            (job.prompt, job.system)
+        ]:
+            key = (job.rule.id, job.rule.variant, prompt, system)
+            if key not in seen:
+                seen.add(key)
+                calls[(job.rule.id, job.rule.variant)].append((job.rule, prompt, system))
     return dict(calls)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -174,9 +174,19 @@ def _print_rules(explained: list[Explained], prompt: bool, judge_configured: boo
         if e.outcome == DISABLED:
             off.setdefault(e.detail or "", []).append(e)
     grouped = {detail for detail, rules in off.items() if len(rules) > GROUPED_AFTER}
+    call: dict[str, Any] | None = None
     for e in explained:
         if e.outcome == DISABLED and (e.detail or "") in grouped:
             continue
+        if e.call is not None and e.call != call:  # a tool call's rules follow the trace's
+            call = e.call
+            console.print(
+                f"  [bold]tool call {call['position'] + 1}[/] {escape(str(call['tool']))} "
+                f"({escape(call['id'])})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        indent = "    " if e.call is not None else "  "
         value = f" {e.value:.3g}" if e.value is not None else ""
         colour = {
             "scored": "green",
@@ -185,7 +195,8 @@ def _print_rules(explained: list[Explained], prompt: bool, judge_configured: boo
             DISABLED: "dim",
         }.get(e.outcome, "yellow")
         console.print(
-            f"  [{colour}]{e.outcome:<11}[/] {e.pack}/{e.rule_id}{value}: {escape(e.detail or '')}",
+            f"{indent}[{colour}]{e.outcome:<11}[/] {e.pack}/{e.rule_id}{value}: "
+            f"{escape(e.detail or '')}",
             highlight=False,
             soft_wrap=True,
         )

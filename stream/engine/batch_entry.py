@@ -90,6 +90,8 @@ class Deferred:
             target["score_key"],
             thread,
             span_id=target.get("span_id"),
+            trace=target.get("trace"),
+            tool=target.get("tool"),
         )
         return Plan(found, created_at=datetime.fromisoformat(self.created_at))
 
@@ -125,13 +127,14 @@ class Deferred:
 
     def records_of(self, outcome: RuleOutcome, scores: list[ScoreEvent]) -> Records:
         target, close = self.target, self.close
-        if close is None:
+        if close is None:  # a trace, or one of its tool calls (keyed by the trace)
+            trace = target.get("trace") or target["id"]
             record: TraceDecisions | ThreadDecisions = TraceDecisions(
-                trace_id=target["id"],
+                trace_id=trace,
                 project_name=target["project_name"],
                 decisions=[outcome.decision],
             )
-            return scored(target["id"], scores, record)
+            return scored(trace, scores, record)
         if close["kind"] == "pair":
             return pair_records_of(
                 scores, [outcome.decision], target["id"], target["project_name"], close["pair"]

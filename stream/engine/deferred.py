@@ -75,6 +75,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
             "score_key": target.score_key,
             "thread": target.thread.model_dump(mode="json") if target.thread else None,
             **({"span_id": target.span_id} if target.span_id else {}),
+            **({"trace": target.trace, "tool": target.tool} if target.trace else {}),
         },
         created_at=plan.created_at.isoformat(),
         job={

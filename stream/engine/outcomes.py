@@ -33,6 +33,20 @@ class Target:
     # the OpenTelemetry span a trace assembled from spans is (its root span's id, 16 hex):
     # its scores say it in ``details.otel_span_id``, for their evaluation events
     span_id: str | None = None
+    # a tool call (``scope: tool_call``): the trace it belongs to and the tool's name; its
+    # scores say both in ``details`` (``trace_id``, ``tool``) and are keyed by the trace
+    trace: str | None = None
+    tool: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What its records are keyed by: the trace a call belongs to, else its own id."""
+        return self.trace or self.id
+
+
+def call_score_key(trace_id: str, call_id: str) -> str:
+    """What a tool call's score ids hash: a call id is unique in its trace only."""
+    return f"{trace_id}\x1f{call_id}"
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
@@ -156,11 +170,21 @@ def make_score(
         latency_ms=measured.latency_ms,
         usage=measured.usage,
         thread=target.thread,
-        details=(
-            {**(measured.details or {}), "otel_span_id": target.span_id}
-            if target.span_id
-            else measured.details
-        ),
+        details=_details(target, measured.details),
         variant=rule.variant,
         created_at=created_at,
     )
+
+
+def _details(target: Target, details: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A score's details: the measured ones, and what names its target's place (the span a
+    trace assembled from spans is; the trace and tool of a call)."""
+    if target.span_id is None and target.trace is None:
+        return details
+    named = dict(details or {})
+    if target.span_id is not None:
+        named["otel_span_id"] = target.span_id
+    if target.trace is not None:
+        named["trace_id"] = target.trace
+        named["tool"] = target.tool
+    return named

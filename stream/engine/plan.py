@@ -1,6 +1,6 @@
 """A target after the synchronous part of scoring: outcomes already decided, and the judge
-calls still to make (``JudgeJob``). A plan is made for a trace or for one close of a thread
-or pair."""
+calls still to make (``JudgeJob``). A plan is made for a trace (with a plan for each of its tool
+calls, its ``parts``) or for one close of a thread or pair."""
 
 from __future__ import annotations
 
@@ -62,3 +62,21 @@ class Plan:
     # the placeholders of this target's judge prompts: one value, one placeholder, in every
     # rule's prompt and every turn of a thread (issue 47)
     redaction: Redaction = field(default_factory=Redaction)
+    # a trace's tool calls, each a plan of its own (``scope: tool_call``): finished with the
+    # trace, their records published with the trace's
+    parts: list[Plan] = field(default_factory=list)
+
+    def each(self) -> list[Plan]:
+        """This plan and its calls' plans."""
+        return [self, *self.parts] if self.parts else [self]
+
+    def decided(self) -> list[RuleOutcome]:
+        """Its outcomes decided so far, and its calls'."""
+        if not self.parts:
+            return self.outcomes
+        return [outcome for plan in self.each() for outcome in plan.outcomes]
+
+    @property
+    def waits(self) -> bool:
+        """Whether it (or one of its calls) still has judge calls to make."""
+        return bool(self.judge_jobs) or any(part.judge_jobs for part in self.parts)

@@ -23,10 +23,12 @@ from ..observer import Observer
 from ..ruleset.conversations import ConversationRules
 from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RuleSet
 from ..threads.state import ThreadClose
+from ..tools.calls import tool_calls
+from ..tools.view import brief, call_document
 from .context import ScoringContext
 from .deferred import defer, deferred_says
 from .kinds import Found, kind_of, missing_partner, primary_shape
-from .outcomes import Measured, RuleOutcome, Target, TraceResult
+from .outcomes import Measured, RuleOutcome, Target, TraceResult, call_score_key
 from .plan import JudgeJob, Plan
 from .prompt import DEFAULT_MAX_PROMPT_TOKENS, resolve_variables
 from .records import pair_facts
@@ -68,6 +70,7 @@ class Scorer:
         self.silence = silence
         self.context.shapes = {rule.id: primary_shape(rule) for rule in ruleset.rules}
         self.trace_rules = ruleset.for_scope("trace")
+        self.call_rules = ruleset.for_scope("tool_call")
         self.conversations = ConversationRules.of(ruleset)
 
     @property
@@ -107,9 +110,44 @@ class Scorer:
                 continue
             matched.append(rule.id)
             self._plan_rule(plan, rule, document)
+        if self.call_rules:
+            plan.parts = self._plan_calls(plan, trace, document, topic, matched)
         if self.silence is not None:
             self.silence.saw(trace, matched, topic)
         return plan
+
+    def _plan_calls(
+        self, plan: Plan, trace: Trace, document: Any, topic: str | None, matched: list[str]
+    ) -> list[Plan]:
+        """A plan for each tool call of the trace, with the tool-call rules (a trace without
+        calls has none: no decision is made for a call that is not there). Each call's target
+        is its id; its records are keyed by the trace, and its prompts share the trace's
+        placeholders (``redaction``)."""
+        calls = tool_calls(document)
+        if not calls:
+            return []
+        briefs = [brief(call) for call in calls]
+        view = trace.view
+        parts = []
+        for call in calls:
+            target = Target(
+                call.call_id,
+                trace.project_name,
+                call_score_key(trace.id, call.call_id),
+                trace=trace.id,
+                tool=call.name,
+            )
+            part = Plan(target, created_at=plan.created_at, redaction=plan.redaction)
+            called = call_document(call, briefs, view)
+            for rule in self.call_rules:
+                if (why := rule.filter.mismatch(trace, topic, called)) is not None:
+                    part.outcomes.append(self.context.decide(rule, part, "filtered", why))
+                    continue
+                if rule.id not in matched:
+                    matched.append(rule.id)
+                self._plan_rule(part, rule, called)
+            parts.append(part)
+        return parts
 
     def plan_thread(self, close: ThreadClose) -> Plan:
         """The thread rules of ``close``'s kind on the thread document of that close.
@@ -185,13 +223,15 @@ class Scorer:
         kind_of(rule).plan(ctx, plan, rule, Found(document, values, emptied))
 
     async def finish(self, plan: Plan) -> TraceResult:
-        """Make the plan's judge calls concurrently and add their outcomes; a job that goes
-        to a batch is kept pending instead (its decision says ``deferred``)."""
-        if not plan.judge_jobs:
-            return TraceResult(plan.outcomes)
-        jobs = [job for job in plan.judge_jobs if not self._deferred(job, plan)]
-        judged = await asyncio.gather(*(self._judge(job, plan) for job in jobs))
-        return TraceResult(plan.outcomes + list(judged))
+        """Make the plan's judge calls (its calls' too) concurrently and add their outcomes;
+        a job that goes to a batch is kept pending instead (its decision says ``deferred``)."""
+        plans = plan.each()
+        if not plan.waits:
+            return TraceResult(plan.decided())
+        jobs = [(job, each) for each in plans for job in each.judge_jobs]
+        jobs = [(job, each) for job, each in jobs if not self._deferred(job, each)]
+        judged = await asyncio.gather(*(self._judge(job, each) for job, each in jobs))
+        return TraceResult(plan.decided() + list(judged))
 
     def _deferred(self, job: JudgeJob, plan: Plan) -> bool:
         """Whether ``job`` waits for a batch now (its ``deferred`` decision, or a spent defer

@@ -39,6 +39,8 @@ class Explained:
     system: str | None = None
     variant: str | None = None  # a shadow judge of the rule: its variant's name
     job: JudgeJob | None = None  # the judge call(s) it would make (``scorer estimate`` counts them)
+    # a tool-call rule's: the call it decided for (its id, tool name and position)
+    call: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and k != "job"}
@@ -160,7 +162,18 @@ def planning_scorer(
 
 
 def planned(plan: Plan) -> list[Explained]:
-    """What a plan says of each rule: its decision, or the judge call it would make."""
+    """What a plan says of each rule: its decision, or the judge call it would make; then
+    the same for each of the trace's tool calls, call by call."""
+    explained = _planned(plan)
+    for position, part in enumerate(plan.parts):
+        call = {"id": part.target.id, "tool": part.target.tool, "position": position}
+        for each in _planned(part):
+            each.call = call
+            explained.append(each)
+    return explained
+
+
+def _planned(plan: Plan) -> list[Explained]:
     explained = []
     for outcome in plan.outcomes:
         decision, score = outcome.decision, outcome.score
@@ -229,8 +242,15 @@ def switched_off(ruleset: RuleSet, shown: Callable[[AnyRule], bool]) -> list[Exp
 
 
 def in_rule_order(ruleset: RuleSet, explained: list[Explained]) -> list[Explained]:
+    """The trace's rules in the rule set's order, then each tool call's, call by call."""
     order = {rule.id: i for i, rule in enumerate(ruleset.rules)}
-    return sorted(explained, key=lambda e: order.get(e.rule_id, len(order)))
+    return sorted(
+        explained,
+        key=lambda e: (
+            -1 if e.call is None else e.call["position"],
+            order.get(e.rule_id, len(order)),
+        ),
+    )
 
 
 class _NoCall:

@@ -27,8 +27,9 @@ class RuleFilter(Strict):
     when: str | None = Field(
         default=None,
         min_length=1,
-        description="JMESPath over the whole trace (Trace.view); the trace matches when the "
-        "result is truthy. matches(subject, pattern) tests a regular expression",
+        description="JMESPath over the whole trace (Trace.view; a tool-call rule's: over the "
+        "call's document); it matches when the result is truthy. matches(subject, pattern) "
+        "tests a regular expression",
     )
 
     @model_validator(mode="after")
@@ -52,8 +53,10 @@ class RuleFilter(Strict):
     def matches(self, trace: Trace, topic: str | None = None) -> bool:
         return self.mismatch(trace, topic) is None
 
-    def mismatch(self, trace: Trace, topic: str | None = None) -> str | None:
-        """Why ``trace`` is not for this rule (the first condition that fails), or None."""
+    def mismatch(self, trace: Trace, topic: str | None = None, subject: Any = None) -> str | None:
+        """Why ``trace`` is not for this rule (the first condition that fails), or None.
+        ``subject``: what ``when`` reads instead of the trace's view (a tool call's document);
+        the other conditions are the trace's."""
         if self.topics is not None and topic not in self.topics:
             return f"filter.topics {self.topics}: topic is {topic!r}"
         if self.projects is not None and trace.project_name not in self.projects:
@@ -70,7 +73,7 @@ class RuleFilter(Strict):
             if found != expected:
                 return f"filter.metadata {path!r} = {expected!r}: it is {found!r}"
         if self.when_expression is not None:  # last: the trace's view is built only here
-            return self.when_expression.mismatch(trace.view)
+            return self.when_expression.mismatch(trace.view if subject is None else subject)
         return None
 
 

@@ -57,7 +57,10 @@ def test_shipped_rules_load() -> None:
         ),
         ({"sampling_rate": 1.5}, "field sampling_rate: Input should be less than or equal to 1"),
         ({"version": None}, "field version: Field required"),
-        ({"scope": "span"}, "field scope: Input should be 'trace', 'thread' or 'pair'"),
+        (
+            {"scope": "span"},
+            "field scope: Input should be 'trace', 'thread', 'pair' or 'tool_call'",
+        ),
         (
             {"kind": "magic"},
             "Input tag 'magic' found using 'kind' does not match any of the expected tags",

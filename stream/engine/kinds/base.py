@@ -157,7 +157,10 @@ class JudgedKind(RuleKind):
                 return
             job.batch = admission.deferred
         if rule.judge.tools == "trace" and isinstance(found.document, dict):
-            job.tools = trace_tools(ctx, rule, found.document, plan, job)
+            document = found.document  # a tool call's rule reads the call's whole trace
+            if rule.scope == "tool_call" and isinstance(document.get("trace"), dict):
+                document = document["trace"]
+            job.tools = trace_tools(ctx, rule, document, plan, job)
         if job.redacted:
             ctx.observer.on_redacted(rule.id, rule.pack, job.redacted)
         plan.judge_jobs.append(job)
