@@ -24,6 +24,8 @@ class PerTarget:
     close_calls: dict[str, int]  # per thread kind (conversation, metric, ...) and pair
     close_template_tokens: dict[str, int]
     tool_rules: int  # judges that read the trace by tools: more rounds, their own choice
+    call_calls: int = 0  # one per judged tool-call rule, for each tool call of a trace
+    call_template_tokens: int = 0
 
     def line(self) -> str:
         closes = ", ".join(
@@ -34,6 +36,8 @@ class PerTarget:
             f"judge calls: at most {self.trace_calls} a trace "
             f"(~{self.trace_template_tokens:,} prompt tokens of templates)"
         )
+        if self.call_calls:
+            said += f", {self.call_calls} a tool call (~{self.call_template_tokens:,} tokens)"
         if closes:
             said += f", {closes}"
         if self.tool_rules:
@@ -44,7 +48,7 @@ class PerTarget:
 def per_target(ruleset: RuleSet, counter: TokenCounter | None = None) -> PerTarget:
     """What ``ruleset``'s judged rules cost per target, before the target's text."""
     counter = counter or TokenCounter()
-    trace_calls = trace_tokens = tools = 0
+    trace_calls = trace_tokens = tools = call_calls = call_tokens = 0
     close_calls: Counter[str] = Counter()
     close_tokens: Counter[str] = Counter()
     for rule in ruleset.rules:
@@ -59,12 +63,23 @@ def per_target(ruleset: RuleSet, counter: TokenCounter | None = None) -> PerTarg
         if rule.scope == "trace":
             trace_calls += calls
             trace_tokens += tokens
+        elif rule.scope == "tool_call":
+            call_calls += calls
+            call_tokens += tokens
         else:
             thread = getattr(rule, "thread", None)
             kind = "pair" if rule.scope == "pair" else getattr(thread, "kind", None) or "thread"
             close_calls[kind] += calls
             close_tokens[kind] += tokens
-    return PerTarget(trace_calls, trace_tokens, dict(close_calls), dict(close_tokens), tools)
+    return PerTarget(
+        trace_calls,
+        trace_tokens,
+        dict(close_calls),
+        dict(close_tokens),
+        tools,
+        call_calls,
+        call_tokens,
+    )
 
 
 def summary(ruleset: RuleSet) -> list[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
 from fixtures import RULES_DIR
 
 from stream.rules_summary import per_target, summary
@@ -29,3 +32,19 @@ def test_the_start_says_the_packs_the_cost_and_what_is_left_out() -> None:
     assert "at most 7 a trace" in lines[1] and "scorer estimate FILE" in lines[1]
     assert any("fretcoach/hub_actionability" in line for line in lines[2:])
     assert len(lines) <= 4  # a few lines, never one a rule
+
+
+def test_a_judged_tool_call_rule_is_counted_per_call_not_per_trace(tmp_path: Path) -> None:
+
+    pack = tmp_path / "agents"
+    pack.mkdir()
+    rule = {
+        "id": "right_tool", "pack": "agents", "version": 1, "scope": "tool_call",
+        "kind": "llm_judge", "variables": {"tool": "name"},
+        "output": {"type": "numeric", "min": 0, "max": 1, "higher_is_better": True},
+        "prompt": "Was {{tool}} the right tool?",
+    }  # fmt: skip
+    (pack / "right_tool.yaml").write_text(yaml.safe_dump(rule))
+    found = per_target(load_rules(tmp_path, ["agents"]))
+    assert (found.trace_calls, found.call_calls, found.close_calls) == (0, 1, {})
+    assert "1 a tool call (~" in found.line()

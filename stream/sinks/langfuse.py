@@ -47,7 +47,8 @@ def score_body(score: ScoreEvent, value_mode: ValueMode, labels: str) -> dict[st
     """The body posted for ``score``, or why it is not posted.
 
     A trace score attaches to ``traceId``, a thread score to ``sessionId`` (a Langfuse session
-    is a conversation: traces sharing a ``sessionId``, our ``thread_id``). A pair's score has a
+    is a conversation: traces sharing a ``sessionId``, our ``thread_id``), a tool call's to
+    its trace (``details.trace_id``; its comment names the call). A pair's score has a
     comparison key for a target, which is neither: it is not posted."""
     if unsent := unsent_status(score):
         return unsent
@@ -58,11 +59,14 @@ def score_body(score: ScoreEvent, value_mode: ValueMode, labels: str) -> dict[st
         return Unsent(
             "target", f"{score.scope} id is not a Langfuse id (over 800 characters or a CR)"
         )
-    body: dict[str, Any] = {
-        "id": score.score_id,
-        ("traceId" if score.scope == "trace" else "sessionId"): target,
-        "name": score_name(score),
-    }
+    body: dict[str, Any] = {"id": score.score_id, "name": score_name(score)}
+    if score.scope == "tool_call":  # on its trace: Langfuse keeps every score of a name
+        trace = (score.details or {}).get("trace_id")
+        if not isinstance(trace, str) or len(trace) > MAX_ID_CHARS or "\r" in trace:
+            return Unsent("target", "a tool call's score names no Langfuse trace id")
+        body["traceId"] = trace
+    else:
+        body["traceId" if score.scope == "trace" else "sessionId"] = target
     label = score.label
     boolean = BOOLEAN_LABELS.get(label.strip().lower()) if label is not None else None
     if labels == "categorical" and boolean is not None:
@@ -71,8 +75,12 @@ def score_body(score: ScoreEvent, value_mode: ValueMode, labels: str) -> dict[st
         body |= {"value": label, "dataType": "CATEGORICAL"}
     else:
         body |= {"value": posted_value(score, value_mode), "dataType": "NUMERIC"}
-    if score.reason:
-        body["comment"] = score.reason
+    comment = score.reason or ""
+    if score.scope == "tool_call":  # which of the trace's calls it scores
+        tool = (score.details or {}).get("tool")
+        comment = f"tool call {target} ({tool}): {comment}" if comment else f"tool call {target}"
+    if comment:
+        body["comment"] = comment
     body["metadata"] = _metadata(score)
     return body
 

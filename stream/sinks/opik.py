@@ -44,12 +44,15 @@ def feedback_score(
 ) -> tuple[str, dict[str, Any]] | Unsent:
     """The endpoint and item of ``score``, or why it is not posted. A trace score goes to the
     trace (whose id must be Opik's, a UUIDv7), a thread score to the thread; a pair's score
-    has a comparison key for a target, neither."""
+    has a comparison key for a target, neither; a tool call's would overwrite its trace's
+    other calls' (Opik keeps one feedback score of a name per trace): none is posted."""
     if unsent := unsent_status(score):
         return unsent
     target = score.target_id
     if score.scope == "pair":
         return Unsent("target", f"a pair's score (comparison key {target}) has no Opik trace")
+    if score.scope == "tool_call":  # Opik keeps one score of a name per trace: calls collide
+        return Unsent("target", f"a tool call's score (call {target}) has no Opik target")
     value = posted_value(score, value_mode)
     if abs(value) > MAX_VALUE:
         return Unsent("target", f"value {value:g} is beyond what Opik stores")

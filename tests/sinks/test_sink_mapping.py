@@ -171,3 +171,20 @@ def test_a_shadow_judges_score_is_posted_beside_the_rules_own_under_its_variant(
     rubric = score_body(score_event(variant="mini", criterion="overall"), "raw", "numeric")
     assert isinstance(rubric, dict) and rubric["name"] == "answer_quality.overall@mini"
     assert langfuse_score_problems(rubric) == []
+
+
+def test_a_tool_calls_score_goes_to_its_trace_on_langfuse_and_nowhere_on_opik() -> None:
+    """Langfuse keeps every score of a name on a trace (each its own id), so each call's score
+    lands on the call's trace and its comment names the call; Opik keeps one feedback score of
+    a name per trace, so the trace's calls would overwrite each other: none is posted."""
+    details = {"trace_id": "trace-9", "tool": "get_weather"}
+    score = score_event(scope="tool_call", target_id="call_1", details=details)
+    body = score_body(score, "normalised", "categorical")
+    assert isinstance(body, dict)
+    assert body["traceId"] == "trace-9" and "sessionId" not in body
+    assert body["comment"] == "tool call call_1 (get_weather): clear and correct"
+    assert langfuse_score_problems(body) == []
+    unsent = feedback_score(score, "normalised", None)
+    assert isinstance(unsent, Unsent) and "tool call" in unsent.reason
+    lost = score_body(score_event(scope="tool_call", target_id="call_1"), "normalised", "numeric")
+    assert isinstance(lost, Unsent)
