@@ -134,6 +134,7 @@ class Scorer:
                 call.call_id,
                 trace.project_name,
                 call_score_key(trace.id, call.call_id),
+                span_id=_span_id(call.extra.get("span_id")),
                 trace=trace.id,
                 tool=call.name,
             )
@@ -267,3 +268,8 @@ class Scorer:
         outcome = await kind.run(self.context, job, plan)
         kind.settle(self.context, job, outcome)
         return outcome
+
+
+def _span_id(value: Any) -> str | None:
+    """A call's span id (an ``execute_tool`` span's), for its scores' ``details.otel_span_id``."""
+    return value if isinstance(value, str) and value else None

@@ -16,8 +16,10 @@ v1.38.0, ``docs/gen-ai/gen-ai-events.md``; stability: development): the log reco
 
 The record is parented to the evaluated span, as the convention asks: a trace assembled from
 spans has its root span's id in ``details.otel_span_id`` (the engine sets it) and the trace id
-as its target id; the record's ``trace_id`` and ``span_id`` are those. Every other score (a
-trace sent as JSON, a thread, a pair) has none. What the convention does not name is kept
+as its target id; the record's ``trace_id`` and ``span_id`` are those. A tool call's score is
+parented to the call's ``execute_tool`` (or TOOL) span, in the trace ``details.trace_id``
+names. Every other score (a trace sent as JSON, a call read from messages, a thread, a pair)
+has none. What the convention does not name is kept
 under ``scorer.``: rule id, pack, rule version, criterion, scope, score id, target id, project,
 status and its reason, judge model, the normalised value and the scale, and ``scorer.variant``
 for a shadow judge's score. A ``skipped`` score is not an evaluation and is not emitted.
@@ -90,18 +92,21 @@ def error_type(score: ScoreEvent) -> str:
 
 def parent_of(score: ScoreEvent) -> tuple[bytes, bytes]:
     """The evaluated span's (trace id, span id) as OTLP bytes; empty when it has none."""
-    span = (score.details or {}).get("otel_span_id")
-    trace = score.target_id.lower()
+    details = score.details or {}
+    span = details.get("otel_span_id")
+    # a tool call's score: the call's own span (an ``execute_tool`` span) in its trace
+    trace = score.target_id if score.scope == "trace" else details.get("trace_id")
     if (
-        score.scope != "trace"
+        score.scope not in ("trace", "tool_call")
+        or not isinstance(trace, str)
         or not isinstance(span, str)
         or not _SPAN_ID.fullmatch(span.lower())
-        or not _TRACE_ID.fullmatch(trace)
+        or not _TRACE_ID.fullmatch(trace.lower())
         or trace == "0" * 32
         or span == "0" * 16
     ):
         return b"", b""
-    return bytes.fromhex(trace), bytes.fromhex(span.lower())
+    return bytes.fromhex(trace.lower()), bytes.fromhex(span.lower())
 
 
 def _value(value: str | int | float | bool) -> AnyValue:
@@ -210,5 +215,7 @@ def as_otlp_json(request: ExportLogsServiceRequest) -> dict[str, Any]:
 
 
 def message_key(score: ScoreEvent) -> bytes:
-    """The Kafka key: the target id (a trace's events share its partition)."""
-    return score.target_id.encode()
+    """The Kafka key: the target id, a tool call's trace id (a trace's events share its
+    partition)."""
+    trace = (score.details or {}).get("trace_id") if score.scope == "tool_call" else None
+    return (trace if isinstance(trace, str) else score.target_id).encode()

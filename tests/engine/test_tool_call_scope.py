@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from scripted_judge import MockJudge, Reply
 from test_deferred import FakeDeferrer, client_of
 
+from stream.backfill import unscored
 from stream.engine.batch_entry import Deferred
 from stream.engine.deferred import finish_deferred
 from stream.engine.plan import JudgedRule
@@ -266,3 +267,45 @@ def test_explain_lists_each_calls_rules() -> None:
     assert all(len(rules) == 5 for rules in by_call.values())
     as_json = [e.as_dict() for e in explained]
     assert orjson.loads(orjson.dumps(as_json))[0]["call"]["id"] == "call_1"
+
+
+async def test_a_backfill_leaves_out_the_calls_already_scored() -> None:
+    """``scorer backfill`` over a trace whose first call's scores the topic already holds:
+    only the second call's are made again."""
+    document = agent_trace()
+    scorer = scorer_of(tools_pack())
+    done = await scorer.score_trace(as_trace(document), document)
+    existing = {s.score_id for s in done.scores if s.target_id == "call_1"}
+    plan = scorer.plan(as_trace(document), document)
+    assert unscored(plan, existing) == 5
+    assert [part.target.id for part in plan.parts] == ["call_2"]
+    again = await scorer.finish(plan)
+    assert {s.target_id for s in again.scores} == {"call_2"} and len(again.scores) == 5
+
+
+async def test_a_call_from_an_execute_tool_span_names_its_span() -> None:
+    """A call an ``execute_tool`` span recorded (the GenAI conventions' attributes, the shape
+    ``stream.otlp`` assembles spans into) is scored with the span's id in
+    ``details.otel_span_id``, so its evaluation event is parented to that span."""
+    span = {
+        "span_id": "eee19b7ec3c1b174",
+        "name": "execute_tool get_weather",
+        "status": "error",
+        "attributes": {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": "call_9",
+            "gen_ai.tool.call.arguments": '{"city": "Paris"}',
+            "error.type": "TimeoutError",
+        },
+    }
+    document = {"id": "5b8efff798038103d269b633813fc60c", "spans": [span]}
+    result = await scorer_of(tools_pack()).score_trace(as_trace(document), document)
+    scores = scores_by_call(result.scores)
+    succeeded = scores[("call_9", "tool_call_succeeded")]
+    assert succeeded.value == 0.0
+    assert succeeded.details == {
+        "otel_span_id": "eee19b7ec3c1b174",
+        "trace_id": "5b8efff798038103d269b633813fc60c",
+        "tool": "get_weather",
+    }

@@ -206,3 +206,19 @@ def test_without_the_event_name_field_the_event_is_named_by_its_attribute(
     record = only_record(decoded(score_event(), "otlp_proto"))
     assert record.event_name == ""
     assert attributes(record)["event.name"] == "gen_ai.evaluation.result"
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_tool_calls_score_is_parented_to_the_calls_span_in_its_trace(encoding: str) -> None:
+    details = {"trace_id": TRACE, "tool": "get_weather", "otel_span_id": SPAN}
+    score = score_event(scope="tool_call", target_id="call_1", details=details)
+    record = only_record(decoded(score, encoding))
+    assert (record.trace_id.hex(), record.span_id.hex()) == (TRACE, SPAN)
+    assert attributes(record)["scorer.target_id"] == "call_1"
+    assert message_key(score) == TRACE.encode()
+    # a call read from the trace's messages has no span: no parent, still its trace's key
+    from_messages = score_event(
+        scope="tool_call", target_id="call_1", details=details | {"otel_span_id": None}
+    )
+    assert only_record(decoded(from_messages, encoding)).span_id == b""
+    assert message_key(from_messages) == TRACE.encode()
