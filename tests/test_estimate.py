@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 from decisions_double import yes_no_rule
 from fixtures import RULES_DIR, hub_trace
 from typer.testing import CliRunner
 
 from stream.cli import app
 from stream.cli.estimate import duration_s, time_range
+from stream.engine.outcomes import call_score_key
 from stream.engine.spend import DEFAULT_JUDGE_PRICES, judge_cost
 from stream.errors import ConfigError
 from stream.estimate import COMPLETION_TOKENS, calibrated, estimate_messages
 from stream.explain import FileOptions
 from stream.judge.tokens import TokenCounter
-from stream.models import TokenUsage
+from stream.models import TokenUsage, score_id
 from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import RuleSet
 
@@ -173,3 +176,38 @@ def test_a_cascade_counts_its_first_tier_on_every_target_and_its_judge_as_a_boun
     assert first.model == audit.model == "gpt-6-luna"
     assert first.completion_tokens == audit.completion_tokens == 0  # no text, no output price
     assert first.usd == pytest.approx(first.prompt_tokens * 0.10 / 1e6)
+
+
+def test_a_tool_call_rule_is_counted_once_per_call_and_calibrates_by_its_score_ids(
+    tmp_path: Path,
+) -> None:
+    """A judged ``tool_call`` rule makes a call per tool call of a trace (none on a trace
+    without calls), and its calibration basis is keyed by the ids its scores will have."""
+    pack = tmp_path / "agents"
+    pack.mkdir()
+    rule = {
+        "id": "right_tool", "pack": "agents", "version": 1, "scope": "tool_call",
+        "kind": "llm_judge", "variables": {"tool": "name", "arguments": "arguments"},
+        "output": {"type": "numeric", "min": 0, "max": 1, "higher_is_better": True},
+        "prompt": "Was {{tool}} with {{arguments}} the right call?",
+    }  # fmt: skip
+    (pack / "right_tool.yaml").write_text(yaml.safe_dump(rule))
+    ruleset = load_rules(tmp_path, ["agents"])
+    calls = [
+        {"id": f"call_{n}", "type": "function", "function": {"name": "f", "arguments": f'{{"n": {n}}}'}}
+        for n in range(3)
+    ]  # fmt: skip
+    agent = {"input": {"messages": [{"role": "user", "content": "go"}]},
+             "output": {"messages": [{"role": "assistant", "tool_calls": calls}]}}  # fmt: skip
+    found = estimate_messages(
+        ruleset,
+        [with_id(agent, "t-1"), with_id({"input": "hi", "output": "hey"}, "t-2")],
+        OPTIONS,
+        price,
+    )
+    [cost] = found.rules
+    assert (cost.scope, cost.judged, cost.judge_calls) == ("tool_call", 3, 3)
+    expected = {
+        score_id("right_tool", 1, "tool_call", call_score_key("t-1", f"call_{n}")) for n in range(3)
+    }
+    assert set(found.basis) == expected
