@@ -34,6 +34,8 @@ from .ruleset.loader import deployment_rules
 from .ruleset.schema import RuleSet
 from .settings import Settings
 from .threads.router import Pairing, ThreadRouter
+from .tools.calls import tool_calls
+from .tools.view import brief, call_document
 
 SAMPLES = Path(__file__).parent / "samples" / "fretcoach_traces.jsonl"
 SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
@@ -41,9 +43,9 @@ SESSION_SAMPLES = Path(__file__).parent / "samples" / "fretcoach_sessions.jsonl"
 PAIR_SAMPLES = Path(__file__).parent / "samples" / "comparison_pair.jsonl"
 EMBEDDED_DROP = ("KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_")
 DEMO_GAP_S = 5.0  # the demo closes idle conversations after seconds, not 15 minutes
-# the packs the bundled samples are for (SCORER_PACKS overrides): FretCoach's, and the
-# critique pack's rubric, pleasantries check and response comparison
-DEMO_PACKS = ["fretcoach", "critique"]
+# the packs the bundled samples are for (SCORER_PACKS overrides): FretCoach's, the critique
+# pack's rubric, pleasantries check and response comparison, and the checks of each tool call
+DEMO_PACKS = ["fretcoach", "critique", "tools"]
 
 
 def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
@@ -64,6 +66,7 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
             for r in ruleset.for_scope("trace")
             if r.filter.matches(trace, topic) and r.sampled(trace.id)
         )
+        total += expected_call_scores(ruleset, trace, item, topic)
         if trace.thread_id:
             conversation_rules[trace.thread_id].update(
                 r.id for r in conversations.matching(trace, topic)
@@ -72,6 +75,23 @@ def expected_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
         rule_ids = conversations.judging(matched)
         total += sum(1 for r in ruleset.rules if r.id in rule_ids and r.sampled(thread_id))
     return total + expected_pair_scores(ruleset, items, topic)
+
+
+def expected_call_scores(ruleset: RuleSet, trace: Trace, item: Any, topic: str) -> int:
+    """The tool-call rules' scores of one trace: one per call a rule's filter matches and
+    samples in."""
+    rules = ruleset.for_scope("tool_call")
+    calls = tool_calls(item) if rules else []
+    if not calls:
+        return 0
+    briefs = [brief(call) for call in calls]
+    documents = [(call, call_document(call, briefs, trace.view)) for call in calls]
+    return sum(
+        1
+        for call, document in documents
+        for rule in rules
+        if rule.filter.mismatch(trace, topic, document) is None and rule.sampled(call.call_id)
+    )
 
 
 def expected_pair_scores(ruleset: RuleSet, items: list[Any], topic: str) -> int:
