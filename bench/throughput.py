@@ -1,10 +1,10 @@
 """Throughput benchmark on the embedded broker. Prints figures; asserts nothing.
 
-Phases: (a) raw aiokafka consume-and-produce pass-through; (a') a Faust agent that parses
-and forwards; (b) the scorer with deterministic rules only; (c) the scorer with one LLM rule
-against a local judge of fixed latency; (d) the same against a judge that enforces a
-requests-per-minute limit with 429s. Rates are measured from the output records' Kafka
-timestamps (first to last), so start-up and consumer-group joins are not counted.
+Phases: (a) raw aiokafka consume-and-produce pass-through; (a') a Faust agent that parses and
+forwards; (b) the scorer with deterministic rules only; (t) agents' traces with tool calls
+(tool_call_cpu.py); (c) the scorer with one LLM rule against a local judge of fixed latency; (d) the
+same against a judge that enforces a requests-per-minute limit with 429s. Rates are from the output
+records' Kafka timestamps (first to last), so start-up and consumer-group joins are not counted.
 
     python bench/throughput.py [--traces 20000] [--judge-traces 2400] [--latency 0.2]
 """
@@ -34,6 +34,7 @@ from stream.metrics import sample_value
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from redaction_cpu import main as redaction_main
 from scripted_judge import MockJudge
+from tool_call_cpu import tool_call_phase
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = [
@@ -253,8 +254,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--phases",
-        default="a,a',b,c,d,d-silent",
-        help="comma-separated subset of a,a',b,c,d,d-silent",
+        default="a,a',b,t,c,d,d-silent",
+        help="comma-separated subset of a,a',b,t,c,d,d-silent",
     )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -343,6 +344,8 @@ def main() -> None:
             print(f"     traces scored together: {taken / batches:.1f} a batch on average")
             redaction_main(["--traces", "400"])  # the judge's copy masked: its CPU per trace
 
+        if "t" in phases:  # (t) agent traces, four tool calls each, the default packs
+            results.update(tool_call_phase(bs, tmp, args.traces // 4))
         # (c) one LLM rule, judge with fixed latency
         if "c" in phases:
             with MockJudge(latency_s=args.latency) as judge:
