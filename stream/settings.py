@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     # the metrics' DEFAULT_PROJECT_LIMIT (not imported: settings load no metrics library;
     # tests/metrics/test_project_labels.py holds the two equal)
     metric_project_limit: int = Field(default=10, ge=0)
+    # the tool-call metrics' DEFAULT_TOOL_LIMIT: tool names labelled as they come, every later
+    # one "other" (tests/metrics/test_tool_call_metrics.py holds the two equal)
+    metric_tool_limit: int = Field(default=20, ge=0)
     max_in_flight: int = 512  # traces per worker being scored at once
     # traces taken from the stream and scored together (their messages sent as one producer
     # batch); while traces arrive fast, a batch waits up to the wait to fill (design record 32)

@@ -50,7 +50,7 @@ from .kafka.mends.stale_state import settle_stale_state
 from .kafka.pace_topic import PaceTopic
 from .kafka.security import KafkaSecurity
 from .live_rules import LiveRules, export_rule_set
-from .metrics import ProjectLabels, ScorerMetrics
+from .metrics import ProjectLabels, ScorerMetrics, ToolLabels
 from .observer import Observer
 from .ruleset.loader import deployment_rules
 from .ruleset.schema import PromptedRule, RuleSet
@@ -68,6 +68,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
     metrics.label_projects(
         ProjectLabels(settings.metric_projects, ruleset.projects, settings.metric_project_limit)
     )
+    metrics.tool_calls.label_tools(ToolLabels(settings.metric_tool_limit))
     app, topics = create_app(settings, bootstrap, metrics)
     # the verdict cache's store: the verdicts table (made only where a cache will use it)
     caching = settings.judge_cache_table and caches_verdicts(settings)

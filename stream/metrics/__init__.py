@@ -7,13 +7,16 @@ prometheus_client's global registry, which its /metrics page serves.
 
 Labels come from a small closed set (rule, pack, criterion, scope, model, status, outcome,
 topic, reason, kind, type, a comparison's variant_a, variant_b and preferred, project,
-bounded by ``ProjectLabels``, and the judge's account, a hash of its endpoint and key); never
+bounded by ``ProjectLabels``, a tool call's tool, bounded by ``ToolLabels``, and the judge's
+account, a hash of its endpoint and key); never
 trace, thread or score ids, never a key. The Grafana dashboards and the Prometheus rules in ``grafana/`` are written
 against these names.
 """
 
-from .callbacks import ScorerMetrics, is_low
+from .callbacks import ScorerMetrics
+from .low import is_low
 from .page import sample_value
 from .projects import OTHER, ProjectLabels
+from .tools import ToolLabels
 
-__all__ = ["OTHER", "ProjectLabels", "ScorerMetrics", "is_low", "sample_value"]
+__all__ = ["OTHER", "ProjectLabels", "ScorerMetrics", "ToolLabels", "is_low", "sample_value"]

@@ -22,6 +22,7 @@ from ..agreement.preferences import PREFERRED_SIDES, pair_preference
 from ..models import ScoreEvent, TokenUsage
 from ..observer import Observer
 from .families import MetricFamilies
+from .low import is_low
 from .projects import ProjectLabels
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class ScorerMetrics(MetricFamilies, Observer):
             shadow = (score.rule_id, score.pack, score.variant, score.status)
             self._child(self.shadow_scores, *shadow).inc()
             return
+        self.tool_calls.published(score)  # by tool too, when a tool call's
         # every score: the three series of one (rule, pack, criterion, project) resolved
         # together; the project bounded (a kept project's name, or "other")
         project = self.projects.label(score.project_name)
@@ -392,8 +394,3 @@ class ScorerMetrics(MetricFamilies, Observer):
 @cache
 def _default() -> ScorerMetrics:
     return ScorerMetrics(REGISTRY)
-
-
-def is_low(value: float, higher_is_better: bool) -> bool:
-    """A normalised score on the bad side of the middle of its scale (the middle is neither)."""
-    return value < 0.5 if higher_is_better else value > 0.5

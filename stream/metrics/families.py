@@ -8,6 +8,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from .canary import CanaryMetrics
 from .pacing import PREFIX, JudgePacing
+from .tools import ToolCallMetrics
 
 
 class MetricFamilies:
@@ -265,6 +266,7 @@ class MetricFamilies:
         self.judge_pacing = JudgePacing()
         registry.register(self.judge_pacing)
         self.canary = CanaryMetrics(registry)  # the judge canary's (design record 47)
+        self.tool_calls = ToolCallMetrics(registry)  # tool-call scores by tool (issue 50)
         self.budget_used = gauge(
             "judge_budget_used_ratio",
             "Share of each spend budget (SCORER_JUDGE_BUDGETS) used in its current window; "
