@@ -3,9 +3,9 @@ grafana/dashboards/*.json (the files Grafana's provisioning loads; a test checks
 current).
 
 Three dashboards: quality (scores against their baseline, low scores, thread rules, each
-split by project), judge health (latency, errors, retries, tokens, cost, cascade rules:
-``judge_dashboard.py``) and pipeline health (throughput, lag, DLQ, decisions, threads), built
-of the panels of ``panels.py``. Every query reads the metrics of stream/metrics/ or the
+split by project, and a row of tool calls by tool: ``tool_panels.py``), judge health
+(latency, errors, retries, tokens, cost, cascade rules: ``judge_dashboard.py``) and pipeline
+health (throughput, lag, DLQ, decisions, threads), built of the panels of ``panels.py``. Every query reads the metrics of stream/metrics/ or the
 recording rules of grafana/alerts/scorer.rules.yml; an integration test runs each one against
 a real Prometheus that scraped a working worker.
 """
@@ -36,6 +36,7 @@ from panels import (  # noqa: E402
     render,
     stat,
 )
+from tool_panels import tool_panels  # noqa: E402
 
 OUT = HERE / "dashboards"
 PAIR = "{{pack}}/{{rule}} {{variant_b}} over {{variant_a}} ({{project}})"  # a variant pair
@@ -233,6 +234,7 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             description="Share of targets passed in the hour before each point (criterion "
             "passed). " + COUNTED_ERRORS,
         ),
+        *tool_panels(),
     ]
 
 

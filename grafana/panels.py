@@ -91,6 +91,9 @@ VARIABLES = {
         "project", 'label_values(scorer_scores_total{pack=~"$pack"}, project)', "Project"
     ),
     "model": lambda: variable("model", "label_values(scorer_judge_calls_total, model)", "Model"),
+    "tool": lambda: variable(
+        "tool", 'label_values(scorer_tool_call_scores_total{pack=~"$pack"}, tool)', "Tool"
+    ),
 }
 
 

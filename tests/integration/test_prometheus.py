@@ -44,6 +44,7 @@ VARIABLES = {
     "$rule": ".*",
     "$project": ".*",
     "$model": ".*",
+    "$tool": ".*",
 }
 SELECTOR = re.compile(r"\b(?:scorer[A-Za-z0-9_:]*|process_[a-z_]+|up|ALERTS)\b(?:\{[^}]*\})?")
 
@@ -363,7 +364,8 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_JUDGE_MAX_ATTEMPTS="2",
         # a budget with room: its gauge exists for the budget alert to read
         SCORER_JUDGE_BUDGETS='[{"model": "gpt-4o-mini", "usd": 100, "window": "day"}]',
-        SCORER_PACKS='["fretcoach", "critique", "coaching"]',
+        # tools: its checks score the samples' tool calls (the quality dashboard's tool row)
+        SCORER_PACKS='["fretcoach", "critique", "coaching", "tools"]',
         # the edited copy in place of the shipped packs (a pack name is found once)
         SCORER_RULES_DIR=f"{with_a_batch_rule(tmp_path / 'rules')}{os.pathsep}no-shipped-packs",
         SCORER_BATCH_BASE_URL=batches.base_url,
