@@ -24,7 +24,7 @@ from ..ruleset.conversations import ConversationRules
 from ..ruleset.schema import AnyRule, ComparisonRule, PromptedRule, RuleSet
 from ..threads.state import ThreadClose
 from ..tools.calls import tool_calls
-from ..tools.view import brief, call_document
+from ..tools.view import brief, call_document, definition_document
 from .context import ScoringContext
 from .deferred import defer, deferred_says
 from .kinds import Found, kind_of, missing_partner, primary_shape
@@ -127,6 +127,7 @@ class Scorer:
         if not calls:
             return []
         briefs = [brief(call) for call in calls]
+        tools = [definition_document(d) for d in calls[0].declared]  # the trace's, one list
         view = trace.view
         parts = []
         for call in calls:
@@ -139,7 +140,7 @@ class Scorer:
                 tool=call.name,
             )
             part = Plan(target, created_at=plan.created_at, redaction=plan.redaction)
-            called = call_document(call, briefs, view)
+            called = call_document(call, briefs, view, tools)
             for rule in self.call_rules:
                 if (why := rule.filter.mismatch(trace, topic, called)) is not None:
                     part.outcomes.append(self.context.decide(rule, part, "filtered", why))

@@ -11,7 +11,7 @@ The document (docs/rules.md, "Tool-call rules"):
   error (null where the call succeeded);
 - ``definition`` the declared tool of the call's name (``name``, ``description``,
   ``parameters``: its JSON schema), null where the request did not declare it; ``declared`` the
-  names of every declared tool;
+  names of every declared tool, ``tools`` every declared tool as ``definition`` is;
 - ``user`` the user message and ``assistant`` the assistant turn it belongs to, ``position`` its
   index among the trace's calls, ``turn`` its assistant turn's index, ``source`` ``messages`` or
   ``spans``; ``recorded`` what its source did not record (``arguments``, ``content``);
@@ -50,11 +50,17 @@ def brief(call: ToolCall) -> dict[str, Any]:
 
 
 def call_document(
-    call: ToolCall, calls: list[dict[str, Any]], trace: dict[str, Any]
+    call: ToolCall,
+    calls: list[dict[str, Any]],
+    trace: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``call``'s document; ``calls`` is ``brief`` of every call of the trace (made once per
-    trace), ``trace`` the trace's view."""
+    """``call``'s document; ``calls`` is ``brief`` of every call of the trace and ``tools``
+    ``definition_document`` of every declared tool (each made once per trace; None: made
+    here), ``trace`` the trace's view."""
     definition = call.definition
+    if tools is None:
+        tools = [definition_document(d) for d in call.declared]
     return {
         "id": call.call_id,
         "trace_id": call.trace_id,
@@ -66,6 +72,7 @@ def call_document(
         "error": call.error,
         "definition": definition_document(definition) if definition is not None else None,
         "declared": [d.name for d in call.declared],
+        "tools": tools,
         "user": call.user,
         "assistant": call.assistant,
         "position": call.position,

@@ -123,9 +123,10 @@ async def test_every_call_is_scored_by_every_call_rule_and_names_its_trace() -> 
     assert values[("call_1", "tool_declared")] == 1.0
     assert values[("call_2", "tool_declared")] == 0.0  # search was not declared
     assert values[("call_2", "tool_call_succeeded")] == 1.0
-    # the decisions name each call as their target, in the trace's one decision record
+    # the decisions name each call as their target, in the trace's one decision record (with
+    # the pack's trace rule's: tool_trajectory, filtered, the trace expects no trajectory)
     decided = {(d.target_id, d.rule_id) for d in result.decisions}
-    assert decided == set(scores)
+    assert decided == set(scores) | {("trace-1", "tool_trajectory")}
 
 
 async def test_score_ids_are_stable_and_differ_by_call_and_by_trace() -> None:
@@ -152,7 +153,9 @@ async def test_the_records_are_keyed_by_the_trace() -> None:
 async def test_a_trace_without_calls_has_no_call_outcomes() -> None:
     document = {"id": "plain", "input": "hi", "output": "hello"}
     result = await scorer_of(tools_pack()).score_trace(as_trace(document), document)
-    assert result.outcomes == []
+    # the pack's trace rule decides for the trace (no trajectory expected: filtered)
+    decided = [(o.decision.target_id, o.decision.rule_id) for o in result.outcomes]
+    assert decided == [("plain", "tool_trajectory")]
 
 
 async def test_filter_when_reads_the_call(tmp_path: Path) -> None:
@@ -260,12 +263,14 @@ def test_explain_lists_each_calls_rules() -> None:
     scorer = scorer_of(tools_pack())
     explained = planned(scorer.plan(as_trace(document), document))
     by_call: dict[str, list[str]] = {}
+    assert [e.rule_id for e in explained if e.call is None] == ["tool_trajectory"]  # the trace's
     for e in explained:
-        assert e.call is not None
+        if e.call is None:
+            continue
         by_call.setdefault(f"{e.call['position']}:{e.call['tool']}", []).append(e.rule_id)
     assert list(by_call) == ["0:get_weather", "1:search"]
     assert all(len(rules) == 5 for rules in by_call.values())
-    as_json = [e.as_dict() for e in explained]
+    as_json = [e.as_dict() for e in explained if e.call is not None]
     assert orjson.loads(orjson.dumps(as_json))[0]["call"]["id"] == "call_1"
 
 
@@ -309,3 +314,21 @@ async def test_a_call_from_an_execute_tool_span_names_its_span() -> None:
         "trace_id": "5b8efff798038103d269b633813fc60c",
         "tool": "get_weather",
     }
+
+
+def test_the_call_document_holds_every_declared_tool(tmp_path: Path) -> None:
+    """``tools``: every tool the trace declared, with its schema, for a judge to choose among
+    (``declared`` holds the names only)."""
+    ruleset = call_rules(tmp_path, judged_rule(variables={"tools": {"path": "tools", "format": "json"}},
+                                               prompt="Tools: {{tools}}"))  # fmt: skip
+    document = agent_trace()
+    plan = scorer_of(ruleset, object()).plan(as_trace(document), document)  # planned, not asked
+    [first, second] = [part.judge_jobs[0].prompt for part in plan.parts]
+    assert first == second
+    assert orjson.loads(first.removeprefix("Tools: ")) == [
+        {
+            "name": "get_weather",
+            "description": None,
+            "parameters": WEATHER["function"]["parameters"],
+        }
+    ]
