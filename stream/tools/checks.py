@@ -118,7 +118,7 @@ def arguments_valid(call: ToolCall) -> CallVerdict:
         why = "was not declared" if definition is None else "was declared without a schema"
         return _pass(f"arguments of {name} are a JSON object; no schema checked: {name} {why}")
     try:
-        compiled = _compiled(_canonical(definition.parameters))
+        compiled = _compiled(canonical_json(definition.parameters))
     except (TypeError, ValueError, RecursionError):
         compiled = "it is not JSON"
     if isinstance(compiled, str):
@@ -275,12 +275,15 @@ def _short_arguments_key(text: str) -> tuple[str, str]:
 
 def _read_key(text: str) -> tuple[str, str]:
     try:
-        return ("json", _canonical(parse_arguments(text)))
+        return ("json", canonical_json(parse_arguments(text)))
     except (NotJSONError, RecursionError):  # RecursionError: deep enough to parse, not to walk
         return ("text", text)
 
 
-def _canonical(value: Any) -> str:
+def canonical_json(value: Any) -> str:
+    """A JSON value as text that is equal for equal values: keys sorted, integral numbers as
+    integers (1 and 1.0 alike). The one reading of sameness of arguments: ``call_key``, and the
+    expected steps of a trajectory (``expected``)."""
     return json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
