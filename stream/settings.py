@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     otel_events_topic: str = ""
     otel_events_encoding: Literal["otlp_proto", "otlp_json"] = "otlp_proto"
     thread_events_topic: str | None = None  # None: "<app_id>-thread-events"
+    # reference documents (design record 50): a compacted topic keyed by reference id, read
+    # whole by every worker before it scores; a trace's reference (metadata.reference_id, else
+    # its id) joins its document as `reference`. "" (the default) turns it off
+    references_topic: str = ""
+    # the most the references held may take (keys, JSON values and 120 bytes each); past it
+    # the least recently written are dropped, with a warning and a metric
+    references_max_bytes: int = Field(default=64 * 2**20, ge=4096)
     topic_partitions: int = 4
     session_timeout_s: float = 30.0
     # how long the producer waits to fill a batch before sending it: Apache Kafka 4.0's own

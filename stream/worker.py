@@ -48,10 +48,13 @@ from .kafka.mends.library_versions import check_libraries
 from .kafka.mends.snapshot_store import write_snapshots
 from .kafka.mends.stale_state import settle_stale_state
 from .kafka.pace_topic import PaceTopic
+from .kafka.reference_topic import ReferenceTopic
 from .kafka.security import KafkaSecurity
 from .live_rules import LiveRules, export_rule_set
 from .metrics import ProjectLabels, ScorerMetrics, ToolLabels
+from .metrics.references import watch_references
 from .observer import Observer
+from .references import ReferenceStore
 from .ruleset.loader import deployment_rules
 from .ruleset.schema import PromptedRule, RuleSet
 from .settings import Settings
@@ -94,6 +97,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         JudgeCanary(app, scorer, settings, metrics).register()  # the leader's rounds
     router = ThreadRouter(ruleset, settings.turn_max_bytes, metrics)
     sources = SourceLog()
+    references = ReferenceStore(settings.references_max_bytes)  # read only with a topic
     register_trace_agent(
         app,
         topics,
@@ -104,6 +108,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         router=router,
         sources=sources,
         observer=metrics,
+        references=references if settings.references_topic else None,
     )
     # session events folded where they are read (co-partitioned topics), else forwarded
     here = co_partitioned_sessions(settings, bootstrap) if router.session_rules else None
@@ -173,6 +178,11 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         security=settings.kafka,
     )
     services: list[mode.Service] = [lag_meter]
+    if settings.references_topic:  # "" (the default): no reference topic
+        watch_references(metrics.registry, references)
+        services.append(
+            ReferenceTopic(references, settings.references_topic, bootstrap, settings.kafka)
+        )
     if judge is not None and settings.judge_pace_share:
         services.append(pace_sharing(judge, settings, bootstrap))
     return ScorerWorker(app, *services, loglevel=loglevel, quiet=True, redirect_stdouts=False)

@@ -24,6 +24,7 @@ from ..engine.scorer import Plan, Scorer
 from ..kafka.mends.faust_state import scoring
 from ..models import ScoreEvent, Trace, parse_trace
 from ..observer import Observer
+from ..references import ReferenceStore, with_reference
 from ..sources.log import SourceLog, source_name
 from ..threads.router import ThreadRouter
 from .forward import Taken, register_batched
@@ -61,10 +62,19 @@ def register_trace_agent(
     router: ThreadRouter | None = None,
     sources: SourceLog | None = None,
     observer: Observer | None = None,
+    references: ReferenceStore | None = None,
 ) -> AgentT[bytes]:
     """The trace agent (``TraceAgent``) registered on ``app``: one actor, up to
     ``max_in_flight`` traces in flight at once, taken in batches of up to ``batch_max``."""
-    agent = TraceAgent(app, topics, scorer, router=router, sources=sources, observer=observer)
+    agent = TraceAgent(
+        app,
+        topics,
+        scorer,
+        router=router,
+        sources=sources,
+        observer=observer,
+        references=references,
+    )
     return agent.register(
         max_in_flight=max_in_flight, batch_max=batch_max, batch_wait_s=batch_wait_s
     )
@@ -79,6 +89,8 @@ class TraceAgent:
     A trace that belongs to a judged conversation also sends its turn to the thread-events
     topic at once (not after its own judge calls), in the same at-least-once set, and
     ``sources`` records how far each partition is read (after its turn is handed over).
+    With ``references`` (the reference topic's store), no trace is scored before the store is
+    loaded, and each is scored with its reference joined (design record 50).
     """
 
     def __init__(
@@ -90,6 +102,7 @@ class TraceAgent:
         router: ThreadRouter | None = None,
         sources: SourceLog | None = None,
         observer: Observer | None = None,
+        references: ReferenceStore | None = None,
     ) -> None:
         self.app = app
         self.topics = topics
@@ -100,6 +113,7 @@ class TraceAgent:
         self.outbox = topics.outbox()  # what a scored trace publishes
         self.router = router if router is not None and router.wants_traces else None
         self.sources = sources if self.router is not None else None
+        self.references = references
 
     def register(
         self, *, max_in_flight: int, batch_max: int = 64, batch_wait_s: float = 0.0
@@ -156,7 +170,12 @@ class TraceAgent:
         except (ValueError, ValidationError) as exc:
             return Scored(dead_letters.invalid(message, exc))
         try:
-            plan = self.scorer.plan(trace, document, topic)
+            judged, joined = (
+                with_reference(trace, document, self.references)
+                if self.references is not None
+                else (trace, document)
+            )
+            plan = self.scorer.plan(judged, joined, topic)
             routed = (
                 self.router.events_for_trace(
                     trace, document, topic, message.timestamp, source_of(message), message.key
@@ -200,6 +219,8 @@ class TraceAgent:
         """A batch of traces: each scored as ``score`` says; the turns of the batch handed to
         the producer first (and the sources read up to them), then the judged traces' tasks
         started, then every other trace's messages sent as one producer batch."""
+        if self.references is not None:  # never against half of the references
+            await self.references.wait_loaded()
         self.observer.on_trace_batch(len(taken))
         scored = []
         for _, entry in taken:
