@@ -76,7 +76,7 @@ def test_the_kept_demo_is_found_scraped_and_stopped(tmp_path: Path) -> None:
             lines = wait_for_line(demo, r"Ctrl-C stops", 150)
             output = "\n".join(lines)
             assert f"embedded broker (Tansu) on 127.0.0.1:{broker_port}" in output
-            assert "101/101 scores" in output, output
+            assert "126/126 scores" in output, output
             # the scripted judge answers every rule's own shape: no rule shows an error
             assert not re.search(r"│ [^│]*error \d", output), output
             with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics") as response:
@@ -91,7 +91,7 @@ def test_the_kept_demo_is_found_scraped_and_stopped(tmp_path: Path) -> None:
             )  # fmt: skip
             assert consumed.returncode == 0, consumed.stderr
             stored = sqlite3.connect(db).execute("select count(*) from scores").fetchone()[0]
-            assert stored >= 101
+            assert stored >= 126
             trace = live_trace()
             trace["id"] = "t-first-hour"
             (tmp_path / "mine.jsonl").write_bytes(orjson.dumps(trace) + b"\n")

@@ -448,8 +448,10 @@ def test_demo_command_scores_every_sample(sample_count: int) -> None:
     assert f"produced {sample_count} sample traces" in result.stdout
     # 58 FretCoach trace scores (13 samples and the pair's 2 hub chats), 2 rules x 4 hub
     # conversations, 2 rules x 2 coaching sessions; the critique pack's 2 rules x 15 traces
-    # and its comparison of the one pair
-    assert "101/101 scores" in result.stdout
+    # and its comparison of the one pair; the tools pack's 5 checks x the 5 tool calls of the
+    # hub chats
+    assert "126/126 scores" in result.stdout
+    assert re.search(r"tool_arguments_valid +│ tool_call +│ check +│ 5 ", result.stdout)
     assert re.search(r"response_comparison +│ pair +│ judge +│ 1 ", result.stdout)
     assert re.search(r"hub_user_frustration_score +│ thread +│ judge +│ 4", result.stdout)
     assert re.search(
