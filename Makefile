@@ -7,7 +7,7 @@ LINTED := stream tests bench grafana examples rules
 # rule packs that carry their own Python (checks, aggregators): type-checked one folder at a time
 PACKS_WITH_CODE = $(sort $(dir $(wildcard rules/*/*.py examples/rules/*/*.py)))
 
-.PHONY: install tools demo test test-fast test-chaos bench dashboards
+.PHONY: install tools demo test test-fast test-slow test-chaos bench dashboards
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import require_tool
 
@@ -60,6 +61,7 @@ def failing_cases(tmp_path: Path, old: str, new: str, case: str = "The drop test
     return result.stdout + result.stderr
 
 
+@pytest.mark.slow  # a mutation: promtool on its case, ~10 s (make test-slow)
 def test_a_weakened_bound_on_chance_is_caught_by_the_unit_tests(tmp_path: Path) -> None:
     """The unit tests can fail: with the drop test's z bound at 1 instead of 5, wobble's dip
     (z 2.8, chance for 60 scores of its spread) pages, and promtool says so."""
@@ -67,6 +69,7 @@ def test_a_weakened_bound_on_chance_is_caught_by_the_unit_tests(tmp_path: Path) 
     assert 'rule="wobble"' in out
 
 
+@pytest.mark.slow  # a mutation: promtool on its case, ~10 s (make test-slow)
 def test_a_drop_test_without_min_drop_is_caught(tmp_path: Path) -> None:
     """Without the min_drop gate, steady's sure but small dip (0.02 on 1,000 scores a minute)
     pages."""
@@ -78,6 +81,7 @@ def test_a_drop_test_without_min_drop_is_caught(tmp_path: Path) -> None:
     assert 'rule="steady"' in out
 
 
+@pytest.mark.slow  # a mutation: promtool on its case, ~10 s (make test-slow)
 def test_a_drop_test_without_the_skew_term_is_caught(tmp_path: Path) -> None:
     """Without the skew term, a baseline that never moved pages on the first few low scores
     (quality, three minutes into its drop, before the 15-minute window is sure of it)."""
@@ -85,6 +89,7 @@ def test_a_drop_test_without_the_skew_term_is_caught(tmp_path: Path) -> None:
     assert 'rule="quality"' in out
 
 
+@pytest.mark.slow  # a mutation: promtool on its case, ~10 s (make test-slow)
 def test_score_rules_that_sum_over_projects_miss_one_projects_drop(tmp_path: Path) -> None:
     """The per-project case can fail: with the score recording rules summed over projects,
     shop's drop is drowned in bank's steady traffic and its alerts do not fire."""

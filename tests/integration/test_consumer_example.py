@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import orjson
+import pytest
 from fixtures import live_trace
 from scripted_judge import MockJudge
 
@@ -36,6 +37,7 @@ def run_example(bootstrap: str, topic: str, db: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # the example consumer end to end, ~35 s (make test-slow)
 async def test_scores_are_keyed_by_target_valid_and_stored_once(
     broker: EmbeddedBroker, names: Names, judge: MockJudge, workers: list[Worker], tmp_path: Path
 ) -> None:
