@@ -44,6 +44,26 @@ async def ensure_topics(
         await admin.close()
 
 
+async def ensure_one_partition_topic(
+    bootstrap: str, topic: str, configs: dict[str, str], security: KafkaSecurity | None = None
+) -> bool:
+    """``topic`` made with one partition and ``configs`` unless it is there (True: made now);
+    ``KafkaError`` when it is not there after all: aiokafka answers a refused creation (an
+    ACL, a policy) with error codes, not an exception."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **options(security))
+    await admin.start()
+    try:
+        if topic in set(await admin.list_topics()):
+            return False
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
+        if topic not in set(await admin.list_topics()):
+            raise KafkaError(f"{topic} could not be created")
+        return True
+    finally:
+        await admin.close()
+
+
 def read_traces(path: Path) -> list[Any]:
     """Traces from JSONL (one event per line) or an Opik export (a JSON array, or a page
     object with ``content``/``traces``). Lines that are not JSON are kept as raw bytes, so

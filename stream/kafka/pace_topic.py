@@ -19,11 +19,10 @@ from typing import Any
 
 import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from ..judge.fleet import PUBLISH_S, Fleet, PaceBoard
-from .io import options
+from .io import ensure_one_partition_topic, options
 from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -134,24 +133,12 @@ class PaceTopic(mode.Service):
         return self._producer
 
     async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **options(self.security))
-        await admin.start()
-        try:
-            if self.topic in set(await admin.list_topics()):
-                return
-            configs = {
-                "cleanup.policy": "compact,delete",
-                "retention.ms": str(RETENTION_MS),
-                "segment.ms": str(RETENTION_MS // 10),  # the active segment rolls: both apply
-            }
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([NewTopic(self.topic, 1, 1, topic_configs=configs)])
-            # aiokafka answers a refused creation (an ACL, a policy) with error codes, not an
-            # exception: the topic must be there now
-            if self.topic not in set(await admin.list_topics()):
-                raise KafkaError(f"{self.topic} could not be created")
-        finally:
-            await admin.close()
+        configs = {
+            "cleanup.policy": "compact,delete",
+            "retention.ms": str(RETENTION_MS),
+            "segment.ms": str(RETENTION_MS // 10),  # the active segment rolls: both apply
+        }
+        await ensure_one_partition_topic(self.bootstrap, self.topic, configs, self.security)
 
     def _reading(self) -> None:
         if not self.board.reading:

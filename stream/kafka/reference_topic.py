@@ -21,11 +21,10 @@ from typing import Any
 
 import mode
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from ..references import ReferenceCatchUp, ReferenceStore
-from .io import options
+from .io import ensure_one_partition_topic, options
 from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -166,17 +165,9 @@ class ReferenceTopic(mode.Service):
         )
 
     async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **options(self.security))
-        await admin.start()
-        try:
-            if self.topic in set(await admin.list_topics()):
-                return
-            compacted = NewTopic(self.topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([compacted])
+        compacted = {"cleanup.policy": "compact"}
+        if await ensure_one_partition_topic(self.bootstrap, self.topic, compacted, self.security):
             log.info("references: created %s (compacted, one partition)", self.topic)
-        finally:
-            await admin.close()
 
     def _readable(self) -> None:
         if self._trouble_said:
