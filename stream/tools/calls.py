@@ -7,7 +7,10 @@ Two sources, merged into one record per call id:
    ``{"type": "tool_call", "id", "name", "arguments"}`` parts ``stream.otlp`` writes; the legacy
    ``function_call``) answered by ``{"role": "tool", "tool_call_id", "content"}`` messages (or
    ``tool_call_response`` parts; a tool or legacy ``function`` message without an id answers
-   the oldest unanswered call without one). The messages are ``input.messages``, each model
+   the oldest unanswered call without one; an id given again to a call of another tool or
+   other arguments, as providers that number ids per response do, is a call of its own, its
+   id suffixed ``#2``, ``#3`` by its order, answered by the next answer of that id). The
+   messages are ``input.messages``, each model
    call span's messages, ``output.messages`` and ``output.choices[*].message``, read as one
    conversation: a list that repeats the end of the conversation so far (an export's output
    often holds the whole history) adds only what follows the repeat. A call without a name is
@@ -112,7 +115,7 @@ def _key(message: dict[str, Any]) -> tuple[Any, ...]:
 def message_calls(messages: list[dict[str, Any]]) -> list[Found]:
     """The calls the conversation's assistant messages made, with the results answering them."""
     found: list[Found] = []
-    by_id: dict[str, Found] = {}
+    by_id: dict[str, list[Found]] = {}  # the calls made under each id the model gave
     waiting: list[Found] = []  # calls without an id, answered in order
     user: str | None = None
     turn = -1
@@ -124,21 +127,39 @@ def message_calls(messages: list[dict[str, Any]]) -> list[Found]:
             turn += 1
             assistant = text_of(message.get("content"))
             for call_id, name, arguments in _requests(message):
-                if call_id is not None and call_id in by_id:
+                earlier = by_id.get(call_id, []) if call_id is not None else []
+                if any(f.name == name and _same_arguments(f.arguments, arguments) for f in earlier):
                     continue  # the same call, seen again in a repeated history
-                call = Found(call_id, name, arguments, turn=turn, user=user, assistant=assistant)
+                # an id the model gave before to another call (ids numbered per response):
+                # a call of its own, its id made unique by its order
+                unique = f"{call_id}#{len(earlier) + 1}" if earlier else call_id
+                call = Found(unique, name, arguments, turn=turn, user=user, assistant=assistant)
                 found.append(call)
                 if call_id is None:
                     waiting.append(call)
                 else:
-                    by_id[call_id] = call
+                    by_id.setdefault(call_id, []).append(call)
         elif role in ("tool", "function"):
             for call_id, content in _answers(message):
-                answered = by_id.get(call_id) if call_id else (waiting.pop(0) if waiting else None)
-                if answered is not None and answered.result is None and answered.error is None:
+                answered = (
+                    next((f for f in by_id.get(call_id, []) if _unanswered(f)), None)
+                    if call_id
+                    else (waiting.pop(0) if waiting else None)
+                )
+                if answered is not None and _unanswered(answered):
                     answered.result = json_value(content)
                     answered.error = message_failure(message, content)
     return found
+
+
+def _unanswered(call: Found) -> bool:
+    return call.result is None and call.error is None
+
+
+def _same_arguments(ours: Any, theirs: Any) -> bool:
+    """Whether two calls' arguments are the same (their JSON values, else their text)."""
+    a, b = arguments_of(ours), arguments_of(theirs)
+    return a[1:] == b[1:] if a[2] and b[2] else a[0] == b[0]
 
 
 def _requests(message: dict[str, Any]) -> Iterable[tuple[str | None, str, Any]]:
@@ -173,8 +194,8 @@ def _answers(message: dict[str, Any]) -> Iterable[tuple[str | None, Any]]:
 def _merge(from_messages: list[Found], from_spans: list[Found]) -> list[Found]:
     """One record per call: a span joins the message call of its call id; a span without one
     (its id is its span id) joins the first message call not yet joined of the same tool and
-    the same arguments (any arguments, where the span kept none); a span of a call id already
-    seen is dropped."""
+    the same arguments (any arguments, where the span kept none); a later span of a call id
+    already seen (the tool run again: a retry) replaces the earlier one's result and error."""
     merged = list(from_messages)
     by_id = {f.call_id: i for i, f in enumerate(merged) if f.call_id is not None}
     joined: set[int] = set()
@@ -187,8 +208,8 @@ def _merge(from_messages: list[Found], from_spans: list[Found]) -> list[Found]:
                 None,
             )
         if index is None:
-            alone.setdefault(span.call_id, span)
-        elif index not in joined:
+            alone[span.call_id] = span  # a retry's span: the last attempt's outcome
+        else:
             joined.add(index)
             merged[index] = _joined(merged[index], span)
     return merged + list(alone.values())
@@ -197,10 +218,7 @@ def _merge(from_messages: list[Found], from_spans: list[Found]) -> list[Found]:
 def _same(message: Found, span: Found) -> bool:
     if message.name != span.name:
         return False
-    if span.arguments is None:
-        return True
-    ours, theirs = arguments_of(message.arguments), arguments_of(span.arguments)
-    return ours[1:] == theirs[1:] if ours[2] and theirs[2] else ours[0] == theirs[0]
+    return span.arguments is None or _same_arguments(message.arguments, span.arguments)
 
 
 def _joined(message: Found, span: Found) -> Found:

@@ -623,14 +623,55 @@ def test_spans_without_call_ids_join_message_calls_by_tool_and_arguments() -> No
         ),
         tool_span("s3", "plan"),  # no content kept: joins the first unjoined call of its tool
         tool_span("s4", "plan"),  # no call left to join: a call of its own
+        # the tool run again for call a (a retry): the last attempt's outcome is the call's
         tool_span(
             "s5", "stats", **{"gen_ai.tool.call.id": "a", "gen_ai.tool.call.result": "again"}
         ),
     ]
     calls = tool_calls(document)
     assert [(c.call_id, c.result, c.error, c.extra.get("span_id"), c.source) for c in calls] == [
-        ("a", None, "Timeout", "s2", "spans"),
+        ("a", "again", None, "s5", "spans"),
         ("b", 15, None, "s1", "spans"),
         ("c", None, None, "s3", "spans"),
         ("s4", None, None, "s4", "spans"),
     ]
+
+
+def test_an_id_the_model_gave_again_to_another_call_is_a_call_of_its_own() -> None:
+    """Providers that number call ids per response (``call_0`` in every turn) give one id to
+    several calls: each is a call, its id made unique by its order, each answered by its own
+    tool message; the same call repeated in an exported history stays one."""
+    first = {
+        "role": "assistant",
+        "tool_calls": [{"id": "call_0", "function": {"name": "a", "arguments": "{}"}}],
+    }
+    second = {"role": "assistant", "tool_calls": [
+        {"id": "call_0", "function": {"name": "b", "arguments": '{"x": 1}'}}]}  # fmt: skip
+    document = trace(
+        user("go"),
+        first,
+        {"role": "tool", "tool_call_id": "call_0", "content": "fine"},
+        second,
+        {"role": "tool", "tool_call_id": "call_0", "content": "Error: boom"},
+        first,  # the history repeated: no new call
+    )
+    calls = tool_calls(document)
+    assert [(c.call_id, c.name, c.result, c.error, c.turn) for c in calls] == [
+        ("call_0", "a", "fine", None, 0),
+        ("call_0#2", "b", "Error: boom", "Error: boom", 1),
+    ]
+
+
+def test_a_retried_tool_span_gives_the_last_attempts_outcome() -> None:
+    document = trace(user("go"), asks(("c1", "fetch", "{}")))
+    document["spans"] = [
+        tool_span("s1", "fetch", **{"gen_ai.tool.call.id": "c1", "error.type": "Timeout"}),
+        tool_span("s2", "fetch", **{"gen_ai.tool.call.id": "c1", "gen_ai.tool.call.result": "ok"}),
+    ]
+    [call] = tool_calls(document)
+    assert (call.call_id, call.result, call.error, call.extra["span_id"]) == (
+        "c1",
+        "ok",
+        None,
+        "s2",
+    )
