@@ -166,6 +166,9 @@ class Settings(BaseSettings):
     # the tool-call metrics' DEFAULT_TOOL_LIMIT: tool names labelled as they come, every later
     # one "other" (tests/metrics/test_tool_call_metrics.py holds the two equal)
     metric_tool_limit: int = Field(default=20, ge=0)
+    # the tool calls of one trace the tool-call rules score, the first ones; a trace with more
+    # says so in a decision per rule (its decision record and its scores stay bounded)
+    tool_calls_max: int = Field(default=200, ge=1)
     max_in_flight: int = 512  # traces per worker being scored at once
     # traces taken from the stream and scored together (their messages sent as one producer
     # batch); while traces arrive fast, a batch waits up to the wait to fill (design record 32)

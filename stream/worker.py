@@ -87,6 +87,7 @@ def build_worker(settings: Settings, bootstrap: str, loglevel: str = "info") -> 
         default_model=settings.judge_model,
         observer=metrics,
         max_prompt_tokens=settings.judge_max_prompt_tokens,
+        max_tool_calls=settings.tool_calls_max,
         ledger=ledger,
         silence=silence_watch(ruleset, settings.silent_after_traces, metrics),
         holds=judge.holds if isinstance(judge, CachingJudge) else None,

@@ -38,6 +38,10 @@ from .verdicts import Judge
 
 __all__ = ["JudgeJob", "Plan", "Scorer", "primary_shape"]
 
+# the tool calls of a trace the tool-call rules score: a long agent run's decision record
+# (about 1.2 kB a call with the tools pack) stays far under a broker's 1 MB record limit
+DEFAULT_MAX_TOOL_CALLS = 200
+
 
 class Scorer:
     """Scores targets against a rule set with an optional judge."""
@@ -53,10 +57,13 @@ class Scorer:
         ledger: SpendLedger | None = None,
         silence: SilenceWatch | None = None,
         holds: Callable[[PromptedRule, str, str | None], bool] | None = None,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
     ) -> None:
         """``holds``: whether the verdict cache holds a rule's verdict for a prompt (a spent
-        budget still publishes kept verdicts)."""
+        budget still publishes kept verdicts); ``max_tool_calls``: the calls of a trace the
+        tool-call rules score (the first ones)."""
         self.silence = silence
+        self.max_tool_calls = max_tool_calls
         self.context = ScoringContext(
             judge, default_model, max_prompt_tokens, {}, ledger, observer or Observer()
         )
@@ -126,6 +133,14 @@ class Scorer:
         calls = tool_calls(document)
         if not calls:
             return []
+        if len(calls) > self.max_tool_calls:  # the trace's records stay bounded
+            bounded = (
+                f"the trace made {len(calls)} tool calls: the first {self.max_tool_calls} are "
+                "scored (SCORER_TOOL_CALLS_MAX)"
+            )
+            for rule in self.call_rules:
+                plan.outcomes.append(self.context.decide(rule, plan, "skipped", bounded))
+            calls = calls[: self.max_tool_calls]
         briefs = [brief(call) for call in calls]
         tools = [definition_document(d) for d in calls[0].declared]  # the trace's, one list
         view = trace.view

@@ -332,3 +332,29 @@ def test_the_call_document_holds_every_declared_tool(tmp_path: Path) -> None:
             "parameters": WEATHER["function"]["parameters"],
         }
     ]
+
+
+async def test_a_trace_with_more_calls_than_the_bound_scores_the_first_ones_and_says_so() -> None:
+    """A long agent run: the first ``max_tool_calls`` calls are scored; every tool-call rule
+    says in one decision on the trace how many it made, so its record stays bounded."""
+    document = agent_trace()
+    message = document["output"]["messages"][0]
+    message["tool_calls"] = [
+        {"id": f"c{n}", "type": "function", "function": {"name": "search", "arguments": f'{{"n": {n}}}'}}
+        for n in range(30)
+    ]  # fmt: skip
+    document["output"]["messages"] = [message]
+    scorer = Scorer(
+        tools_pack(),
+        None,
+        default_model="gpt-4o-mini",
+        observer=ScorerMetrics(CollectorRegistry()),
+        max_tool_calls=12,
+    )
+    result = await scorer.score_trace(as_trace(document), document)
+    assert {s.target_id for s in result.scores} == {f"c{n}" for n in range(12)}
+    said = [d for d in result.decisions if d.target_id == "trace-1" and d.outcome == "skipped"]
+    assert len(said) == 5
+    assert said[0].detail == (
+        "the trace made 30 tool calls: the first 12 are scored (SCORER_TOOL_CALLS_MAX)"
+    )
