@@ -19,6 +19,14 @@ def judged(score: ScoreEvent) -> bool:
     return score.status == "ok" and score.raw_value is not None and score.judge_model is not None
 
 
+def join_target(score: ScoreEvent) -> str:
+    """What the join holds a score under: its target id; a tool call's, qualified by its trace
+    (``<trace id>/<call id>``: a call id is unique within its trace only), as a label of it
+    names it."""
+    trace = (score.details or {}).get("trace_id") if score.scope == "tool_call" else None
+    return f"{trace}/{score.target_id}" if isinstance(trace, str) else score.target_id
+
+
 def slim(score: ScoreEvent) -> bytes:
     """The score without what the join never reads (its reason, usage, and its details but
     for the judge's confidence in the verdict, ``details.decision.confidence``, which a
@@ -26,7 +34,8 @@ def slim(score: ScoreEvent) -> bytes:
     decision = (score.details or {}).get("decision")
     confidence = decision.get("confidence") if isinstance(decision, dict) else None
     details = {"decision": {"confidence": confidence}} if confidence is not None else None
-    return score.model_copy(update={"reason": None, "details": details, "usage": None}).to_bytes()
+    update = {"reason": None, "details": details, "usage": None, "target_id": join_target(score)}
+    return score.model_copy(update=update).to_bytes()
 
 
 def newest_scores(records: Iterable[bytes], since: datetime | None) -> dict[str, ScoreEvent]:

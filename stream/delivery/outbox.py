@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from faust.types import TopicT
 
-from ..agreement.events import SCORE, judged, slim
+from ..agreement.events import SCORE, join_target, judged, slim
 from ..engine.records import Records
 from .publisher import Send
 
@@ -40,5 +40,5 @@ class Outbox:
             events = self.agreement_events
             scores = (score for _, score in records.scores if judged(score))
             ordered = sorted(scores, key=lambda s: s.variant is not None)
-            sends.extend((events, s.target_id.encode(), SCORE + slim(s), None) for s in ordered)
+            sends.extend((events, join_target(s).encode(), SCORE + slim(s), None) for s in ordered)
         return sends

@@ -458,3 +458,30 @@ def _expected_ids() -> set[str]:
 
 
 EXPECTED_IDS = _expected_ids()
+
+
+def test_a_tool_calls_score_joins_the_label_naming_its_trace_and_call() -> None:
+    """A call id is unique within its trace only (``call_0`` in every trace): the join holds a
+    tool call's score under ``<trace id>/<call id>`` (as the internal topic's slim record
+    carries it), and a label names the call so; another trace's ``call_0`` joins nothing."""
+
+    def call_score(trace: str) -> ScoreEvent:
+        read_back = slim(
+            score(
+                scope="tool_call", target_id="call_0", score_id=f"s-{trace}",
+                details={"trace_id": trace, "tool": "search"},
+            )
+        )  # fmt: skip
+        return ScoreEvent.model_validate_json(read_back)
+
+    j = join()
+    assert call_score("t-1").target_id == "t-1/call_0"
+    j.add_score(call_score("t-1"), 0.0)
+    j.add_score(call_score("t-2"), 0.0)
+    label = HumanLabel.model_validate(
+        {"target_id": "t-2/call_0", "rule_id": "answer_quality", "value": 5, "annotator": "ana",
+         "labelled_at": "2026-11-01T11:00:00Z"}
+    )  # fmt: skip
+    ref = Reference("numeric", raw_value=5.0)
+    [pair] = j.add_label(label, ref, 10.0)
+    assert (pair.target_id, pair.score_id) == ("t-2/call_0", "s-t-2")
