@@ -92,7 +92,10 @@ class ScoringContext:
 
     def sampled_out(self, plan: Plan, rule: AnyRule) -> bool:
         """Whether ``rule`` samples this target out (its decision then says so)."""
-        if rule.sampled(plan.target.id):
+        target = plan.target
+        # a tool call by its trace and id (a call id is unique within its trace only: by the
+        # id alone, every trace's "call_0" would be in the sample or none would)
+        if rule.sampled(target.score_key if target.trace is not None else target.id):
             return False
         detail = f"sampling rate {rule.sampling_rate:g}"
         plan.outcomes.append(self.decide(rule, plan, "sampled_out", detail))

@@ -181,9 +181,9 @@ async def test_filter_when_reads_the_call(tmp_path: Path) -> None:
     assert filtered.target_id == "call_2" and "filter.when" in (filtered.detail or "")
 
 
-async def test_sampling_is_by_call_id(tmp_path: Path) -> None:
-    """Half the calls, the same half on every delivery: a call's sample does not depend on
-    which trace carries it, nor on its position."""
+async def test_sampling_is_by_trace_and_call(tmp_path: Path) -> None:
+    """Half the calls, the same half on every delivery and whatever the calls' order; another
+    trace's calls of the same ids are sampled apart (ids repeat across traces)."""
     ruleset = call_rules(tmp_path, judged_rule(sampling_rate=0.5))
     scorer = scorer_of(ruleset)
 
@@ -207,7 +207,9 @@ async def test_sampling_is_by_call_id(tmp_path: Path) -> None:
     calls = [f"call_{n}" for n in range(200)]
     kept = sampled_calls("t-a", calls)
     assert 60 < len(kept) < 140
-    assert sampled_calls("t-b", list(reversed(calls))) == kept
+    assert sampled_calls("t-a", list(reversed(calls))) == kept
+    other = sampled_calls("t-b", calls)
+    assert 60 < len(other) < 140 and other != kept
 
 
 async def test_a_judged_call_rule_asks_once_per_call(tmp_path: Path) -> None:
