@@ -127,6 +127,8 @@ def arguments_valid(call: ToolCall) -> CallVerdict:
         errors = sorted(compiled.iter_errors(value), key=lambda e: (e.json_path, str(e.validator)))
     except referencing.exceptions.Unresolvable:
         return _skip(f"the declared schema of {name} refers to a schema outside itself")
+    except RecursionError:  # {"$ref": "#"}: a reference that never reaches a keyword
+        return _skip(f"the declared schema of {name} refers to itself without end")
     if not errors:
         return _pass(f"arguments of {name} fit its declared schema")
     named = "; ".join(_describe(e) for e in errors[:_ERRORS_NAMED])

@@ -406,3 +406,12 @@ def test_arguments_the_trace_did_not_record_are_skipped_not_failed() -> None:
         "skipped",
         "the trace recorded no arguments of lookup_user",
     )
+
+
+def test_a_schema_that_refers_to_itself_without_end_is_skipped_not_an_error() -> None:
+    endless = ToolDefinition("loop", None, {"$ref": "#"})
+    verdict = arguments_valid(make('{"a": 1}', "loop", declared=(endless,)))
+    assert (verdict.label, verdict.reason) == (
+        "skipped",
+        "the declared schema of loop refers to itself without end",
+    )
