@@ -19,6 +19,7 @@ tool-call scores as before.
 from __future__ import annotations
 
 import logging
+import re
 
 from prometheus_client import CollectorRegistry, Counter, Summary
 
@@ -31,11 +32,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOOL_LIMIT = 20  # tool names labelled as they come (SCORER_METRIC_TOOL_LIMIT)
 LABELS = ("rule", "pack", "tool")
+# what a tool name looks like (OpenAI's function names, ``^[a-zA-Z0-9_-]{1,64}$``, and the dots,
+# colons and slashes of MCP servers' namespaced names): anything else a model made up is never
+# a label of its own, nor takes a place among the kept ones
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
 
 
 class ToolLabels:
-    """What ``tool`` label a call's score gets: its name for the first ``limit`` names,
-    ``other`` for every later one (a warning says so once, naming the setting)."""
+    """What ``tool`` label a call's score gets: its name for the first ``limit`` names that look
+    like a tool's (``TOOL_NAME``), ``other`` for every later one and every other name (a
+    warning says so once, naming the setting)."""
 
     def __init__(self, limit: int = DEFAULT_TOOL_LIMIT) -> None:
         if limit < 0:
@@ -47,6 +53,8 @@ class ToolLabels:
     def label(self, tool: str) -> str:
         if tool in self._kept:
             return tool
+        if not TOOL_NAME.fullmatch(tool):
+            return OTHER
         if len(self._kept) < self._limit:
             self._kept.add(tool)
             return tool

@@ -185,3 +185,15 @@ async def test_a_traces_calls_scored_by_the_tools_pack_are_counted_by_tool() -> 
         if sample_value(text, LOW, rule=rule, tool=tool) == 1
     }
     assert failing == {("tool_call_succeeded", "get_weather"), ("tool_declared", "search")}
+
+
+def test_a_name_no_tool_has_is_other_and_takes_no_place() -> None:
+    """A model can call a tool that does not exist, by any name: a name that does not look
+    like a tool's (too long, spaces, a sentence) is ``other`` and leaves the places to the
+    real tools."""
+    labels = ToolLabels(2)
+    made_up = ["look up the weather for me", "x" * 65, "get_weather\nDROP"]
+    assert [labels.label(name) for name in made_up] == [OTHER, OTHER, OTHER]
+    assert labels.label("mcp.files/read_file") == "mcp.files/read_file"
+    assert labels.label("get_weather") == "get_weather"
+    assert labels.kept == {"mcp.files/read_file", "get_weather"}
