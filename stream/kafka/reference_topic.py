@@ -30,6 +30,7 @@ from .security import KafkaSecurity
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # the topic unreadable: tried again this often
+PROGRESS_S = 30.0  # how often a reader still catching up says where it is
 SAY_DROPPED_S = 60.0  # references dropped by the bound: said at most this often
 METADATA_WAIT_S = 10.0  # a topic just created: how long its partitions may take to show
 
@@ -99,10 +100,21 @@ class ReferenceTopic(mode.Service):
             catch_up = ReferenceCatchUp(
                 {tp.partition: starts[tp] for tp in tps}, {tp.partition: ends[tp] for tp in tps}
             )
+        said = time.monotonic()
         while not self.should_stop:
             if catch_up is not None and catch_up.done:
                 self._loaded()
                 catch_up = None
+            elif catch_up is not None and time.monotonic() - said > PROGRESS_S:
+                said = time.monotonic()  # traces wait meanwhile: say why, now and then
+                log.info(
+                    "references: still reading %s to its end before any trace is scored: "
+                    "partitions %s at %s of %s",
+                    self.topic,
+                    catch_up.waiting(),
+                    {p: self.next.get(p) for p in catch_up.waiting()},
+                    {p: catch_up.ends[p] for p in catch_up.waiting()},
+                )
             batches = await consumer.getmany(timeout_ms=500)
             self._readable()
             for records in batches.values():

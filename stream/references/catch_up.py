@@ -6,8 +6,11 @@ embedded broker reports less, the last record batch's base offset + 1 (design re
 its fetch responses carry the right high watermark: the first fetch answered for a partition
 raises the partition's end to that high watermark (on Kafka the two agree, or the high
 watermark is later by what was written since). The end is fixed then: records written while
-the reader catches up are read after it, as it follows the topic. A partition whose first
-offset is its end (empty, or emptied by retention) is read at once.
+the reader catches up are read after it, as it follows the topic. It only falls: a later high
+watermark below it (the log truncated by an unclean leader election, or the topic deleted
+and made again, smaller) lowers it there, so the reader never waits for offsets that are
+gone. A partition whose first offset is its end (empty, or emptied by retention) is read at
+once.
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ class ReferenceCatchUp:
 
     def fetched(self, partition: int, highwater: int | None) -> None:
         """A fetch of ``partition`` was answered, with this high watermark (None: unknown)."""
-        if highwater is None or partition in self._fetched or partition not in self.ends:
+        if highwater is None or partition not in self.ends:
             return
-        self._fetched.add(partition)
-        self.ends[partition] = max(self.ends[partition], highwater)
+        if partition not in self._fetched:
+            self._fetched.add(partition)
+            self.ends[partition] = max(self.ends[partition], highwater)
+        elif highwater < self.ends[partition]:  # the log shrank under the reader
+            self.ends[partition] = highwater
 
     def read(self, partition: int, position: int) -> None:
         """``partition`` is read up to ``position`` (the next offset to read)."""

@@ -175,3 +175,15 @@ def test_an_unknown_high_watermark_changes_nothing() -> None:
     catch_up.fetched(0, 4)
     catch_up.read(0, 4)
     assert catch_up.done
+
+
+def test_a_log_that_shrank_under_the_reader_lowers_its_end() -> None:
+    """The end was 100; the log was truncated (an unclean leader election) or the topic made
+    again smaller: a later fetch's high watermark of 90 is the end now, or the reader would
+    wait for offsets that are gone, and every trace with it."""
+    catch_up = ReferenceCatchUp({0: 0}, {0: 100})
+    catch_up.fetched(0, 100)
+    catch_up.read(0, 60)
+    catch_up.fetched(0, 90)
+    catch_up.read(0, 90)
+    assert catch_up.done and catch_up.ends == {0: 90}
