@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -227,13 +228,8 @@ def not_repeated(call: ToolCall, calls: Sequence[ToolCall], max_repeats: int = 2
     position), and passes before."""
     if max_repeats < 1:
         raise ValueError(f"max_repeats must be at least 1, not {max_repeats}")
-    key = call_key(call)
-    earlier = sum(
-        1
-        for other in _same_trace(call, calls)
-        if other.position < call.position and call_key(other) == key
-    )
-    nth = earlier + 1
+    nth = bisect_left(_positions(calls).get((call.trace_id, *call_key(call)), []), call.position)
+    nth += 1  # the calls of the same key before it, and itself
     if nth > max_repeats:
         return _fail(
             f"{_ordinal(nth)} call of {call.name} with the same arguments "
@@ -249,13 +245,49 @@ def calls_per_turn(call: ToolCall, calls: Sequence[ToolCall], max_calls: int = 1
     whether or not ``calls`` holds it)."""
     if max_calls < 1:
         raise ValueError(f"max_calls must be at least 1, not {max_calls}")
-    made = len(
-        {c.call_id for c in _same_trace(call, calls) if c.turn == call.turn} | {call.call_id}
-    )
+    made = len(_turns(calls).get((call.trace_id, call.turn), set()) | {call.call_id})
     text = f"turn {call.turn} made {made} tool call{'' if made == 1 else 's'}"
     if made > max_calls:
         return _fail(f"{text} (at most {max_calls} allowed)")
     return _pass(f"{text} (at most {max_calls})")
+
+
+class _Indexed:
+    """The last list of calls indexed, by identity (held, so its identity is never another's):
+    a trace's calls are checked one by one against the same list (``view.calls_of`` gives
+    one list per trace), so it is read once, not once per call (quadratic in a long agent
+    run). A list is not changed once its calls are checked."""
+
+    def __init__(self) -> None:
+        self.calls: Sequence[ToolCall] | None = None
+        self.positions: dict[tuple[str, str, str, str], list[int]] = {}
+        self.turns: dict[tuple[str, int], set[str]] = {}
+
+
+_INDEXED = _Indexed()
+
+
+def _index(calls: Sequence[ToolCall]) -> _Indexed:
+    if calls is not _INDEXED.calls:
+        positions: dict[tuple[str, str, str, str], list[int]] = {}
+        turns: dict[tuple[str, int], set[str]] = {}
+        for other in calls:
+            positions.setdefault((other.trace_id, *call_key(other)), []).append(other.position)
+            turns.setdefault((other.trace_id, other.turn), set()).add(other.call_id)
+        for found in positions.values():
+            found.sort()
+        _INDEXED.calls, _INDEXED.positions, _INDEXED.turns = calls, positions, turns
+    return _INDEXED
+
+
+def _positions(calls: Sequence[ToolCall]) -> dict[tuple[str, str, str, str], list[int]]:
+    """(trace, tool, arguments' kind, arguments) -> the positions of the calls so made."""
+    return _index(calls).positions
+
+
+def _turns(calls: Sequence[ToolCall]) -> dict[tuple[str, int], set[str]]:
+    """(trace, turn) -> the ids of the calls that turn made."""
+    return _index(calls).turns
 
 
 def call_key(call: ToolCall) -> tuple[str, str, str]:
@@ -297,10 +329,6 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, list):
         return [_normalise(v) for v in value]
     return value
-
-
-def _same_trace(call: ToolCall, calls: Iterable[ToolCall]) -> Iterable[ToolCall]:
-    return (c for c in calls if c.trace_id == call.trace_id)
 
 
 def _ordinal(n: int) -> str:
