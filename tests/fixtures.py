@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,17 @@ def live_trace(index: int = 0) -> dict[str, Any]:
 
 def fretcoach_rules() -> RuleSet:
     return load_rules(RULES_DIR, ["fretcoach"])
+
+
+def critique_rules(order: str = "fixed") -> RuleSet:
+    """The critique pack with its comparison's ``comparison.order`` set (``fixed``: variant A
+    read as Response A, the seed's own order, as tests that script a judge's answer by slot
+    expect it; the shipped default, ``alternate``, swaps half of the pairs)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"critique-{order}-")) / "critique"
+    shutil.copytree(RULES_DIR / "critique", folder)
+    rule_file = folder / "response_comparison.yaml"
+    rule_file.write_text(rule_file.read_text() + f"comparison: {{order: {order}}}\n")
+    return load_rules(folder.parent, ["critique"])
 
 
 def settings(**overrides: Any) -> Settings:

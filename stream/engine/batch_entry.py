@@ -115,6 +115,7 @@ class Deferred:
             Admission(**admission) if admission is not None else None,
         )
         judged.redacted = dict(job.get("redacted") or {})  # a job kept before: none said
+        judged.order = job.get("order")  # a job kept before order was a setting: None (fixed)
         return judged
 
     def records(self, outcome: RuleOutcome) -> Records:

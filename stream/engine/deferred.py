@@ -91,6 +91,7 @@ def defer(job: JudgeJob, plan: Plan, model: str, why: str, now: float) -> Deferr
             "prompt_cut": job.prompt_cut,
             "admission": asdict(job.admission) if job.admission is not None else None,
             "redacted": job.redacted,
+            "order": job.order,
         },
         calls=[call_id(key, index) for index in range(calls)],
         close=plan.close,

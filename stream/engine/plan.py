@@ -44,6 +44,9 @@ class JudgeJob:
     # (the judge decides; the first tier is the shadow ``cascade``); None: no cascade
     cascade: str | None = None
     redacted: dict[str, int] = field(default_factory=dict)  # kind -> values masked
+    # a comparison's order: which variant the judge reads first ("a": the first variant, as
+    # the rule lists them; "b": the second), or "both" (its two prompts are ``items``)
+    order: str | None = None
 
 
 @dataclass

@@ -19,7 +19,7 @@ from .aggregators import AggregateParams, AggregatorSpec
 from .base import PromptedRule, RuleBase, pack_code, private
 from .checks import CheckParams, CheckSpec
 from .paths import compile_path
-from .specs import AggregateRef, Criterion, FanOut, OutputSpec, PairSpec
+from .specs import AggregateRef, ComparisonSpec, Criterion, FanOut, OutputSpec, PairSpec
 
 
 class LLMJudgeRule(PromptedRule):
@@ -243,6 +243,9 @@ class ComparisonRule(CriteriaRule):
 
     kind: Literal["comparison"]
     pair: PairSpec = Field(default_factory=PairSpec)
+    comparison: ComparisonSpec = Field(
+        default_factory=ComparisonSpec, description="Which response the judge reads first"
+    )
     preference: OutputSpec = Field(
         description="The preference's scale and labels (verdict_field: the answer's field)"
     )

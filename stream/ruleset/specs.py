@@ -273,6 +273,21 @@ class PairSpec(Strict):
         return self
 
 
+class ComparisonSpec(Strict):
+    """Which response of a pair the judge reads first (issue 51, design record 52). Judges
+    prefer one position more often than the responses deserve; the published preference is
+    always stated for the variants (positive: the first variant, A), whichever slot it
+    filled."""
+
+    order: Literal["alternate", "both", "fixed"] = Field(
+        default="alternate",
+        description="alternate: a hash of the comparison key puts either variant first, half "
+        "of the pairs each way; both: each pair judged in both orders, a preference that "
+        "flips with the order published as a tie (details.position_inconsistent); fixed: "
+        "the first variant always first (Response A)",
+    )
+
+
 class Criterion(Strict):
     """One criterion of a rubric: the judge answers every criterion in one call."""
 

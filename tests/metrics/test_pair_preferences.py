@@ -10,14 +10,13 @@ from typing import Any
 
 import orjson
 import pytest
-from fixtures import RULES_DIR, as_trace, scorer
+from fixtures import as_trace, critique_rules, scorer
 from prometheus_client import CollectorRegistry
 from scripted_judge import MockJudge
 
 from stream.agreement.preferences import pair_preference, preferred_side
 from stream.metrics import ProjectLabels, ScorerMetrics
 from stream.models import ScoreEvent
-from stream.ruleset.loader import load_rules
 from stream.ruleset.schema import ComparisonRule, RuleSet
 from stream.threads.processor import ThreadProcessor
 from stream.threads.router import ThreadRouter
@@ -28,7 +27,7 @@ WALL = 1_800_000_000.0
 
 @functools.cache
 def critique() -> RuleSet:
-    return load_rules(RULES_DIR, ["critique"])
+    return critique_rules("fixed")  # the judge's answers are scripted by slot
 
 
 def comparison() -> ComparisonRule:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import shutil
 from types import SimpleNamespace
 from typing import Any
 
 import orjson
 import pytest
-from fixtures import RULES_DIR, as_trace, scorer
+from fixtures import RULES_DIR, as_trace, critique_rules, scorer
 from prometheus_client import REGISTRY
 from scripted_judge import MockJudge
 from seed_rubrics import CRITIQUE_SEED, critique_dimensions, section
@@ -30,7 +31,7 @@ from stream.engine.prompt import render_prompt, resolve_variables
 from stream.engine.records import pair_records
 from stream.judge.criteria import comparison_schema
 from stream.models import ScoreEvent
-from stream.ruleset.loader import load_rule_file, load_rules
+from stream.ruleset.loader import load_rule_file
 from stream.ruleset.schema import ComparisonRule, RuleSet
 from stream.threads.events import ThreadEvent
 from stream.threads.processor import ThreadProcessor
@@ -55,7 +56,10 @@ def comparison_rule() -> ComparisonRule:
 
 @functools.cache
 def critique() -> RuleSet:
-    return load_rules(RULES_DIR, ["critique"])
+    """The comparison in the seed's own order (variant A read as Response A): these tests read
+    the prompt and the answer as the seed writes them; the other orders are
+    tests/engine/test_pair_order.py's."""
+    return critique_rules("fixed")
 
 
 def seed_text() -> str:
@@ -497,7 +501,6 @@ def test_a_pair_sampled_out_is_decided_so_with_or_without_its_partner() -> None:
 
 
 def test_na_when_is_refused_on_a_comparison(tmp_path: Any) -> None:
-    import shutil
 
     import yaml
 

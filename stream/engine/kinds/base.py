@@ -107,16 +107,16 @@ class JudgedKind(RuleKind):
 
     judged = True
 
-    def calls(self, rule: JudgedRule, values: dict[str, Any]) -> list[dict[str, Any]] | str:
+    def calls(self, rule: JudgedRule, found: Found) -> list[dict[str, Any]] | str:
         """The values of each judge call the rule makes, or why it makes none."""
-        return [values]
+        return [found.values]
 
     def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
         """Fill in what this kind's judge job needs beyond the prompt."""
 
     def plan(self, ctx: ScoringContext, plan: Plan, rule: AnyRule, found: Found) -> None:
         assert isinstance(rule, JudgedRule)
-        calls = self.calls(rule, found.values)
+        calls = self.calls(rule, found)
         if isinstance(calls, str):
             plan.outcomes.append(ctx.finish(rule, plan, Measured("skipped", calls)))
             return

@@ -1,20 +1,25 @@
 """Comparison rules: two responses (a pair's variants A and B) judged in one call, each
-rated per criterion as its rubric would be, and a preference between them."""
+rated per criterion as its rubric would be, and a preference between them; which variant the
+judge reads first is the rule's ``comparison.order`` (``pair_order``), and with ``both`` the
+pair is judged in each order (``both_orders``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...errors import MissingVariable
 from ...models import Outcome, ScoreEvent, utcnow
 from ...ruleset.aggregators import RubricScore
 from ...ruleset.schema import AnyRule, ComparisonRule
 from ..context import ScoringContext
 from ..outcomes import Measured, RuleOutcome, ScoreShape, Target, make_score
-from ..plan import JudgeJob, Plan
-from ..prompt import FittedPrompt
+from ..plan import JudgedRule, JudgeJob, Plan
+from ..prompt import FittedPrompt, resolve_variables
 from ..rubric import aggregated, criteria_input, measured_scores, stated_details
 from ..verdicts import ComparisonAnswers, Verdict
 from .base import Found, JudgedKind, job_details
+from .both_orders import judge_both_orders
+from .pair_order import BOTH, FIRST, SECOND, order_of, slot_variants, swapped, variant_preference
 
 PAIR_SLOTS = ("a", "b")  # a pair document's two traces: response A and response B
 PREFERENCE = "preference"  # the criterion of a comparison's preference score
@@ -31,19 +36,46 @@ class ComparisonKind(JudgedKind):
         spec = rule.preference
         return ScoreShape(PREFERENCE, spec.scale, spec.higher_is_better)
 
-    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
-        """Each response's trace, and its project (a canary may report to its own)."""
-        assert isinstance(job.rule, ComparisonRule)
-        labels = dict(zip(PAIR_SLOTS, job.rule.pair.variants, strict=True))
+    def calls(self, rule: JudgedRule, found: Found) -> list[dict[str, Any]] | str:
+        """The pair's variables as the rule's order shows it: as read (the first variant
+        first), read from the pair with its traces swapped, or both."""
+        assert isinstance(rule, ComparisonRule)
         document = found.document
+        order = order_of(rule, str(document.get("comparison_id", "")))
+        if order == FIRST:
+            return [found.values]
+        try:
+            turned = resolve_variables(rule, swapped(document), [])
+        except MissingVariable as exc:
+            return f"{exc} (the pair shown the other way round)"
+        return [turned] if order == SECOND else [found.values, turned]
+
+    def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
+        """Each prompt slot's trace, and its project (a canary may report to its own), in the
+        order the judge reads them; with both orders, the two prompts (``items``)."""
+        rule = job.rule
+        assert isinstance(rule, ComparisonRule)
+        document = found.document
+        job.order = order_of(rule, str(document.get("comparison_id", "")))
+        first = SECOND if job.order == SECOND else FIRST  # both: the first prompt's order
+        labels = slot_variants(rule, first)
         traces = document.get("variants", {})
+        held = dict(zip(rule.pair.variants, PAIR_SLOTS, strict=True))  # variant -> its slot
         job.members = {
             slot: (
                 traces[labels[slot]],
-                document[slot].get("project_name") or plan.target.project_name,
+                document[held[labels[slot]]].get("project_name") or plan.target.project_name,
             )
             for slot in PAIR_SLOTS
         }
+        if job.order == BOTH:
+            job.items = fitted
+
+    async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
+        """One judge call, or with both orders two, their verdicts made one (``both_orders``)."""
+        if job.order != BOTH:
+            return await super().run(ctx, job, plan)
+        return await judge_both_orders(self, ctx, job, plan)
 
     def conclude(
         self, ctx: ScoringContext, job: JudgeJob, plan: Plan, verdict: Verdict
@@ -56,11 +88,15 @@ class ComparisonKind(JudgedKind):
         now = utcnow()
         answer = verdict.answer
         assert isinstance(answer, ComparisonAnswers), "a comparison is answered as a pair"
-        variants = dict(zip(PAIR_SLOTS, rule.pair.variants, strict=True))
-        pair = {
+        first = SECOND if job.order == SECOND else FIRST
+        variants = slot_variants(rule, first)  # each prompt slot's variant
+        trace_of = {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS}
+        pair = {  # the variants in the rule's order, whichever was read first
             "comparison_id": plan.target.id,
-            "variants": {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS},
+            "variants": {name: trace_of[name] for name in rule.pair.variants},
+            "shown_first": variants["a"],
         }
+        own_slot = dict(zip(rule.pair.variants, PAIR_SLOTS, strict=True))
         extra: list[ScoreEvent] = []
         overall: dict[str, RubricScore | None] = {}
         for slot in PAIR_SLOTS:
@@ -72,7 +108,9 @@ class ComparisonKind(JudgedKind):
             primary = rule.aggregator.primary
             overall[slot] = next((r for r in results if r.name == primary), None)
             trace_id, project = job.members[slot]
-            target = Target(trace_id, project, f"{plan.target.score_key}/{slot}")
+            # a variant's ratings keep their ids whichever slot it was read in
+            key = f"{plan.target.score_key}/{own_slot[variants[slot]]}"
+            target = Target(trace_id, project, key)
             about = {"comparison_id": plan.target.id, "variant": variants[slot]}
             stated = stated_details(rule, answers)
             for shape, measured in measured_scores(rule, verdict, results, primary=""):
@@ -86,9 +124,9 @@ class ComparisonKind(JudgedKind):
             why = answer.preference_error or "the judge gave no preference"
             measured = Measured("error", why)
         else:
-            measured = Measured(
-                "ok", raw_value=preferred.raw_value, label=preferred.label, reason=preferred.reason
-            )
+            raw = variant_preference(preferred.raw_value, first)  # stated for the variants
+            label = preferred.label if first == FIRST else rule.preference.label_for(raw)
+            measured = Measured("ok", raw_value=raw, label=label, reason=preferred.reason)
             ranking = ranking_against_ratings(preferred.raw_value, overall, variants)
             if ranking is not None:
                 details.update(ranking)

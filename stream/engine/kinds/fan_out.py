@@ -24,8 +24,8 @@ class FanOutKind(JudgedKind):
     def handles(self, rule: AnyRule) -> bool:
         return isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
 
-    def calls(self, rule: JudgedRule, values: dict[str, Any]) -> list[dict[str, Any]] | str:
-        calls, _ = fan_out_values(rule, values)
+    def calls(self, rule: JudgedRule, found: Found) -> list[dict[str, Any]] | str:
+        calls, _ = fan_out_values(rule, found.values)
         if not calls:  # the list is empty
             assert isinstance(rule, LLMJudgeRule) and rule.fan_out is not None
             name = rule.fan_out.variable

@@ -1,0 +1,233 @@
+"""Which response of a pair the judge reads first (issue 51, ``comparison.order``): the shipped
+comparison rule (seed 001's prompt, unchanged) with each order, judged by the scripted judge
+over real pair closes. A content judge (it prefers variant B's answer wherever it reads it)
+and a position judge (it prefers whatever it reads first) tell the orders apart."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from fixtures import as_trace, critique_rules, scorer
+from scripted_judge import MockJudge
+
+from stream.models import ScoreEvent
+from stream.ruleset.schema import ComparisonRule, RuleSet
+from stream.threads.processor import ThreadProcessor
+from stream.threads.router import ThreadRouter
+from stream.threads.state import ThreadClose, ThreadLimits
+
+WALL = 1_800_000_000.0
+B_FIRST = "## Response A\n\nanswer of B"  # the prompt with variant B read as Response A
+A_FIRST = "## Response A\n\nanswer of A"
+
+
+def comparison(rules: RuleSet) -> ComparisonRule:
+    (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
+    return rule
+
+
+def pair_close(rules: RuleSet, key: str) -> ThreadClose:
+    processor = ThreadProcessor(
+        {}, gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
+        limits=ThreadLimits(), retention_s=3600.0,
+    )  # fmt: skip
+    router = ThreadRouter(rules)
+    closes: list[ThreadClose] = []
+    for variant in comparison(rules).pair.variants:
+        document = {
+            "id": f"{key}-{variant}",
+            "project_name": "code-assistant",
+            "input": {"messages": [{"role": "user", "content": "Reverse a string in Python."}]},
+            "output": {"messages": [{"role": "assistant", "content": f"answer of {variant}"}]},
+            "metadata": {"comparison_id": key, "variant": variant},
+        }
+        event = router.pair_from_trace(as_trace(document), document, "llm-traces", WALL)
+        assert event is not None
+        closes += processor.apply(0, event)
+    (close,) = closes
+    return close
+
+
+def answer(rules: RuleSet, preference: int, rated_a: int = 3, rated_b: int = 3) -> str:
+    """An answer about slots: ``preference`` favours Response A when positive."""
+
+    def rated(rating: int) -> dict[str, Any]:
+        overall = {3: "Excellent", 2: "Good", 1: "Poor"}[rating]
+        criteria = {
+            c.id: {"reason": "as scripted", "rating": rating} for c in comparison(rules).criteria
+        }
+        return {**criteria, "overall_quality": overall}
+
+    return orjson.dumps(
+        {
+            "prompt_summary": "reverse a string",
+            "response_a": rated(rated_a),
+            "response_b": rated(rated_b),
+            "preference": preference,
+            "justification": "as scripted",
+            "key_differentiators": ["none"],
+        }
+    ).decode()
+
+
+def judged(rules: RuleSet, keys: list[str], judge: str) -> tuple[dict[str, ScoreEvent], int]:
+    """Each pair's preference score, and how many judge calls were made. ``content``: B's
+    answer is preferred (+2 when read as Response A, -2 as B); ``position``: Response A is,
+    whatever it holds."""
+    with MockJudge() as server:
+        if judge == "content":
+            server.script(B_FIRST, answer(rules, 2, rated_a=3, rated_b=2))
+            server.script(A_FIRST, answer(rules, -2, rated_a=2, rated_b=3))
+        else:
+            server.script("", answer(rules, 2))
+        worker = scorer(server.base_url, rules)
+
+        async def all_pairs() -> list[ScoreEvent]:
+            results = [await worker.score_thread(pair_close(rules, key)) for key in keys]
+            return [s for r in results for s in r.scores]
+
+        scores = asyncio.run(all_pairs())
+        calls = len(server.requests)
+    preferences = {s.target_id: s for s in scores if s.criterion == "preference"}
+    return preferences, calls
+
+
+KEYS = [f"cmp-{n}" for n in range(40)]
+
+
+def test_fixed_reads_the_first_variant_first_as_the_seed_does() -> None:
+    rules = critique_rules("fixed")
+    found, calls = judged(rules, KEYS[:6], "content")
+    assert calls == 6
+    assert {s.details["shown_first"] for s in found.values()} == {"A"}  # type: ignore[index]
+    assert {s.raw_value for s in found.values()} == {-2}
+
+
+def test_alternate_shows_each_variant_first_in_half_the_pairs_and_states_the_variants() -> None:
+    rules = critique_rules("alternate")
+    found, calls = judged(rules, KEYS, "content")
+    assert calls == len(KEYS)  # one call a pair
+    first = [s.details["shown_first"] for s in found.values()]  # type: ignore[index]
+    assert 12 <= first.count("B") <= 28 and set(first) == {"A", "B"}
+    for score in found.values():
+        # B preferred whichever slot it filled: the published preference is the variants'
+        assert (score.raw_value, score.label) == (-2, "Response B is significantly better")
+        assert list(score.details["variants"]) == ["A", "B"]  # type: ignore[index]
+        assert score.details["ranking_contradicts_ratings"] is False  # type: ignore[index]
+    # the same pair is shown the same way on every delivery
+    again, _ = judged(rules, KEYS[:8], "content")
+    assert [again[k].details["shown_first"] for k in KEYS[:8]] == first[:8]  # type: ignore[index]
+
+
+def test_alternate_turns_a_position_judges_habit_into_a_coin_flip() -> None:
+    """A judge that prefers Response A whatever it holds: fixed reads it as A always winning;
+    alternate publishes A for the pairs shown A first and B for the others."""
+    fixed, _ = judged(critique_rules("fixed"), KEYS, "position")
+    assert {s.raw_value for s in fixed.values()} == {2}
+    alternate, _ = judged(critique_rules("alternate"), KEYS, "position")
+    for score in alternate.values():
+        shown = score.details["shown_first"]  # type: ignore[index]
+        assert score.raw_value == (2 if shown == "A" else -2)
+
+
+def test_a_variants_ratings_keep_their_target_and_ids_whichever_slot_it_filled() -> None:
+    def ratings(order: str) -> dict[str, ScoreEvent]:
+        rules = critique_rules(order)
+        with MockJudge() as server:
+            server.script(B_FIRST, answer(rules, 2, rated_a=3, rated_b=2))
+            server.script(A_FIRST, answer(rules, -2, rated_a=2, rated_b=3))
+            worker = scorer(server.base_url, rules)
+
+            async def all_pairs() -> list[ScoreEvent]:
+                results = [await worker.score_thread(pair_close(rules, k)) for k in KEYS[:10]]
+                return [s for r in results for s in r.scores]
+
+            scores = asyncio.run(all_pairs())
+        return {f"{s.target_id}/{s.criterion}": s for s in scores if s.criterion != "preference"}
+
+    fixed, alternate = ratings("fixed"), ratings("alternate")
+    assert fixed.keys() == alternate.keys()
+    for name, score in alternate.items():
+        assert score.score_id == fixed[name].score_id  # the same ids, read in either slot
+        assert score.raw_value == fixed[name].raw_value  # B's answer rated 3, A's 2
+        assert score.details["variant"] == name.split("/")[0][-1]  # type: ignore[index]
+
+
+def test_both_publishes_a_preference_that_survives_the_swap() -> None:
+    rules = critique_rules("both")
+    found, calls = judged(rules, KEYS[:5], "content")
+    assert calls == 10  # two calls a pair
+    for score in found.values():
+        assert score.raw_value == -2
+        assert score.details["position_inconsistent"] is False  # type: ignore[index]
+        assert score.details["orders"] == {"A_first": -2, "B_first": -2}  # type: ignore[index]
+        assert score.usage is not None and score.usage.prompt_tokens > 0
+
+
+def test_both_publishes_a_tie_when_the_preference_flips_with_the_order() -> None:
+    rules = critique_rules("both")
+    found, _ = judged(rules, KEYS[:5], "position")
+    for score in found.values():
+        assert (score.raw_value, score.status) == (0, "ok")
+        assert score.label == "Responses are roughly equivalent (no meaningful difference)"
+        assert score.details["position_inconsistent"] is True  # type: ignore[index]
+        assert score.details["orders"] == {"A_first": 2, "B_first": -2}  # type: ignore[index]
+        assert "flipped with the order" in (score.reason or "")
+
+
+@pytest.mark.parametrize("order", ["alternate", "both", "fixed"])
+def test_the_order_is_a_rule_setting_and_alternate_its_default(order: str) -> None:
+    assert comparison(critique_rules(order)).comparison.order == order
+    from fixtures import RULES_DIR
+
+    from stream.ruleset.loader import load_rules
+
+    shipped = comparison(load_rules(RULES_DIR, ["critique"]))
+    assert shipped.comparison.order == "alternate"
+
+
+@pytest.mark.parametrize("order", ["alternate", "both"])
+def test_a_pair_deferred_to_a_batch_keeps_its_order(order: str) -> None:
+    """A comparison in ``judge.mode: batch``: its job is kept with the order it was planned in
+    (and both prompts with ``both``), and the batch's answers conclude it as a live call."""
+    from test_deferred import FakeDeferrer, batched, client_of
+
+    from stream.engine.batch_entry import Deferred
+    from stream.engine.deferred import finish_deferred
+    from stream.engine.plan import JudgedRule
+
+    rule = batched(comparison(critique_rules(order)))
+    rules = RuleSet([rule], f"batched-{order}")
+    key = next(k for k in KEYS if order == "both" or (order == "alternate" and _b_first(rule, k)))
+    with MockJudge() as server:
+        server.script(B_FIRST, answer(rules, 2))
+        server.script(A_FIRST, answer(rules, -2))
+        client = client_of(server)
+
+        async def run() -> Any:
+            worker = scorer(server.base_url, rules)
+            deferrer = FakeDeferrer()
+            worker.context.deferrer = deferrer
+            result = await worker.score_thread(pair_close(rules, key))
+            assert [s for s in result.scores if s.criterion == "preference"] == []
+            kept = Deferred.decode(deferrer.kept[0].encode())
+            assert len(kept.prompts()) == (2 if order == "both" else 1)
+            assert isinstance(rule, JudgedRule)
+            try:
+                return await finish_deferred(worker.context, kept, rule, client)
+            finally:
+                await client.close()
+
+        outcome = asyncio.run(run())
+    assert outcome.score is not None and outcome.score.raw_value == -2
+    shown = outcome.score.details["shown_first"]  # type: ignore[index]
+    assert shown == ("A" if order == "both" else "B")
+
+
+def _b_first(rule: ComparisonRule, key: str) -> bool:
+    from stream.engine.kinds.pair_order import SECOND, order_of
+
+    return order_of(rule, key) == SECOND
