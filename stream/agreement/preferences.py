@@ -1,6 +1,8 @@
 """What a published comparison preference says of its pair: which variant was response A,
-which was B, and which one the judge preferred (``a``, ``b`` or ``tie``), read from the score
-event the comparison kind publishes (``stream/engine/kinds/comparison.py``)."""
+which was B, and which one the judge preferred (``a``, ``b`` or ``tie``; ``inconsistent``: a pair
+judged in both orders whose preference flipped with the order, published as a tie but no
+verdict on the responses, left out of the win rate), read from the score event the comparison
+kind publishes (``stream/engine/kinds/comparison.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Literal
 from ..engine.kinds.comparison import PREFERENCE
 from ..models import ScoreEvent
 
-Preferred = Literal["a", "b", "tie"]
-PREFERRED_SIDES: tuple[Preferred, ...] = ("a", "b", "tie")
+Preferred = Literal["a", "b", "tie", "inconsistent"]
+PREFERRED_SIDES: tuple[Preferred, ...] = ("a", "b", "tie", "inconsistent")
 
 
 @dataclass(frozen=True)
@@ -59,5 +61,9 @@ def pair_preference(score: ScoreEvent) -> PairPreference | None:
         project=score.project_name,
         variant_a=variant_a,
         variant_b=variant_b,
-        preferred=preferred_side(score.raw_value),
+        preferred=(
+            "inconsistent"
+            if (score.details or {}).get("position_inconsistent") is True
+            else preferred_side(score.raw_value)
+        ),
     )

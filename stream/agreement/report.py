@@ -53,6 +53,7 @@ class WinRate:
     b_wins: int
     a_wins: int
     ties: int
+    inconsistent: int = 0  # judged in both orders, flipped with the order: not in the rate
 
     @property
     def estimate(self) -> Estimate:
@@ -94,6 +95,7 @@ class Report:
                 "b_wins": w.b_wins,
                 "a_wins": w.a_wins,
                 "ties": w.ties,
+                "position_inconsistent": w.inconsistent,
                 "win_rate_b": _estimate(w.estimate),
             }
             for w in self.win_rates
@@ -130,7 +132,9 @@ class Report:
             out.append(
                 f"{w.rule} [{w.project}] {w.variant_b} over {w.variant_a}: win rate "
                 f"{_said(e)} over {e.count} pairs ({w.b_wins} won, {w.a_wins} lost, "
-                f"{w.ties} tied)"
+                f"{w.ties} tied"
+                + (f"; {w.inconsistent} flipped with the order, left out" if w.inconsistent else "")
+                + ")"
             )
         return out
 
@@ -190,12 +194,12 @@ def build(
         report.agreement[compared] = measure(compared.kind, found)
     report.cascades = cascade_curves(newest.values())
     report.spend = list(spend)
-    counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for p in preferences:
-        side = {"b": 0, "a": 1, "tie": 2}[p.preferred]
+        side = {"b": 0, "a": 1, "tie": 2, "inconsistent": 3}[p.preferred]
         counts[(p.rule, p.project, p.variant_a, p.variant_b)][side] += 1
     report.win_rates = [
-        WinRate(rule, project, a, b, wins[0], wins[1], wins[2])
+        WinRate(rule, project, a, b, wins[0], wins[1], wins[2], wins[3])
         for (rule, project, a, b), wins in sorted(counts.items())
     ]
     return report

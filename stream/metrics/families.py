@@ -48,7 +48,9 @@ class MetricFamilies:
         self.pair_preferences = counter(
             "pair_preferences",
             "Comparison preferences published ok (a rule's own, not a shadow's), by the side "
-            "preferred: a, b or tie (the ranking's 0); B's win rate counts a tie as half a win",
+            "preferred: a, b, tie (the ranking's 0) or inconsistent (judged in both orders, the "
+            "preference flipped with the order: left out of the win rate); B's win rate counts "
+            "a tie as half a win",
             ("rule", "pack", "project", "variant_a", "variant_b", "preferred"),
         )
         # ``criterion``: which score of a rubric rule ("" for one-score rules); a closed set,

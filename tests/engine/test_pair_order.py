@@ -231,3 +231,34 @@ def _b_first(rule: ComparisonRule, key: str) -> bool:
     from stream.engine.kinds.pair_order import SECOND, order_of
 
     return order_of(rule, key) == SECOND
+
+
+def test_a_preference_that_flipped_is_counted_apart_and_left_out_of_the_win_rate() -> None:
+    """Both orders, a judge whose habit is the first slot: every pair a tie that says so. The
+    metric counts it as ``inconsistent`` (0 ties), and ``scorer agreement``'s win rate has
+    no pair to rate; the content judge's pairs rate B's wins as they are."""
+    from prometheus_client import CollectorRegistry
+
+    from stream.agreement.preferences import pair_preference
+    from stream.agreement.report import build
+    from stream.metrics import ScorerMetrics
+
+    rules = critique_rules("both")
+    flipped, _ = judged(rules, KEYS[:4], "position")
+    agreed, _ = judged(rules, KEYS[4:10], "content")
+    metrics = ScorerMetrics(CollectorRegistry())
+    for score in [*flipped.values(), *agreed.values()]:
+        metrics.on_score_published(score)
+    labels = {"rule": "response_comparison", "pack": "critique", "project": "code-assistant",
+              "variant_a": "A", "variant_b": "B"}  # fmt: skip
+
+    def counted(preferred: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "scorer_pair_preferences_total", {**labels, "preferred": preferred}
+        )
+
+    assert (counted("inconsistent"), counted("tie"), counted("b"), counted("a")) == (4, 0, 6, 0)
+    preferences = [pair_preference(s) for s in [*flipped.values(), *agreed.values()]]
+    [rate] = build([], [p for p in preferences if p is not None]).win_rates
+    assert (rate.b_wins, rate.ties, rate.inconsistent) == (6, 0, 4)
+    assert rate.estimate.count == 6 and rate.estimate.value == 1.0
