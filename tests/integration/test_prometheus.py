@@ -372,6 +372,8 @@ async def test_every_dashboard_and_alert_query_runs_on_a_real_prometheus(
         SCORER_BATCH_POLL_S="1",
         SCORER_LABELS_TOPIC=labels_topic,
         SCORER_AGREEMENT_TOPIC=f"agreement-{names.suffix}",
+        # a reference topic (made by the worker, empty): the references alert has its series
+        SCORER_REFERENCES_TOPIC=f"references-{names.suffix}",
     ).start()
     workers.append(worker)
     prometheus = prometheus_for(worker.port)

@@ -91,6 +91,7 @@ async def crash_then_resume(
     return tally, again, before_crash
 
 
+@pytest.mark.slow  # a sink's crash and restart end to end, ~33 s (make test-slow)
 async def test_langfuse_sink_posts_each_score_once_and_again_after_a_crash(
     broker: EmbeddedBroker, names: Names, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,6 +132,7 @@ async def test_langfuse_sink_posts_each_score_once_and_again_after_a_crash(
         assert double.scores[labelled.score_id]["dataType"] == "CATEGORICAL"
 
 
+@pytest.mark.slow  # a sink's crash and restart end to end, ~33 s (make test-slow)
 async def test_opik_sink_posts_trace_and_thread_scores_and_again_after_a_crash(
     broker: EmbeddedBroker, names: Names, monkeypatch: pytest.MonkeyPatch
 ) -> None:
