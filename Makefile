@@ -41,6 +41,11 @@ test: install tools
 test-fast: install
 	$(BIN)/pytest -q -m "not integration"
 
+# the tests of the tests (the alert rules' mutations), the long end-to-end examples and the
+# sinks' crash runs, kept out of make test (docs/testing.md)
+test-slow: install tools
+	$(BIN)/pytest -q -m slow
+
 # the chaos runs (bench/chaos.py, a short one) and the three-worker hand-over: see
 # docs/limitations.md for the embedded broker's group defect they meet now and then
 test-chaos: install
