@@ -94,6 +94,13 @@ class Observer:
         """A comparison's preference favoured the response its ratings put strictly lower
         (flagged on the preference score, its value kept)."""
 
+    def on_pair_order(
+        self, rule: str, pack: str, model: str, slots: list[str], flipped: bool
+    ) -> None:
+        """A pair was judged in both orders (``comparison.order: both``, or its audit share):
+        each call's preference by slot (``first``, ``second``, ``neither``), and whether the
+        preference flipped with the order (the judge's position, not the responses)."""
+
     def on_pair_preference(
         self, rule: str, pack: str, project: str, variant_a: str, variant_b: str, preferred: str
     ) -> None:

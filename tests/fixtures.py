@@ -50,14 +50,16 @@ def fretcoach_rules() -> RuleSet:
     return load_rules(RULES_DIR, ["fretcoach"])
 
 
-def critique_rules(order: str = "fixed") -> RuleSet:
-    """The critique pack with its comparison's ``comparison.order`` set (``fixed``: variant A
-    read as Response A, the seed's own order, as tests that script a judge's answer by slot
-    expect it; the shipped default, ``alternate``, swaps half of the pairs)."""
+def critique_rules(order: str = "fixed", audit: float = 0.0) -> RuleSet:
+    """The critique pack with its comparison's ``comparison.order`` and ``audit`` set
+    (``fixed``: variant A read as Response A, the seed's own order, as tests that script a
+    judge's answer by slot expect it; the shipped default, ``alternate``, swaps half of the
+    pairs; ``audit`` 0: no pair judged in the other order too, one call a pair)."""
     folder = Path(tempfile.mkdtemp(prefix=f"critique-{order}-")) / "critique"
     shutil.copytree(RULES_DIR / "critique", folder)
     rule_file = folder / "response_comparison.yaml"
-    rule_file.write_text(rule_file.read_text() + f"comparison: {{order: {order}}}\n")
+    setting = f"comparison: {{order: {order}, audit: {audit}}}\n"
+    rule_file.write_text(rule_file.read_text() + setting)
     return load_rules(folder.parent, ["critique"])
 
 

@@ -8,6 +8,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from .canary import CanaryMetrics
 from .pacing import PREFIX, JudgePacing
+from .pair_order import PairOrderMetrics
 from .tools import ToolCallMetrics
 
 
@@ -269,6 +270,7 @@ class MetricFamilies:
         registry.register(self.judge_pacing)
         self.canary = CanaryMetrics(registry)  # the judge canary's (design record 47)
         self.tool_calls = ToolCallMetrics(registry)  # tool-call scores by tool (issue 50)
+        self.pair_order = PairOrderMetrics(registry)  # the judge's position (issue 51)
         self.budget_used = gauge(
             "judge_budget_used_ratio",
             "Share of each spend budget (SCORER_JUDGE_BUDGETS) used in its current window; "
@@ -382,3 +384,9 @@ class MetricFamilies:
             "reloaded, invalid (the running set stays), needs_restart (the running set stays)",
             ("outcome",),
         )
+
+    def on_pair_order(
+        self, rule: str, pack: str, model: str, slots: list[str], flipped: bool
+    ) -> None:
+        """A pair judged in both orders (the observer hook, counted here)."""
+        self.pair_order.judged(rule, pack, model, slots, flipped)

@@ -286,6 +286,14 @@ class ComparisonSpec(Strict):
         "flips with the order published as a tie (details.position_inconsistent); fixed: "
         "the first variant always first (Response A)",
     )
+    audit: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="Share of pairs also judged in the other order, whatever the order, to "
+        "measure the judge's position preference (one more judge call each; the published "
+        "preference is the order's own); with order: both every pair is",
+    )
 
 
 class Criterion(Strict):

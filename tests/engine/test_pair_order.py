@@ -186,7 +186,7 @@ def test_the_order_is_a_rule_setting_and_alternate_its_default(order: str) -> No
     from stream.ruleset.loader import load_rules
 
     shipped = comparison(load_rules(RULES_DIR, ["critique"]))
-    assert shipped.comparison.order == "alternate"
+    assert (shipped.comparison.order, shipped.comparison.audit) == ("alternate", 0.1)
 
 
 @pytest.mark.parametrize("order", ["alternate", "both"])
@@ -262,3 +262,55 @@ def test_a_preference_that_flipped_is_counted_apart_and_left_out_of_the_win_rate
     [rate] = build([], [p for p in preferences if p is not None]).win_rates
     assert (rate.b_wins, rate.ties, rate.inconsistent) == (6, 0, 4)
     assert rate.estimate.count == 6 and rate.estimate.value == 1.0
+
+
+def test_an_audited_pair_publishes_its_own_order_and_measures_the_other() -> None:
+    """``comparison.audit`` 1: every pair is also judged the other way round. The published
+    preference is the order's own (a position judge's habit stays in it), ``details.audit``
+    holds both orders', and the metrics count each pair's flip and each call's slot."""
+    from prometheus_client import CollectorRegistry
+
+    from stream.metrics import ScorerMetrics
+
+    rules = critique_rules("alternate", audit=1.0)
+    with MockJudge() as server:
+        server.script("", answer(rules, 2))  # Response A, whatever it holds
+        metrics = ScorerMetrics(CollectorRegistry())
+        worker = scorer(server.base_url, rules)
+        worker.context.observer = metrics
+
+        async def all_pairs() -> list[ScoreEvent]:
+            results = [await worker.score_thread(pair_close(rules, key)) for key in KEYS[:10]]
+            return [s for r in results for s in r.scores]
+
+        scores = asyncio.run(all_pairs())
+        calls = len(server.requests)
+    assert calls == 20  # two a pair
+    for score in (s for s in scores if s.criterion == "preference"):
+        shown = score.details["shown_first"]  # type: ignore[index]
+        assert score.raw_value == (2 if shown == "A" else -2)  # its own order's
+        assert score.details["audit"] == {  # type: ignore[index]
+            "orders": {"A_first": 2, "B_first": -2},
+            "position_inconsistent": True,
+        }
+    labels = {"rule": "response_comparison", "pack": "critique", "model": "gpt-4o-mini"}
+
+    def sample(name: str, **more: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {**labels, **more})
+
+    assert sample("scorer_pair_order_audits_total", outcome="flipped") == 10
+    assert sample("scorer_pair_order_audits_total", outcome="consistent") == 0
+    assert sample("scorer_pair_slot_verdicts_total", slot="first") == 20
+    assert sample("scorer_pair_slot_verdicts_total", slot="second") == 0
+
+
+def test_the_audit_share_is_a_hashed_share_of_the_pairs() -> None:
+    from stream.engine.kinds.pair_order import AUDITED, order_of
+
+    rule = comparison(critique_rules("alternate", audit=0.25))
+    orders = [order_of(rule, f"cmp-{n}") for n in range(400)]
+    audited = sum(order.endswith(AUDITED) for order in orders)
+    assert 70 <= audited <= 130
+    assert orders == [order_of(rule, f"cmp-{n}") for n in range(400)]  # the same every time
+    shipped = comparison(critique_rules("fixed", audit=0.1)).comparison
+    assert (shipped.order, shipped.audit) == ("fixed", 0.1)

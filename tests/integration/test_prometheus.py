@@ -253,8 +253,9 @@ def batches() -> Iterator[BatchDouble]:
 
 def with_a_batch_rule(rules: Path) -> Path:
     """The shipped packs, with one FretCoach rule judged in batches submitted after a second
-    (judge.mode: batch), one held to human labels and judged in a cascade, so the batch,
-    agreement and cascade panels and alerts have series."""
+    (judge.mode: batch), one held to human labels and judged in a cascade, and the comparison
+    audited on every pair, so the batch, agreement, cascade and position panels and alerts
+    have series."""
     shutil.copytree(REPO / "rules", rules, ignore=shutil.ignore_patterns("__pycache__"))
     path = rules / "fretcoach" / "hub_answer_correctness.yaml"
     text = path.read_text()
@@ -281,6 +282,14 @@ def with_a_batch_rule(rules: Path) -> Path:
     assert judge in text
     bound = "agreement: {measure: spearman, threshold: 0.5, min_labels: 50}\n"
     path.write_text(text.replace(judge, bound + judge))
+    # the comparison judges every pair in the other order too (its audit share: the judge's
+    # position-preference series), each round's pair asked again (a verdict from the cache
+    # was counted when it was made)
+    path = rules / "critique" / "response_comparison.yaml"
+    text = path.read_text()
+    assert judge in text
+    text = text.replace(judge, judge + "  cache: false\n")
+    path.write_text(text + "comparison: {order: alternate, audit: 1.0}\n")
     return rules
 
 

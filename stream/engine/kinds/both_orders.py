@@ -1,8 +1,12 @@
-"""A comparison judged in both orders (``comparison.order: both``, issue 51, design record 52).
+"""A comparison judged in both orders (``comparison.order: both``, or a pair of the audit
+share, ``comparison.audit``; issue 51, design record 52).
 
-The pair is judged twice, concurrently: with its first variant read as Response A, and with
-its second. Each preference is turned into the variants' terms (``pair_order``); the two
-agree when they favour the same variant, or both call the responses equivalent. Published:
+The pair is judged twice, concurrently: in its own order, and the other way round. Each
+preference is turned into the variants' terms (``pair_order``); the two agree when they
+favour the same variant, or both call the responses equivalent. Every such pair is reported
+to the observer (each call's verdict by slot, and whether the preference flipped): the
+measure of the judge's position preference. An audited pair publishes its own order's
+preference, the other order's in ``details.audit``. With ``both``, published:
 
 - agreeing, the milder of the two (the one nearer 0: the judge said at least that much in
   both orders), with its reason;
@@ -30,7 +34,7 @@ from ..outcomes import RuleOutcome
 from ..plan import JudgeJob, Plan
 from ..verdicts import ComparisonAnswers, ParsedAnswer, Verdict
 from .base import judge_failed, mark_cached
-from .pair_order import FIRST, SECOND, slot_variants, variant_preference
+from .pair_order import BOTH, FIRST, SECOND, shown_first, slot_variants, variant_preference
 
 if TYPE_CHECKING:
     from .comparison import ComparisonKind
@@ -39,8 +43,8 @@ if TYPE_CHECKING:
 async def judge_both_orders(
     kind: ComparisonKind, ctx: ScoringContext, job: JudgeJob, plan: Plan
 ) -> RuleOutcome:
-    """The pair's two calls (``job.items``: the first variant first, then the second) made
-    one outcome (see the module's docstring)."""
+    """The pair's two calls (``job.items``: its own order's, then the other's) made one
+    outcome (see the module's docstring)."""
     assert ctx.judge is not None
     rule = job.rule
     assert isinstance(rule, ComparisonRule)
@@ -59,37 +63,52 @@ async def judge_both_orders(
             return ctx.finish(rule, plan, failed, utcnow())
         if isinstance(answer, BaseException):
             raise answer
-    first, second = verdicts
-    combined, orders, consistent = _combined(rule, first, second)
+    own, other = verdicts
+    first = shown_first(job.order)
+    combined, orders, consistent = _combined(rule, own, other, first)
+    given = [v.answer for v in verdicts if isinstance(v.answer, ComparisonAnswers)]
+    slots = [_slot(a.preference.raw_value) for a in given if a.preference is not None]
+    if len(slots) == 2 and not own.cached:  # a verdict from the cache was counted when made
+        ctx.observer.on_pair_order(rule.id, rule.pack, own.model, slots, not consistent)
+    audited = job.order != BOTH
     verdict = Verdict(
-        combined,
-        first.model,
-        max(first.latency_ms, second.latency_ms),
+        own.answer if audited else combined,
+        own.model,
+        max(own.latency_ms, other.latency_ms),
         usage,
-        first.attempts + second.attempts,
-        cached=first.cached and second.cached,
+        own.attempts + other.attempts,
+        cached=own.cached and other.cached,
     )
     outcome = kind.conclude(ctx, job, plan, verdict)
     if outcome.score is not None and outcome.score.status == "ok":
         said: dict[str, Any] = {"orders": orders, "position_inconsistent": not consistent}
-        outcome.score.details = {**(outcome.score.details or {}), **said}
+        extra = {"audit": said} if audited else said
+        outcome.score.details = {**(outcome.score.details or {}), **extra}
     if verdict.cached:
         mark_cached(outcome)
     return outcome
 
 
+def _slot(raw: float) -> str:
+    """Which slot a slot-stated preference favours: ``first``, ``second`` or ``neither``."""
+    return "first" if raw > 0 else "second" if raw < 0 else "neither"
+
+
 def _combined(
-    rule: ComparisonRule, first: Verdict, second: Verdict
+    rule: ComparisonRule, own: Verdict, other: Verdict, first: str
 ) -> tuple[ComparisonAnswers, dict[str, float | None], bool]:
-    """The first order's answer with the preference both orders support, the two
-    preferences by the variant read first, and whether they agree."""
-    one, two = first.answer, second.answer
+    """The own order's answer (``first``: the slot its call read first) with the preference
+    both orders support, the two preferences by the variant read first, and whether they
+    agree."""
+    one, two = own.answer, other.answer
     assert isinstance(one, ComparisonAnswers) and isinstance(two, ComparisonAnswers)
-    names = (slot_variants(rule, FIRST)["a"], slot_variants(rule, SECOND)["a"])
+    then = SECOND if first == FIRST else FIRST
+    names = (slot_variants(rule, first)["a"], slot_variants(rule, then)["a"])
     p1, p2 = one.preference, two.preference
-    r1 = variant_preference(p1.raw_value, FIRST) if p1 is not None else None
-    r2 = variant_preference(p2.raw_value, SECOND) if p2 is not None else None
+    r1 = variant_preference(p1.raw_value, first) if p1 is not None else None
+    r2 = variant_preference(p2.raw_value, then) if p2 is not None else None
     orders = {f"{names[0]}_first": r1, f"{names[1]}_first": r2}
+    orders = {f"{name}_first": orders[f"{name}_first"] for name in rule.pair.variants}
     if p1 is None or p2 is None or r1 is None or r2 is None:
         missing = names[0] if p1 is None else names[1]
         error = (one.preference_error if p1 is None else two.preference_error) or "none given"

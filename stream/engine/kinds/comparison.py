@@ -19,7 +19,16 @@ from ..rubric import aggregated, criteria_input, measured_scores, stated_details
 from ..verdicts import ComparisonAnswers, Verdict
 from .base import Found, JudgedKind, job_details
 from .both_orders import judge_both_orders
-from .pair_order import BOTH, FIRST, SECOND, order_of, slot_variants, swapped, variant_preference
+from .pair_order import (
+    FIRST,
+    SECOND,
+    in_both_orders,
+    order_of,
+    shown_first,
+    slot_variants,
+    swapped,
+    variant_preference,
+)
 
 PAIR_SLOTS = ("a", "b")  # a pair document's two traces: response A and response B
 PREFERENCE = "preference"  # the criterion of a comparison's preference score
@@ -48,7 +57,10 @@ class ComparisonKind(JudgedKind):
             turned = resolve_variables(rule, swapped(document), [])
         except MissingVariable as exc:
             return f"{exc} (the pair shown the other way round)"
-        return [turned] if order == SECOND else [found.values, turned]
+        if not in_both_orders(order):
+            return [turned]
+        # the published order's call first, then the other order's
+        return [turned, found.values] if shown_first(order) == SECOND else [found.values, turned]
 
     def prepare(self, job: JudgeJob, plan: Plan, found: Found, fitted: list[FittedPrompt]) -> None:
         """Each prompt slot's trace, and its project (a canary may report to its own), in the
@@ -57,8 +69,7 @@ class ComparisonKind(JudgedKind):
         assert isinstance(rule, ComparisonRule)
         document = found.document
         job.order = order_of(rule, str(document.get("comparison_id", "")))
-        first = SECOND if job.order == SECOND else FIRST  # both: the first prompt's order
-        labels = slot_variants(rule, first)
+        labels = slot_variants(rule, shown_first(job.order))
         traces = document.get("variants", {})
         held = dict(zip(rule.pair.variants, PAIR_SLOTS, strict=True))  # variant -> its slot
         job.members = {
@@ -68,12 +79,12 @@ class ComparisonKind(JudgedKind):
             )
             for slot in PAIR_SLOTS
         }
-        if job.order == BOTH:
+        if in_both_orders(job.order):
             job.items = fitted
 
     async def run(self, ctx: ScoringContext, job: JudgeJob, plan: Plan) -> RuleOutcome:
-        """One judge call, or with both orders two, their verdicts made one (``both_orders``)."""
-        if job.order != BOTH:
+        """One judge call, or with both orders (or an audited pair) two (``both_orders``)."""
+        if not in_both_orders(job.order):
             return await super().run(ctx, job, plan)
         return await judge_both_orders(self, ctx, job, plan)
 
@@ -88,7 +99,7 @@ class ComparisonKind(JudgedKind):
         now = utcnow()
         answer = verdict.answer
         assert isinstance(answer, ComparisonAnswers), "a comparison is answered as a pair"
-        first = SECOND if job.order == SECOND else FIRST
+        first = shown_first(job.order)
         variants = slot_variants(rule, first)  # each prompt slot's variant
         trace_of = {variants[slot]: job.members[slot][0] for slot in PAIR_SLOTS}
         pair = {  # the variants in the rule's order, whichever was read first

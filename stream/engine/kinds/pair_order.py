@@ -23,17 +23,31 @@ from ...models import stable_fraction
 from ...ruleset.schema import ComparisonRule
 
 FIRST, SECOND, BOTH = "a", "b", "both"  # the first variant first, the second first, both orders
+AUDITED = "+audit"  # an order judged in the other order too, for the measure only
 
 
 def order_of(rule: ComparisonRule, pair_id: str) -> str:
     """How ``rule`` shows the pair ``pair_id``: ``a`` (its first variant first), ``b`` or
-    ``both``."""
-    mode = rule.comparison.order
-    if mode == "fixed":
-        return FIRST
-    if mode == "both":
+    ``both``; ``a+audit`` or ``b+audit`` for a pair of the audit share (``comparison.audit``,
+    by a hash of its own), judged in the other order too."""
+    spec = rule.comparison
+    if spec.order == "both":
         return BOTH
-    return SECOND if stable_fraction(rule.id, "order", pair_id) < 0.5 else FIRST
+    first = FIRST
+    if spec.order == "alternate" and stable_fraction(rule.id, "order", pair_id) < 0.5:
+        first = SECOND
+    audited = spec.audit >= 1.0 or stable_fraction(rule.id, "audit", pair_id) < spec.audit
+    return first + AUDITED if audited else first
+
+
+def shown_first(order: str | None) -> str:
+    """The variant slot read first in an order's published call (``a`` or ``b``)."""
+    return SECOND if order in (SECOND, SECOND + AUDITED) else FIRST  # "both": its first call
+
+
+def in_both_orders(order: str | None) -> bool:
+    """Whether a job with ``order`` is judged in both orders (``both``, or audited)."""
+    return order == BOTH or (order is not None and order.endswith(AUDITED))
 
 
 def swapped(document: dict[str, Any]) -> dict[str, Any]:
