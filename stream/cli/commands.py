@@ -96,6 +96,7 @@ def agreement(
 
     from ..agreement.canary_report import canary_lines, canary_summary
     from ..agreement.cascade_spend import cascade_spend
+    from ..agreement.position import audits_of
     from ..agreement.report import build, pairs_of, preferences_of
     from ..canary import canary_topic, rounds_of
     from ..kafka.io import check_cluster, read_all
@@ -115,9 +116,11 @@ def agreement(
     spend = cascade_spend(scores, after, rule, settings.judge_cost)
     report = build(pairs_of(joined, after, rule), preferences_of(scores, after, rule), spend)
     rounds = rounds_of(canary, after, rule)
+    audits = audits_of(scores, after, rule)  # the judge's position preference
     if as_json:
         document = {**report.as_dict(), "canary": canary_summary(rounds)}
+        document["position"] = [audit.as_dict() for audit in audits]
         typer.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
-    for line in [*report.lines(), *canary_lines(rounds)]:
+    for line in [*report.lines(), *(a.line() for a in audits), *canary_lines(rounds)]:
         console.print(line, highlight=False, markup=False)

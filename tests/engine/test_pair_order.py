@@ -314,3 +314,23 @@ def test_the_audit_share_is_a_hashed_share_of_the_pairs() -> None:
     assert orders == [order_of(rule, f"cmp-{n}") for n in range(400)]  # the same every time
     shipped = comparison(critique_rules("fixed", audit=0.1)).comparison
     assert (shipped.order, shipped.audit) == ("fixed", 0.1)
+
+
+def test_scorer_agreement_reports_the_judges_position_preference_from_the_scores() -> None:
+    """From the published preferences alone (the scores topic): an audited position judge's
+    pairs all flipped and all its verdicts favoured the first slot; a content judge judged in
+    both orders flipped none and favoured each slot alike."""
+    from stream.agreement.position import position_audits
+
+    audited, _ = judged(critique_rules("alternate", audit=1.0), KEYS[:10], "position")
+    both, _ = judged(critique_rules("both"), KEYS[10:18], "content")
+    [position] = position_audits(audited.values())
+    assert (position.pairs, position.flipped, position.first, position.second) == (10, 10, 20, 0)
+    assert position.flip_rate.value == 1.0 and position.first_slot.low > 0.8  # type: ignore[operator]
+    [content] = position_audits(both.values())
+    assert (content.pairs, content.flipped, content.first, content.second) == (8, 0, 8, 8)
+    assert content.first_slot.value == 0.5
+    assert "8 pairs, 0 flipped with the order" in content.line()
+    assert (
+        position_audits(judged(critique_rules("alternate"), KEYS[:3], "content")[0].values()) == []
+    )
