@@ -172,6 +172,30 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             "yet to tell (scorer:pair_win_rate_b:1h for the last hour).",
         ),
         graph(
+            "Judges' position preference (1d) with its 95 % interval (dashed)",
+            *(
+                Query(
+                    f'scorer:pair_{name}{end}:1d{{rule=~"$rule"}}',
+                    f"{{{{rule}}}} ({{{{model}}}}) {said}{tail}",
+                )
+                for name, said in (
+                    ("order_flip_rate", "flipped"),
+                    ("first_slot_share", "first slot"),
+                )
+                for end, tail in (("", ""), ("_low", " low"), ("_high", " high"))
+            ),
+            **SHARE,
+            thresholds=[(None, "green"), (0.5, "orange")],
+            dashed=".* (low|high)$",
+            description="From the comparisons judged in both orders (comparison.order: both, "
+            "and each rule's audit share): the share of pairs whose preference flipped with "
+            "the order (the judge followed the position, not the responses), and the first "
+            "slot's share of their verdicts (0.5: no preference for a position), per rule and "
+            "judge model, with Wilson 95 % intervals. A first-slot interval above 0.5 is a "
+            "judge that prefers Response A: comparison.order alternate keeps it from favouring "
+            "a variant, both keeps it out of the win rate (design record 52).",
+        ),
+        graph(
             "Judge agreement with human labels (1d)",
             Query(
                 'max by (rule, model, measure) (scorer_judge_agreement{rule=~"$rule", '
