@@ -65,16 +65,12 @@ from stream.judge.contract import answer_contract
 from stream.metrics import ScorerMetrics
 from stream.models import ScoreEvent, TokenUsage
 from stream.ruleset.schema import ComparisonRule, PromptedRule, RuleSet
-from stream.threads.processor import ThreadProcessor
-from stream.threads.router import ThreadRouter
-from stream.threads.state import ThreadClose, ThreadLimits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fixtures import as_trace, critique_rules, settings
+from fixtures import critique_rules, pair_closes, settings
 from scripted_judge import MockJudge
 
 ORDERS = ("fixed", "alternate", "both")
-WALL = 1_800_000_000.0
 MODEL = "bench-judge"
 SLOT_A = re.compile(r"## Response A\s+answer of (\S+)-([AB])\b")
 
@@ -171,31 +167,6 @@ def comparison(rules: RuleSet) -> ComparisonRule:
     return rule
 
 
-def pair_closes(rules: RuleSet, keys: list[str]) -> list[ThreadClose]:
-    """Each key's pair close: its two traces (``answer of <key>-<variant>``) through the
-    router and the thread processor, as a worker receives them."""
-    processor = ThreadProcessor(
-        {}, gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
-        limits=ThreadLimits(), retention_s=3600.0,
-    )  # fmt: skip
-    router = ThreadRouter(rules)
-    closes: list[ThreadClose] = []
-    for key in keys:
-        for variant in comparison(rules).pair.variants:
-            document = {
-                "id": f"{key}-{variant}",
-                "project_name": "code-assistant",
-                "input": {"messages": [{"role": "user", "content": "Reverse a string."}]},
-                "output": {"messages": [{"role": "assistant", "content": f"answer of {key}-{variant}"}]},
-                "metadata": {"comparison_id": key, "variant": variant},
-            }  # fmt: skip
-            event = router.pair_from_trace(as_trace(document), document, "llm-traces", WALL)
-            assert event is not None
-            closes += processor.apply(0, event)
-    assert len(closes) == len(keys)
-    return closes
-
-
 @dataclass
 class Tally:
     """One order's figures over the runs."""
@@ -228,7 +199,10 @@ async def run_order(
 ) -> None:
     before = counter(metrics.registry, "scorer_pair_order_audits_total", "outcome")
     slots_before = counter(metrics.registry, "scorer_pair_slot_verdicts_total", "slot")
-    results = await asyncio.gather(*(worker.score_thread(c) for c in pair_closes(rules, keys)))
+    closes = pair_closes(  # each pair's answers name it: the scripted judge replies by pair
+        rules, keys, question="Reverse a string.", answer=lambda key, v: f"answer of {key}-{v}"
+    )
+    results = await asyncio.gather(*(worker.score_thread(c) for c in closes))
     scores: list[ScoreEvent] = [s for r in results for s in r.scores if s.criterion == "preference"]
     tally.errors += sum(1 for s in scores if s.status != "ok")
     preferences = [p for p in map(pair_preference, scores) if p is not None]

@@ -6,6 +6,7 @@ import copy
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,11 @@ from stream.judge.client import JudgeClient
 from stream.metrics import ScorerMetrics
 from stream.models import Scale, ScoreEvent, Trace, score_id
 from stream.ruleset.loader import load_rules
-from stream.ruleset.schema import RuleSet
+from stream.ruleset.schema import ComparisonRule, RuleSet
 from stream.settings import Settings
+from stream.threads.processor import ThreadProcessor
+from stream.threads.router import ThreadRouter
+from stream.threads.state import ThreadClose, ThreadLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "rules"
@@ -61,6 +65,44 @@ def critique_rules(order: str = "fixed", audit: float = 0.0) -> RuleSet:
     setting = f"comparison: {{order: {order}, audit: {audit}}}\n"
     rule_file.write_text(rule_file.read_text() + setting)
     return load_rules(folder.parent, ["critique"])
+
+
+PAIR_WALL = 1_800_000_000.0  # the Kafka time a pair's traces arrive at
+
+
+def pair_closes(
+    rules: RuleSet,
+    keys: list[str],
+    *,
+    project: str = "code-assistant",
+    question: str = "Reverse a string in Python.",
+    answer: Callable[[str, str], str] = lambda key, variant: f"answer of {variant}",
+) -> list[ThreadClose]:
+    """Each key's pair close, as the thread agent hands it to the scorer: the comparison's
+    two traces (its variants, response A's in ``project``; ``answer(key, variant)`` each
+    answer) through the router and one thread processor."""
+    (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
+    processor = ThreadProcessor(
+        {}, gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
+        limits=ThreadLimits(), retention_s=3600.0,
+    )  # fmt: skip
+    router = ThreadRouter(rules)
+    closes: list[ThreadClose] = []
+    for key in keys:
+        for variant in rule.pair.variants:
+            document = {
+                "id": f"{key}-{variant}",
+                "project_name": project,
+                "name": "chat",
+                "input": {"messages": [{"role": "user", "content": question}]},
+                "output": {"messages": [{"role": "assistant", "content": answer(key, variant)}]},
+                "metadata": {"comparison_id": key, "variant": variant},
+            }
+            event = router.pair_from_trace(as_trace(document), document, "llm-traces", PAIR_WALL)
+            assert event is not None
+            closes += processor.apply(0, event)
+    assert len(closes) == len(keys)
+    return closes
 
 
 def settings(**overrides: Any) -> Settings:

@@ -10,16 +10,12 @@ from typing import Any
 
 import orjson
 import pytest
-from fixtures import as_trace, critique_rules, scorer
+from fixtures import critique_rules, pair_closes, scorer
 from scripted_judge import MockJudge
 
 from stream.models import ScoreEvent
 from stream.ruleset.schema import ComparisonRule, RuleSet
-from stream.threads.processor import ThreadProcessor
-from stream.threads.router import ThreadRouter
-from stream.threads.state import ThreadClose, ThreadLimits
 
-WALL = 1_800_000_000.0
 B_FIRST = "## Response A\n\nanswer of B"  # the prompt with variant B read as Response A
 A_FIRST = "## Response A\n\nanswer of A"
 
@@ -27,28 +23,6 @@ A_FIRST = "## Response A\n\nanswer of A"
 def comparison(rules: RuleSet) -> ComparisonRule:
     (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
     return rule
-
-
-def pair_close(rules: RuleSet, key: str) -> ThreadClose:
-    processor = ThreadProcessor(
-        {}, gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
-        limits=ThreadLimits(), retention_s=3600.0,
-    )  # fmt: skip
-    router = ThreadRouter(rules)
-    closes: list[ThreadClose] = []
-    for variant in comparison(rules).pair.variants:
-        document = {
-            "id": f"{key}-{variant}",
-            "project_name": "code-assistant",
-            "input": {"messages": [{"role": "user", "content": "Reverse a string in Python."}]},
-            "output": {"messages": [{"role": "assistant", "content": f"answer of {variant}"}]},
-            "metadata": {"comparison_id": key, "variant": variant},
-        }
-        event = router.pair_from_trace(as_trace(document), document, "llm-traces", WALL)
-        assert event is not None
-        closes += processor.apply(0, event)
-    (close,) = closes
-    return close
 
 
 def answer(rules: RuleSet, preference: int, rated_a: int = 3, rated_b: int = 3) -> str:
@@ -86,7 +60,7 @@ def judged(rules: RuleSet, keys: list[str], judge: str) -> tuple[dict[str, Score
         worker = scorer(server.base_url, rules)
 
         async def all_pairs() -> list[ScoreEvent]:
-            results = [await worker.score_thread(pair_close(rules, key)) for key in keys]
+            results = [await worker.score_thread(c) for c in pair_closes(rules, keys)]
             return [s for r in results for s in r.scores]
 
         scores = asyncio.run(all_pairs())
@@ -142,7 +116,7 @@ def test_a_variants_ratings_keep_their_target_and_ids_whichever_slot_it_filled()
             worker = scorer(server.base_url, rules)
 
             async def all_pairs() -> list[ScoreEvent]:
-                results = [await worker.score_thread(pair_close(rules, k)) for k in KEYS[:10]]
+                results = [await worker.score_thread(c) for c in pair_closes(rules, KEYS[:10])]
                 return [s for r in results for s in r.scores]
 
             scores = asyncio.run(all_pairs())
@@ -211,7 +185,8 @@ def test_a_pair_deferred_to_a_batch_keeps_its_order(order: str) -> None:
             worker = scorer(server.base_url, rules)
             deferrer = FakeDeferrer()
             worker.context.deferrer = deferrer
-            result = await worker.score_thread(pair_close(rules, key))
+            [close] = pair_closes(rules, [key])
+            result = await worker.score_thread(close)
             assert [s for s in result.scores if s.criterion == "preference"] == []
             kept = Deferred.decode(deferrer.kept[0].encode())
             assert len(kept.prompts()) == (2 if order == "both" else 1)
@@ -280,7 +255,7 @@ def test_an_audited_pair_publishes_its_own_order_and_measures_the_other() -> Non
         worker.context.observer = metrics
 
         async def all_pairs() -> list[ScoreEvent]:
-            results = [await worker.score_thread(pair_close(rules, key)) for key in KEYS[:10]]
+            results = [await worker.score_thread(c) for c in pair_closes(rules, KEYS[:10])]
             return [s for r in results for s in r.scores]
 
         scores = asyncio.run(all_pairs())

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fixtures import as_trace, critique_rules, scorer
+from fixtures import critique_rules, pair_closes, scorer
 from prometheus_client import CollectorRegistry
 from scripted_judge import MockJudge
 
@@ -18,11 +18,7 @@ from stream.agreement.preferences import pair_preference, preferred_side
 from stream.metrics import ProjectLabels, ScorerMetrics
 from stream.models import ScoreEvent
 from stream.ruleset.schema import ComparisonRule, RuleSet
-from stream.threads.processor import ThreadProcessor
-from stream.threads.router import ThreadRouter
-from stream.threads.state import ThreadClose, ThreadLimits
-
-WALL = 1_800_000_000.0
+from stream.threads.state import ThreadClose
 
 
 @functools.cache
@@ -35,33 +31,9 @@ def comparison() -> ComparisonRule:
     return rule
 
 
-def trace(trace_id: str, variant: str, key: str, project: str) -> dict[str, Any]:
-    return {
-        "id": trace_id,
-        "project_name": project,
-        "name": "chat",
-        "input": {"messages": [{"role": "user", "content": "Reverse a string in Python."}]},
-        "output": {"messages": [{"role": "assistant", "content": f"answer of {variant}"}]},
-        "metadata": {"comparison_id": key, "variant": variant},
-    }
-
-
 def pair_close(key: str, project: str = "code-assistant") -> ThreadClose:
     """The close of pair ``key`` (its A trace in ``project``), as the thread agent hands it."""
-    processor = ThreadProcessor(
-        {},
-        gaps={"conversation": 900.0, "session": 900.0, "pair": 600.0},
-        limits=ThreadLimits(),
-        retention_s=3600.0,
-    )
-    router = ThreadRouter(critique())
-    closes: list[ThreadClose] = []
-    for variant in comparison().pair.variants:
-        document = trace(f"{key}-{variant}", variant, key, project)
-        event = router.pair_from_trace(as_trace(document), document, "llm-traces", WALL)
-        assert event is not None
-        closes += processor.apply(0, event)
-    (close,) = closes
+    [close] = pair_closes(critique(), [key], project=project)
     return close
 
 
