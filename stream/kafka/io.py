@@ -131,6 +131,20 @@ async def produce(
     return len(items)
 
 
+def groupless_consumer(
+    bootstrap: str, security: KafkaSecurity | None = None, **extra: Any
+) -> AIOKafkaConsumer:
+    """A consumer of no group that commits nothing (the caller assigns and seeks its
+    partitions; ``extra``: more of aiokafka's consumer options)."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        **options(security),
+        **extra,
+    )
+
+
 @contextlib.asynccontextmanager
 async def reader(
     bootstrap: str, topic: str, security: KafkaSecurity | None = None

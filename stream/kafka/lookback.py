@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from .io import options
+from .io import groupless_consumer
 from .security import KafkaSecurity
 
 RUN_TIMEOUT_S = 30.0  # a run not read to its last by then is an ``IncompleteReadError``
@@ -57,12 +57,10 @@ class RunReader:
 
     async def _consumer(self) -> AIOKafkaConsumer:
         if self.consumer is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
+            consumer = groupless_consumer(
+                self.bootstrap,
+                self.security,
                 auto_offset_reset="earliest",  # a run the broker deleted: what is left of it
-                **options(self.security),
             )
             await consumer.start()
             self.consumer = consumer

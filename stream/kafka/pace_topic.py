@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import mode
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ..judge.fleet import PUBLISH_S, Fleet, PaceBoard
-from .io import ensure_one_partition_topic, options
+from .io import ensure_one_partition_topic, groupless_consumer, options
 from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,7 @@ class PaceTopic(mode.Service):
             consumer = None
             try:
                 await self._ensure_topic()
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.bootstrap,
-                    group_id=None,
-                    enable_auto_commit=False,
-                    **options(self.security),
-                )
+                consumer = groupless_consumer(self.bootstrap, self.security)
                 await consumer.start()
                 partition = TopicPartition(self.topic, 0)
                 consumer.assign([partition])

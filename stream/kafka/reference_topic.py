@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ..references import ReferenceCatchUp, ReferenceStore
-from .io import ensure_one_partition_topic, options
+from .io import ensure_one_partition_topic, groupless_consumer
 from .security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,10 @@ class ReferenceTopic(mode.Service):
             consumer = None
             try:
                 await self._ensure_topic()
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.bootstrap,
-                    group_id=None,
-                    enable_auto_commit=False,
+                consumer = groupless_consumer(
+                    self.bootstrap,
+                    self.security,
                     auto_offset_reset="earliest",  # an offset retention deleted: what is left
-                    **options(self.security),
                 )
                 await consumer.start()
                 await self._follow(consumer)

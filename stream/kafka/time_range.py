@@ -27,7 +27,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ..errors import ScorerError
-from .io import options
+from .io import groupless_consumer
 from .security import KafkaSecurity
 
 
@@ -53,9 +53,7 @@ async def read_range(
     """Every record of ``topic`` with a timestamp in [``start_ms``, ``end_ms``) (None: up
     to the moment of the call)."""
     end_ms = int(time.time() * 1000) if end_ms is None else end_ms
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **options(security)
-    )
+    consumer = groupless_consumer(bootstrap, security)
     await consumer.start()
     try:
         partitions = await _partitions(consumer, topic)
