@@ -42,7 +42,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import Phase, cpu_seconds, fetch_metrics, rules_subset, stop, traces
+from process_io import cpu_seconds
+from throughput import Phase, fetch_metrics, rules_subset, stop, traces
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, reader

@@ -66,9 +66,10 @@ from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from process_io import cpu_seconds
 from prometheus_client.parser import text_string_to_metric_families
 from soak_mix import MIXES, Mix
-from threads import cpu_s, rss_mib, slope
+from threads import rss_mib, slope
 from throughput import fetch_metrics, stop
 
 from stream.kafka.broker import EmbeddedBroker, free_port
@@ -517,7 +518,7 @@ def main() -> None:
                 )
             samples, tally, snapshots = asyncio.run(soak(bootstrap, topics, workers, judge, args))
             final = [rss_mib(w.pid) for w in workers]
-            cpu = [cpu_s(w.pid) for w in workers]
+            cpu = [cpu_seconds(w.pid) for w in workers]
     finally:
         for w in workers:
             stop(w.process)

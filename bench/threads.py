@@ -43,7 +43,8 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from throughput import Phase, fetch_metrics, histogram_quantile, produce, rules_subset, stop
+from process_io import cpu_seconds, produce
+from throughput import Phase, fetch_metrics, histogram_quantile, rules_subset, stop
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, reader
@@ -83,12 +84,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_metric(
@@ -174,7 +169,7 @@ def open_threads_phase(bs: str, tmp: Path, sessions: int, turns: int, partitions
         "scorer_thread_events_total",
         len(events),
         1800,
-        polled=lambda t: cpu_at.setdefault(t, cpu_s(proc.pid)),
+        polled=lambda t: cpu_at.setdefault(t, cpu_seconds(proc.pid)),
         type="turn",
     )
     started, first = next((t, v) for t, v in seen if v > 0)
@@ -307,7 +302,7 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
-    rss, cpu = rss_mib(proc.pid), cpu_s(proc.pid)
+    rss, cpu = rss_mib(proc.pid), cpu_seconds(proc.pid)
     stop(proc)
     took = f"{scored - started:.1f} s" if scored else "no score in 600 s"
     target = RESTART_TARGET_S.get(store)

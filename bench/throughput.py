@@ -32,6 +32,7 @@ from stream.kafka.io import ensure_topics, reader
 from stream.metrics import sample_value
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from process_io import cpu_seconds, produce
 from redaction_cpu import main as redaction_main
 from scripted_judge import MockJudge
 from tool_call_cpu import tool_call_phase
@@ -53,24 +54,7 @@ def traces(n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, max_batch_size=262144)
-    await producer.start()
-    try:
-        for key, value in messages:
-            await producer.send(topic, key=key, value=value)
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 CPU_US: dict[int, float] = {}  # worker pid -> CPU microseconds per output record
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (from /proc; Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def drain(

@@ -37,13 +37,13 @@ from typing import Any
 
 import openai
 import orjson
-from aiokafka import AIOKafkaProducer
 from opentelemetry.trace import get_tracer
 
 from stream.kafka.broker import EmbeddedBroker, free_port
 from stream.kafka.io import ensure_topics, read_all, reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from process_io import cpu_seconds, produce
 from scripted_judge import MockJudge
 from tool_agent import RULES, Agent, Run, script_model, trace_model
 
@@ -69,23 +69,6 @@ def agent_traces(run: Run, n: int) -> list[tuple[bytes, bytes]]:
         trace = trace_model(copied, f"bench-tools-{uuid.uuid4().hex}-{i}", project="bench")
         out.append((trace["id"].encode(), orjson.dumps(trace)))
     return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (from /proc; Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, max_batch_size=262144)
-    await producer.start()
-    try:
-        for key, value in messages:
-            await producer.send(topic, key=key, value=value)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 async def decided(bootstrap: str, topic: str, n: int, pid: int, timeout: float) -> dict[str, float]:
