@@ -46,6 +46,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from .found import NotJSONError, parse_arguments
+from .last import last_read
 from .model import ToolCall
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -228,7 +229,7 @@ def not_repeated(call: ToolCall, calls: Sequence[ToolCall], max_repeats: int = 2
     position), and passes before."""
     if max_repeats < 1:
         raise ValueError(f"max_repeats must be at least 1, not {max_repeats}")
-    nth = bisect_left(_positions(calls).get((call.trace_id, *call_key(call)), []), call.position)
+    nth = bisect_left(_index(calls)[0].get((call.trace_id, *call_key(call)), []), call.position)
     nth += 1  # the calls of the same key before it, and itself
     if nth > max_repeats:
         return _fail(
@@ -245,49 +246,28 @@ def calls_per_turn(call: ToolCall, calls: Sequence[ToolCall], max_calls: int = 1
     whether or not ``calls`` holds it)."""
     if max_calls < 1:
         raise ValueError(f"max_calls must be at least 1, not {max_calls}")
-    made = len(_turns(calls).get((call.trace_id, call.turn), set()) | {call.call_id})
+    made = len(_index(calls)[1].get((call.trace_id, call.turn), set()) | {call.call_id})
     text = f"turn {call.turn} made {made} tool call{'' if made == 1 else 's'}"
     if made > max_calls:
         return _fail(f"{text} (at most {max_calls} allowed)")
     return _pass(f"{text} (at most {max_calls})")
 
 
-class _Indexed:
-    """The last list of calls indexed, by identity (held, so its identity is never another's):
-    a trace's calls are checked one by one against the same list (``view.calls_of`` gives
-    one list per trace), so it is read once, not once per call (quadratic in a long agent
-    run). A list is not changed once its calls are checked."""
-
-    def __init__(self) -> None:
-        self.calls: Sequence[ToolCall] | None = None
-        self.positions: dict[tuple[str, str, str, str], list[int]] = {}
-        self.turns: dict[tuple[str, int], set[str]] = {}
-
-
-_INDEXED = _Indexed()
-
-
-def _index(calls: Sequence[ToolCall]) -> _Indexed:
-    if calls is not _INDEXED.calls:
-        positions: dict[tuple[str, str, str, str], list[int]] = {}
-        turns: dict[tuple[str, int], set[str]] = {}
-        for other in calls:
-            positions.setdefault((other.trace_id, *call_key(other)), []).append(other.position)
-            turns.setdefault((other.trace_id, other.turn), set()).add(other.call_id)
-        for found in positions.values():
-            found.sort()
-        _INDEXED.calls, _INDEXED.positions, _INDEXED.turns = calls, positions, turns
-    return _INDEXED
-
-
-def _positions(calls: Sequence[ToolCall]) -> dict[tuple[str, str, str, str], list[int]]:
-    """(trace, tool, arguments' kind, arguments) -> the positions of the calls so made."""
-    return _index(calls).positions
-
-
-def _turns(calls: Sequence[ToolCall]) -> dict[tuple[str, int], set[str]]:
-    """(trace, turn) -> the ids of the calls that turn made."""
-    return _index(calls).turns
+@last_read  # a trace's calls are checked one by one against one list (``view.calls_of``)
+def _index(
+    calls: Sequence[ToolCall],
+) -> tuple[dict[tuple[str, str, str, str], list[int]], dict[tuple[str, int], set[str]]]:
+    """The trace's calls read once, not once per call (quadratic in a long agent run):
+    (trace, tool, arguments' kind, arguments) -> the positions of the calls so made, sorted;
+    (trace, turn) -> the ids of the calls that turn made."""
+    positions: dict[tuple[str, str, str, str], list[int]] = {}
+    turns: dict[tuple[str, int], set[str]] = {}
+    for other in calls:
+        positions.setdefault((other.trace_id, *call_key(other)), []).append(other.position)
+        turns.setdefault((other.trace_id, other.turn), set()).add(other.call_id)
+    for found in positions.values():
+        found.sort()
+    return positions, turns
 
 
 def call_key(call: ToolCall) -> tuple[str, str, str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .found import MISSING
+from .last import last_read
 from .model import ToolCall, ToolDefinition
 
 
@@ -87,32 +88,11 @@ def call_document(
     }
 
 
-class _Last:
-    """The last document read and what it was read into: a call's five checks read one
-    document, and every call of a trace shares one ``calls`` list, so each is rebuilt once, not
-    once a rule (or once a rule and call). Held by identity: a document is not changed after
-    the engine makes it; one worker thread reads them."""
-
-    def __init__(self) -> None:
-        self.document: Any = None
-        self.read: Any = None
-
-
-_CALL, _CALLS = _Last(), _Last()
-
-
+@last_read
 def call_of(document: Any) -> ToolCall:
     """The call a ``call_document`` was made of, as far as the checks read it (its declared
     tools are its own definition and the declared names); ``ValueError`` when ``document`` is
-    not a call's document."""
-    if document is _CALL.document:
-        return _CALL.read  # type: ignore[no-any-return]
-    call = _call_of(document)
-    _CALL.document, _CALL.read = document, call
-    return call
-
-
-def _call_of(document: Any) -> ToolCall:
+    not a call's document. Read once for a call's rules (``last_read``)."""
     if not isinstance(document, dict) or not isinstance(document.get("name"), str):
         raise ValueError("not a tool call's document (scope: tool_call)")
     recorded = document.get("recorded") or {}
@@ -140,18 +120,11 @@ def _call_of(document: Any) -> ToolCall:
     )
 
 
+@last_read.by(lambda document: document.get("calls"))  # one list for a trace's calls
 def calls_of(document: dict[str, Any]) -> list[ToolCall]:
     """The trace's calls from a call's document (``calls``), as the trace-wide checks read
-    them: name, arguments, turn and position."""
-    entries = document.get("calls")
-    if entries is not None and entries is _CALLS.document:
-        return _CALLS.read  # type: ignore[no-any-return]
-    calls = _calls_of(document)
-    _CALLS.document, _CALLS.read = entries, calls
-    return calls
-
-
-def _calls_of(document: dict[str, Any]) -> list[ToolCall]:
+    them: name, arguments, turn and position; read once for the trace (every call's document
+    shares its list)."""
     trace_id = str(document.get("trace_id") or "")
     return [
         ToolCall(
