@@ -38,11 +38,6 @@ class Target:
     trace: str | None = None
     tool: str | None = None
 
-    @property
-    def key(self) -> str:
-        """What its records are keyed by: the trace a call belongs to, else its own id."""
-        return self.trace or self.id
-
 
 def call_score_key(trace_id: str, call_id: str) -> str:
     """What a tool call's score ids hash: a call id is unique in its trace only."""
