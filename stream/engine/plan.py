@@ -44,8 +44,10 @@ class JudgeJob:
     # (the judge decides; the first tier is the shadow ``cascade``); None: no cascade
     cascade: str | None = None
     redacted: dict[str, int] = field(default_factory=dict)  # kind -> values masked
-    # a comparison's order: which variant the judge reads first ("a": the first variant, as
-    # the rule lists them; "b": the second), or "both" (its two prompts are ``items``)
+    # a comparison's order (``kinds/pair_order.py``): which variant the judge reads first
+    # ("a": the first variant, as the rule lists them; "b": the second), "a+audit" or
+    # "b+audit" (judged the other way round too, for the measure), or "both" (with an audit
+    # or both, its two prompts are ``items``, its own order's first)
     order: str | None = None
 
 
