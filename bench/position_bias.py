@@ -172,6 +172,7 @@ class Tally:
     """One order's figures over the runs."""
 
     rates: list[Estimate] = field(default_factory=list)
+    balanced: list[Estimate] = field(default_factory=list)  # the order-balanced rate
     flips: list[Estimate] = field(default_factory=list)  # per run, over its audited pairs
     flipped: int = 0
     audited: int = 0
@@ -208,6 +209,9 @@ async def run_order(
     preferences = [p for p in map(pair_preference, scores) if p is not None]
     rates = build([], preferences).win_rates
     tally.rates.append(rates[0].estimate if rates else wilson(0, 0))
+    # every pair judged in both orders (``both``): the published rate is already balanced
+    balanced = rates[0].balanced if rates else None
+    tally.balanced.append(balanced or tally.rates[-1])
     after = counter(metrics.registry, "scorer_pair_order_audits_total", "outcome")
     slots = counter(metrics.registry, "scorer_pair_slot_verdicts_total", "slot")
     flipped = int(after.get("flipped", 0) - before.get("flipped", 0))
@@ -270,6 +274,20 @@ def report(args: argparse.Namespace, tallies: dict[str, Tally]) -> None:
             f"| {share(sum(covers(r, balanced) for r in t.rates), len(t.rates))} "
             f"| {share(sum(covers(r, habit_a) for r in t.rates), len(t.rates))} "
             f"| {t.seconds:.0f} |"
+        )
+    print(
+        "\nThe order-balanced win rate (``scorer agreement``; ``both``: the published rate), "
+        f"expected p = {p:.3f} in every order:\n"
+    )
+    print("| order | mean rate | mean interval width | interval covers p |")
+    print("|---|---|---|---|")
+    for order, t in tallies.items():
+        said = [r for r in t.balanced if r.value is not None]
+        mean = sum(r.value for r in said) / len(said) if said else float("nan")  # type: ignore[misc]
+        width = sum(r.high - r.low for r in said) / len(said) if said else float("nan")  # type: ignore[operator]
+        print(
+            f"| {order} | {mean:.3f} | {width:.3f} "
+            f"| {share(sum(covers(r, p) for r in t.balanced), len(t.balanced))} |"
         )
     print(
         "\n| order | audited pairs a run | runs' flip rate covering s | pooled flip rate [95 %] "

@@ -27,6 +27,10 @@ class PairPreference:
     variant_a: str
     variant_b: str
     preferred: Preferred
+    # judged in both orders (``both``, or the audit share): the side preferred in the pair's
+    # own order and in the other, in the variants' terms (for the order-balanced win rate)
+    orders: tuple[Preferred, Preferred] | None = None
+    order: str | None = None  # the rule's ``comparison.order`` (``details.order``)
 
 
 def preferred_side(raw_value: float) -> Preferred:
@@ -55,6 +59,9 @@ def pair_preference(score: ScoreEvent) -> PairPreference | None:
     if not isinstance(variants, dict) or len(variants) != 2:
         return None
     variant_a, variant_b = (str(name) for name in variants)
+    details = score.details or {}
+    audit = details.get("audit")
+    held = audit if isinstance(audit, dict) else details
     return PairPreference(
         rule=score.rule_id,
         pack=score.pack,
@@ -63,7 +70,24 @@ def pair_preference(score: ScoreEvent) -> PairPreference | None:
         variant_b=variant_b,
         preferred=(
             "inconsistent"
-            if (score.details or {}).get("position_inconsistent") is True
+            if details.get("position_inconsistent") is True
             else preferred_side(score.raw_value)
         ),
+        orders=_orders(held.get("orders"), details.get("shown_first"), (variant_a, variant_b)),
+        order=str(details["order"]) if "order" in details else None,
     )
+
+
+def _orders(
+    orders: object, shown_first: object, variants: tuple[str, str]
+) -> tuple[Preferred, Preferred] | None:
+    """The sides preferred in the pair's own order (``shown_first`` read as Response A) and
+    in the other, from ``details.orders`` (each order's variant-stated preference by the
+    variant read first), or None where the pair was judged in one order only."""
+    if not isinstance(orders, dict) or shown_first not in variants:
+        return None
+    other = variants[1] if shown_first == variants[0] else variants[0]
+    own, then = orders.get(f"{shown_first}_first"), orders.get(f"{other}_first")
+    if not isinstance(own, int | float) or not isinstance(then, int | float):
+        return None
+    return preferred_side(own), preferred_side(then)

@@ -14,12 +14,16 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from .balanced import order_balanced
 from .cascade_curve import CascadeCurve, cascade_curves
 from .cascade_spend import CascadeSpend
 from .events import newest_scores
 from .join import Joined
 from .measures import Estimate, measure, win_rate
-from .preferences import PairPreference, pair_preference
+from .preferences import PairPreference, Preferred, pair_preference
+
+# a WinRate's counts, in its fields' order
+COUNTED: tuple[Preferred, ...] = ("b", "a", "tie", "inconsistent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,9 @@ class WinRate:
     a_wins: int
     ties: int
     inconsistent: int = 0  # judged in both orders, flipped with the order: not in the rate
+    # over the verdicts that survive the swap, from the audited pairs (``balanced.py``);
+    # None when no pair, or every pair, was judged in both orders
+    balanced: Estimate | None = None
 
     @property
     def estimate(self) -> Estimate:
@@ -97,6 +104,7 @@ class Report:
                 "ties": w.ties,
                 "position_inconsistent": w.inconsistent,
                 "win_rate_b": _estimate(w.estimate),
+                "order_balanced_win_rate_b": _estimate(w.balanced) if w.balanced else None,
             }
             for w in self.win_rates
         ]
@@ -136,6 +144,11 @@ class Report:
                 + (f"; {w.inconsistent} flipped with the order, left out" if w.inconsistent else "")
                 + ")"
             )
+            if w.balanced is not None:
+                out.append(
+                    f"  order-balanced (the verdicts that survive the swap, from the pairs "
+                    f"also judged the other way round): {_said(w.balanced)}"
+                )
         return out
 
 
@@ -194,15 +207,19 @@ def build(
         report.agreement[compared] = measure(compared.kind, found)
     report.cascades = cascade_curves(newest.values())
     report.spend = list(spend)
-    counts: defaultdict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    by_pair: defaultdict[tuple[str, str, str, str], list[PairPreference]] = defaultdict(list)
     for p in preferences:
-        side = {"b": 0, "a": 1, "tie": 2, "inconsistent": 3}[p.preferred]
-        counts[(p.rule, p.project, p.variant_a, p.variant_b)][side] += 1
+        by_pair[(p.rule, p.project, p.variant_a, p.variant_b)].append(p)
     report.win_rates = [
-        WinRate(rule, project, a, b, wins[0], wins[1], wins[2], wins[3])
-        for (rule, project, a, b), wins in sorted(counts.items())
+        WinRate(rule, project, a, b, *_counted(found), balanced=order_balanced(found))
+        for (rule, project, a, b), found in sorted(by_pair.items())
     ]
     return report
+
+
+def _counted(found: list[PairPreference]) -> tuple[int, int, int, int]:
+    b, a, tie, inconsistent = (sum(p.preferred == side for p in found) for side in COUNTED)
+    return b, a, tie, inconsistent
 
 
 def _order(compared: Compared) -> tuple[str, str, int, str, str]:

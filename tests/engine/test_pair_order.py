@@ -309,3 +309,26 @@ def test_scorer_agreement_reports_the_judges_position_preference_from_the_scores
     assert (
         position_audits(judged(critique_rules("alternate"), KEYS[:3], "content")[0].values()) == []
     )
+
+
+def test_the_published_scores_carry_what_the_order_balanced_rate_needs() -> None:
+    """From the scores topic alone: an audited pair's two sides in the variants' terms and the
+    rule's order. A position judge's audited pairs all flip, so no verdict survives the swap
+    (the balanced rate is undefined where the plain one says 0.5); a content judge's all
+    survive."""
+    from stream.agreement.preferences import pair_preference
+    from stream.agreement.report import build
+
+    rules = critique_rules("alternate", audit=0.5)
+    position, _ = judged(rules, KEYS, "position")
+    preferences = [p for p in map(pair_preference, position.values()) if p is not None]
+    audited = [p for p in preferences if p.orders is not None]
+    assert 10 <= len(audited) <= 30 and {p.order for p in preferences} == {"alternate"}
+    assert {p.orders for p in audited} == {("a", "b"), ("b", "a")}
+    assert all(p.orders[0] == p.preferred for p in audited)  # type: ignore[index]
+    [rate] = build([], preferences).win_rates
+    assert rate.estimate.low < 0.5 < rate.estimate.high  # type: ignore[operator]
+    assert rate.balanced is not None and rate.balanced.value is None
+    content, _ = judged(rules, KEYS, "content")
+    [rate] = build([], filter(None, map(pair_preference, content.values()))).win_rates
+    assert rate.balanced is not None and rate.balanced.value == 1.0

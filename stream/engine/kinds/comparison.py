@@ -106,6 +106,7 @@ class ComparisonKind(JudgedKind):
             "comparison_id": plan.target.id,
             "variants": {name: trace_of[name] for name in rule.pair.variants},
             "shown_first": variants["a"],
+            "order": rule.comparison.order,
         }
         own_slot = dict(zip(rule.pair.variants, PAIR_SLOTS, strict=True))
         extra: list[ScoreEvent] = []
