@@ -1,4 +1,10 @@
-"""Benchmark baseline (a'): a Faust agent that only parses and forwards each trace."""
+"""Benchmark baseline (a'): the naive Faust agent, which parses and forwards each trace.
+
+A record at a time (``stream.items()``), each forward handed to aiokafka before the next
+record is read (``await Topic.send``), on stock Faust: its own ``kafka://`` transport and
+monitor, no producer linger (nothing of ``stream`` is imported, so the project's mends are not
+installed). ``faust_competent.py`` is the one a competent user writes (a'').
+"""
 
 from __future__ import annotations
 
