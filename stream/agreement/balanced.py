@@ -14,7 +14,8 @@ the rule and the key). So, with ``n`` pairs and ``m`` of them audited,
 (a two-phase difference estimator; no model of the judge is assumed). Its 95 % interval is the
 delta method's over the pairs: for the ratio ``w = N / D``, the spread of ``N - w D``, whose
 terms are one per pair over all ``n`` and one per audited pair over ``m``, with the covariance
-the audited pairs share with the whole. With every pair audited (``both``) it is the rate of
+the audited pairs share with the whole; its quantile Student's t at Welch-Satterthwaite's
+degrees of freedom, as the audit's term rests on few pairs. With every pair audited (``both``) it is the rate of
 the consistent verdicts. It rests on the audited pairs (about a tenth at the default share),
 so its interval is wider than the plain rate's: the price of one call a pair instead of two.
 """
@@ -60,10 +61,28 @@ def order_balanced(preferences: Sequence[PairPreference], z: float = Z95) -> Est
     g = [k[o] for o in own]
     h = [((k[o] + k[other]) / 2 if fair else k[o]) if o != other else 0.0 for o, other in audited]
     g_audited = [k[o] for o, _ in audited]
-    variance = _var(g) / n + _var(h) / m - 2 * _cov(g_audited, h) / n
-    half = z * math.sqrt(max(variance, 0.0)) / decided
+    whole, audit = _var(g) / n, _var(h) / m
+    variance = max(whole + audit - 2 * _cov(g_audited, h) / n, 0.0)
+    # the audit's term rests on m pairs (about 10 of 100 at the default share): Student's t
+    # with Welch-Satterthwaite's degrees of freedom, not the normal quantile
+    spread = whole**2 / max(n - 1, 1) + audit**2 / max(m - 1, 1)
+    df = (whole + audit) ** 2 / spread if spread > 0 else math.inf
+    half = _student(z, df) * math.sqrt(variance) / decided
     value = min(1.0, max(0.0, rate))
     return Estimate(value, max(0.0, rate - half), min(1.0, rate + half), n)
+
+
+def _student(z: float, df: float) -> float:
+    """Student's t quantile for the normal quantile ``z`` at ``df`` degrees of freedom
+    (Cornish-Fisher's expansion, Hill 1970: 2.262 at df 9 for 1.960, as tables give; exact
+    enough from df 3, and df below 1 is read as 1)."""
+    if math.isinf(df):
+        return z
+    v = max(df, 1.0)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / v + g2 / v**2 + g3 / v**3
 
 
 def _own(p: PairPreference) -> Preferred | None:
