@@ -28,7 +28,10 @@ preferences; B's win rate is computed as ``scorer agreement`` computes it
 (``stream/agreement/preferences.py pair_preference``, ``stream/agreement/report.py build``,
 ``WinRate.estimate``: a tie half a win, an inconsistent pair left out) with its Wilson 95 %
 interval. Printed per order: the mean rate and n, and the share of runs whose interval covers
-the true rate p, the position-balanced rate s/2 + (1 - s) p, and (1 - s) p. The flip rate is
+the true rate p, the position-balanced rate s/2 + (1 - s) p, and (1 - s) p; then the
+order-balanced rate ``scorer agreement`` adds (``WinRate.balanced``,
+``stream/agreement/balanced.py``; with ``both`` the published rate), its mean interval width
+and the share of runs it covers p. The flip rate is
 read from ``scorer_pair_order_audits_total`` (a ``ScorerMetrics`` on its own registry as the
 engine's observer) and checked against each score's ``details``: per run with its Wilson
 interval against s, and pooled over the runs; the first slot's share of the audited calls

@@ -165,11 +165,11 @@ def quality() -> tuple[dict[str, Any], list[Panel]]:
             thresholds=[(None, "blue"), (0.5, "green")],
             threshold_line=True,
             dashed=".* (low|high)$",
-            description="Share of the last day's comparisons the second variant (B, e.g. a "
-            "canary) won, a tie counted as half a win, per rule, project and variant pair; "
-            "between the dashed lines: its Wilson 95 % interval. An interval above 0.5 says B "
-            "is preferred, below it A; one that straddles 0.5 says there are not enough pairs "
-            "yet to tell (scorer:pair_win_rate_b:1h for the last hour).",
+            description="Share of the last day's comparisons B (e.g. a canary) won, a tie half "
+            "a win, per rule, project and variant pair, its Wilson 95 % interval dashed: above "
+            "0.5 B is preferred, below A, across it too few pairs yet (1h: ...:1h). Under "
+            "comparison.order alternate a judge's position habit pulls it towards 0.5; scorer "
+            "agreement gives the order-balanced rate (design record 52).",
         ),
         graph(
             "Judges' position preference (1d) with its 95 % interval (dashed)",
