@@ -267,7 +267,8 @@ class ScoreEvent(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
     def to_bytes(self) -> bytes:
-        return self.model_dump_json().encode()
+        # model_dump_json's bytes, without its decoding to text and our encoding back
+        return self.__pydantic_serializer__.to_json(self)
 
     @property
     def full_name(self) -> str:

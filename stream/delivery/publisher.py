@@ -71,28 +71,33 @@ class Publisher:
             return []
         producer = aiokafka_producer(self.app)
         timestamp_ms = int(timestamp * 1000) if timestamp else None
-        partitions: dict[str, tuple[list[int], list[int]]] = {}
+        # per topic object (a batch's messages go to a few): its name, its partitions
+        topics: dict[int, tuple[str, list[int], list[int]]] = {}
         placed: dict[tuple[str, int], list[int]] = {}
         for index, (topic, key, _, _) in enumerate(sends):
-            name = topic.get_topic_name()
-            if (known := partitions.get(name)) is None:
+            if (known := topics.get(id(topic))) is None:
+                name = topic.get_topic_name()
                 every = sorted(await producer.partitions_for(name))
                 up = sorted(producer.client.cluster.available_partitions_for_topic(name) or ())
-                known = partitions[name] = (every, up)
-            number = cached_murmur2_partitioner(key, *known)  # the producer's own partitioner
-            placed.setdefault((name, number), []).append(index)
+                known = topics[id(topic)] = (name, every, up)
+            name, every, up = known
+            number = cached_murmur2_partitioner(key, every, up)  # the producer's own partitioner
+            if (group := placed.get((name, number))) is None:
+                group = placed[(name, number)] = []
+            group.append(index)
         batches: list[tuple[Any, str, int, list[int]]] = []
         for (name, number), indexes in placed.items():
             builder, held = producer.create_batch(), list[int]()
             for index in indexes:
                 _, key, value, headers = sends[index]
-                record = {"timestamp": timestamp_ms, "key": key, "value": value}
                 extra = list(headers.items()) if headers else []
-                if not builder.append(**record, headers=extra):  # full: the next batch
-                    batches.append((builder, name, number, held))
+                if not builder.append(timestamp=timestamp_ms, key=key, value=value, headers=extra):
+                    batches.append((builder, name, number, held))  # full: the next batch
                     builder, held = producer.create_batch(), []
                     # an empty batch takes its first message whatever its size (aiokafka)
-                    if not builder.append(**record, headers=extra):
+                    if not builder.append(
+                        timestamp=timestamp_ms, key=key, value=value, headers=extra
+                    ):
                         raise ValueError(f"a batch refused a message of {len(value)} bytes")
                 held.append(index)
             batches.append((builder, name, number, held))
