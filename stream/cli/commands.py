@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from datetime import UTC, datetime
@@ -45,6 +46,9 @@ def worker(
     """Run a long-lived worker (embedded broker if KAFKA_BOOTSTRAP_SERVERS is not set)."""
     from ..worker import run_worker
 
+    # What the worker imported lives as long as it does (about 140 000 objects): out of the
+    # collector's full passes, which walked all of it twice every 20 000 traces (9 us a trace)
+    gc.freeze()
     logging.basicConfig(
         level=loglevel.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL")
     )
