@@ -13,7 +13,18 @@ _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’%.\-/]*")
 # capital follows ("scales, arpeggios, etc. Then rest" is two; "vs. last take" is one)
 _NEVER_ENDS = frozenset(["e.g", "i.e"])
 _SELDOM_ENDS = frozenset(["etc", "vs", "approx", "cf", "incl", "esp"])
-_LAST_TOKEN = re.compile(r"(\S+)$")
+
+
+def _last_token(text: str, start: int, end: int) -> str:
+    """The run of non-space characters that ends ``text[start:end]``, or ends it before one
+    final newline (where a regular expression's ``(\\S+)$`` finds it); "" if none does.
+    Read from the end: the expression tried every position of the sentence."""
+    if end > start and text[end - 1] == "\n":
+        end -= 1
+    segment = text[start:end]
+    if not segment or segment[-1].isspace():
+        return ""
+    return segment.rsplit(None, 1)[-1]
 
 
 def sentences(text: str) -> list[str]:
@@ -24,10 +35,10 @@ def sentences(text: str) -> list[str]:
     parts, start = [], 0
     for end in _SENTENCE_END.finditer(text):
         if end.group(0) == ".":
-            token = _LAST_TOKEN.search(text, start, end.start())
-            word = token.group(1).lower().rstrip(".") if token else ""
-            after = text[end.end() :].lstrip()[:1]
-            if word in _NEVER_ENDS or (word in _SELDOM_ENDS and not after.isupper()):
+            word = _last_token(text, start, end.start()).lower().rstrip(".")
+            if word in _NEVER_ENDS or (
+                word in _SELDOM_ENDS and not text[end.end() :].lstrip()[:1].isupper()
+            ):
                 continue
         parts.append(text[start : end.start()])
         start = end.end()

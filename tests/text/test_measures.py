@@ -18,6 +18,9 @@ from stream.text.measures import mentions, sentences, words
         ("Steady, i.e. no rushing. Good", ["Steady, i.e. no rushing", "Good"]),
         ("Scales, arpeggios, etc. Then rest", ["Scales, arpeggios, etc", "Then rest"]),
         ("Better vs. last take", ["Better vs. last take"]),
+        # the word before a period read across one line break, as before: "e.g" ends nothing
+        ("Play it e.g\n. slowly", ["Play it e.g\n. slowly"]),
+        ("Play it\n. Slowly", ["Play it", "Slowly"]),
         ("", []),
         ("  ...  ", []),
     ],
