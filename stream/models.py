@@ -15,7 +15,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
 )
@@ -61,24 +60,33 @@ class Trace(BaseModel):
     def _id_not_blank(cls, value: Any) -> Any:
         return "" if isinstance(value, str) and not value.strip() else value  # blank: invalid
 
-    @field_validator("project_name", "name", "thread_id", mode="before")
+    # one validator per default rather than one reading the field's name: pydantic builds a
+    # ValidationInfo for each call of a validator that takes one (every trace, every field)
+    @field_validator("project_name", mode="before")
     @classmethod
-    def _text_or_absent(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
-        if isinstance(value, str) and value:
-            return value
-        return "default" if info.field_name == "project_name" else None
+    def _text_or_default(cls, value: Any) -> Any:
+        return _text_or(value, "default")
 
-    @field_validator("start_time", "end_time", "metadata", "usage", mode="wrap")
+    @field_validator("name", "thread_id", mode="before")
     @classmethod
-    def _valid_or_absent(
-        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
-    ) -> Any:
+    def _text_or_absent(cls, value: Any) -> Any:
+        return _text_or(value, None)
+
+    @field_validator("start_time", "end_time", "usage", mode="wrap")
+    @classmethod
+    def _valid_or_absent(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         try:
             return handler(value)
         except ValidationError:
-            return {} if info.field_name == "metadata" else None
+            return None
+
+    @field_validator("metadata", mode="wrap")
+    @classmethod
+    def _valid_or_empty(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            return {}
 
     @field_validator("tags", mode="before")
     @classmethod
@@ -120,6 +128,15 @@ class Trace(BaseModel):
             "tags": self.tags,
             "usage": self.usage,
         }
+
+
+def _text_or(value: Any, absent: str | None) -> Any:
+    """A text field as taken: text that is not empty, a number as text, else ``absent``."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return absent
 
 
 def _number(value: Any) -> float | None:

@@ -70,10 +70,11 @@ class ScoringContext:
     ) -> RuleOutcome:
         """A decision with no score of its own (filtered, sampled out) or for ``sid`` (a
         shadow judge's is not published nor counted: the rule's decision is its own judge's)."""
-        if rule.variant is None:
+        variant = rule.variant  # read once: a private attribute, on every decision
+        if variant is None:
             self.observer.on_decision(rule.id, rule.pack, outcome)
         decision = make_decision(rule, plan.target, outcome, now or plan.created_at, detail, sid)
-        return RuleOutcome(decision, None, variant=rule.variant)
+        return RuleOutcome(decision, None, variant=variant)
 
     def finish(
         self, rule: AnyRule, plan: Plan, measured: Measured, now: datetime | None = None

@@ -96,8 +96,12 @@ class TraceResult:
 def score_rule_key(rule: AnyRule, criterion: str | None) -> str:
     """What a score id hashes for the rule: its id, the criterion for rubric scores, and a
     shadow judge's variant (so its scores have ids of their own)."""
-    key = rule.id if criterion is None else f"{rule.id}/{criterion}"
-    return key if rule.variant is None else f"{key}@{rule.variant}"
+    return _rule_key(rule.id, criterion, rule.variant)
+
+
+def _rule_key(rule_id: str, criterion: str | None, variant: str | None) -> str:
+    key = rule_id if criterion is None else f"{rule_id}/{criterion}"
+    return key if variant is None else f"{key}@{variant}"
 
 
 def make_decision(
@@ -142,9 +146,10 @@ def make_score(
     """The score event for one measured outcome; its value is normalised only when ok."""
     ok = measured.status == "ok" and measured.raw_value is not None
     raw = measured.raw_value if ok else None
+    variant = rule.variant  # read once: a private attribute
     return ScoreEvent(
         score_id=score_id(
-            score_rule_key(rule, shape.criterion), rule.version, rule.scope, target.score_key
+            _rule_key(rule.id, shape.criterion, variant), rule.version, rule.scope, target.score_key
         ),
         rule_id=rule.id,
         pack=rule.pack,
@@ -166,7 +171,7 @@ def make_score(
         usage=measured.usage,
         thread=target.thread,
         details=_details(target, measured.details),
-        variant=rule.variant,
+        variant=variant,
         created_at=created_at,
     )
 

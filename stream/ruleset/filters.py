@@ -63,11 +63,12 @@ class RuleFilter(Strict):
             return f"filter.projects {self.projects}: project_name is {trace.project_name!r}"
         if self.trace_names is not None and trace.name not in self.trace_names:
             return f"filter.trace_names {self.trace_names}: name is {trace.name!r}"
-        tags = set(trace.tags)
-        if self.tags_any is not None and not tags.intersection(self.tags_any):
-            return f"filter.tags_any {self.tags_any}: tags are {sorted(tags)}"
-        if self.tags_all is not None and not tags.issuperset(self.tags_all):
-            return f"filter.tags_all {self.tags_all}: tags are {sorted(tags)}"
+        if self.tags_any is not None or self.tags_all is not None:
+            tags = set(trace.tags)
+            if self.tags_any is not None and not tags.intersection(self.tags_any):
+                return f"filter.tags_any {self.tags_any}: tags are {sorted(tags)}"
+            if self.tags_all is not None and not tags.issuperset(self.tags_all):
+                return f"filter.tags_all {self.tags_all}: tags are {sorted(tags)}"
         for path, expected in (self.metadata or {}).items():
             found = compile_path(path).search(trace.metadata)
             if found != expected:
