@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stream.pack import CheckParams, CheckResult, NotApplicable, check, mentions, sentences, words
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
 class Constraint:
     name: str
     ok: bool
