@@ -141,7 +141,11 @@ class Phase:
         self.suffix = uuid.uuid4().hex[:8]
         self.src, self.dst = f"bench-in-{self.suffix}", f"bench-out-{self.suffix}"
 
-    def worker(self, rules_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], int]:
+    def worker(
+        self, rules_dir: Path, log: Path | None = None, loglevel: str | None = None, **env: str
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """A worker on the bench's topics; ``env`` over the bench's settings, a value of ""
+        unsetting one (the worker's default); its output to ``log``."""
         port = free_port()
         full_env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("SCORER_", "OPENAI_"))},
@@ -158,7 +162,8 @@ class Phase:
             "SCORER_BROKER_KIND": "tansu",
             **env,
         }
-        log = open(self.tmp / f"worker-{self.suffix}.log", "ab")  # noqa: SIM115
+        full_env = {name: value for name, value in full_env.items() if value != ""}
+        out = open(log or self.tmp / f"worker-{self.suffix}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -166,10 +171,10 @@ class Phase:
                 "stream.cli",
                 "worker",
                 "--loglevel",
-                os.environ.get("SCORER_BENCH_LOGLEVEL", "warn"),
+                loglevel or os.environ.get("SCORER_BENCH_LOGLEVEL", "warn"),
             ],
             env=full_env,
-            stdout=log,
+            stdout=out,
             stderr=subprocess.STDOUT,
         )
         return proc, port

@@ -121,8 +121,10 @@ def create_app(
         # batch's base offset + 1) are right for the transport a real cluster gets
         producer_max_batch_size=producer_batch_cap() or 16384,
         producer_partitioner=cached_murmur2_partitioner,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        broker_session_timeout=settings.session_timeout(),
+        broker_heartbeat_interval=min(3.0, settings.session_timeout() / 3),
+        # static membership (record 53): None, a dynamic member, unless SCORER_INSTANCE_ID
+        consumer_group_instance_id=settings.instance_id or None,
         broker_commit_interval=1.0,
         stream_wait_empty=True,
         # the memory store drops standby data after each recovery; none for either store

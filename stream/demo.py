@@ -268,7 +268,7 @@ def run_demo(
             KAFKA_BOOTSTRAP_SERVERS=bootstrap,
             SCORER_BROKER_KIND="tansu" if broker else settings.broker_kind,
             SCORER_WEB_PORT=str(web_port),
-            SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout_s, 10.0)),
+            SCORER_SESSION_TIMEOUT_S=str(min(settings.session_timeout(), 10.0)),
             SCORER_PACKS=orjson.dumps(packs).decode(),
         )
         env.setdefault("SCORER_THREAD_INACTIVITY_GAP_S", str(DEMO_GAP_S))

@@ -22,6 +22,9 @@ from .redact.policy import RedactionPolicy, load_entities, unmasked_problems
 from .ruleset.filters import PackFilter
 from .ruleset.location import RulesDirs
 
+SESSION_TIMEOUT_S = 30.0  # the consumer group's session timeout on a Kafka cluster
+TANSU_SESSION_TIMEOUT_S = 10.0  # on the embedded broker (design record 53)
+
 RedactKind = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]  # a placeholder's name
 
 
@@ -77,7 +80,13 @@ class Settings(BaseSettings):
     # the least recently written are dropped, with a warning and a metric
     references_max_bytes: int = Field(default=64 * 2**20, ge=4096)
     topic_partitions: int = 4
-    session_timeout_s: float = 30.0
+    # the consumer group's session timeout; unset: 30 s on a Kafka cluster, 10 s on the
+    # embedded broker, whose coordinator holds every JoinGroup for half of it (record 53)
+    session_timeout_s: float | None = Field(default=None, gt=0)
+    # static group membership (KIP-345, Kafka's group.instance.id): a stable name per worker
+    # (a StatefulSet's pod name), so that a worker restarted within its session timeout gets
+    # its partitions back without a rebalance. "" (the default): a dynamic member
+    instance_id: str = Field(default="", max_length=249, pattern=r"^[A-Za-z0-9._-]*$")
     # how long the producer waits to fill a batch before sending it: Apache Kafka 4.0's own
     # producer default (KIP-1030); 0 sends each record as soon as the sender is free
     producer_linger_ms: float = Field(default=5.0, ge=0, le=1000)
@@ -335,6 +344,23 @@ class Settings(BaseSettings):
     def judge_cost(self, model: str, usage: TokenUsage) -> float | None:
         """Estimated US dollars of ``usage`` on ``model``, or None when it has no price."""
         return judge_cost(self.judge_prices, model, usage)
+
+    def session_timeout(self) -> float:
+        """The session timeout in seconds: as set, else 10 on the embedded broker (Tansu
+        answers a JoinGroup only after half of it: a 15 s join at 30) and 30 elsewhere."""
+        if self.session_timeout_s is not None:
+            return self.session_timeout_s
+        return TANSU_SESSION_TIMEOUT_S if self.broker_kind == "tansu" else SESSION_TIMEOUT_S
+
+    def membership(self) -> str:
+        """The start-up line on the worker's group membership."""
+        said = f"group {self.app_id}, session timeout {self.session_timeout():g} s"
+        if not self.instance_id:
+            return f"{said}, a dynamic member"
+        said = f"{said}, static member {self.instance_id} (SCORER_INSTANCE_ID)"
+        if self.broker_kind == "tansu":  # record 53: Tansu does not fence a second holder
+            said += "; the embedded broker does not fence two workers given one instance id"
+        return said
 
     def judge_config(self) -> JudgeConfig:
         """What the judge client needs of this deployment."""

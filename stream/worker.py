@@ -291,6 +291,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
         data_dir_setting = env_name(Settings, "data_dir", os.environ)
         lock_data_dir(settings.data_dir, data_dir_setting)
         log.info("%s", store_line(settings))
+        log.info("%s", settings.membership())
         print(f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", flush=True)
         worker = build_worker(settings, bootstrap, loglevel)
         if not scratch:  # tables from another broker: one line, or rebuilt (record 38)

@@ -1,5 +1,6 @@
 """Faust's consumer thread mended: mends 1, 7 and 8 (``consumer.py`` lists them all); it
-also installs mend 9's membership lease (``membership.py``).
+also installs mend 9's membership lease (``membership.py``) and mend 11's predecessor leave
+(``predecessor.py``).
 
 1. **The seek to committed offsets** (aio-libs/aiokafka#1003). After a rebalance Faust seeks
    every partition back to its committed offset, to fetch again what it dropped; aiokafka's
@@ -28,6 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -36,6 +38,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP
 
 from .membership import MembershipLease, lease_membership
+from .predecessor import leave_for_predecessor, remember
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,14 @@ class MendedConsumerThread(AIOKafkaConsumerThread):
                 session_s = float(self.transport.app.conf.broker_session_timeout)
                 self.lease = MembershipLease(session_s)
                 lease_membership(coordinator, self.lease)
+                # mend 11: before the consumer subscribes, so before it joins
+                await leave_for_predecessor(coordinator, Path(self.transport.app.conf.datadir))
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is not None:  # mend 11: who to take out of the group after a crash
+            remember(Path(self.transport.app.conf.datadir), coordinator)
+        await super().on_partitions_assigned(assigned, generation_id)
 
     async def seek_now(self, tp: TP, offset: int) -> None:
         """Seek ``tp`` to ``offset`` from the consumer's own thread (a revoked partition is
