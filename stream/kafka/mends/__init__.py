@@ -8,8 +8,9 @@ read; ``tests/kafka/test_upstream_fingerprints.py`` fails when the upstream code
 changed, and when a file outside this room overrides upstream code.
 
 - The transport (``consumer.py``, registered as ``kafka://``; ``tansu.py`` for the embedded
-  broker, ``tansu://``): mends 1-10 of the consumer and producer, in ``consumer_thread.py``,
-  ``delivery.py``, ``continuity.py``, ``commits.py``, ``membership.py``, ``fetch_loop.py``;
+  broker, ``tansu://``): mends 1-11 of the consumer and producer, in ``consumer_thread.py``,
+  ``delivery.py``, ``continuity.py``, ``commits.py``, ``membership.py``, ``fetch_loop.py``,
+  ``predecessor.py``;
   ``testhooks.py`` their test-only hooks.
 - The tables: ``changelog.py`` (batched changelog writes), ``handover.py`` (record batches
   handed to aiokafka in order), ``tables.py`` (no second's wait at start),

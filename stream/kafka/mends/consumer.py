@@ -19,6 +19,9 @@ module that holds it; the tests that show the defect and the mend are in
    its group (the membership lease): ``membership.py``, installed by the consumer thread.
 10. A fetched record is handed to the agents without a race of two tasks when nothing can
     make the hand-over wait (a cost, not a defect): ``fetch_loop.py``.
+11. A worker restarted after a crash takes its dead predecessor (the member id written on its
+    data directory) out of the group before it joins: ``predecessor.py``, run by the consumer
+    thread.
 
 The test hooks these read from the environment are in ``testhooks.py``. The mends were read
 against faust-streaming 0.15.3 and aiokafka 0.14.0 (the RocksDB store's against rocksdict
