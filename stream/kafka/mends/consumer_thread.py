@@ -111,11 +111,13 @@ class MendedConsumerThread(AIOKafkaConsumerThread):
             stamp_fetches_when_sent(self._consumer)
             coordinator = getattr(self._consumer, "_coordinator", None)
             if coordinator is not None and hasattr(coordinator, "reset_generation"):
+                # mend 11: before the consumer subscribes, so before it joins; and before
+                # the lease watches the coordinator's answers, as the Heartbeat answered in
+                # the predecessor's name proves nothing of this member
+                await leave_for_predecessor(coordinator, Path(self.transport.app.conf.datadir))
                 session_s = float(self.transport.app.conf.broker_session_timeout)
                 self.lease = MembershipLease(session_s)
                 lease_membership(coordinator, self.lease)
-                # mend 11: before the consumer subscribes, so before it joins
-                await leave_for_predecessor(coordinator, Path(self.transport.app.conf.datadir))
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         coordinator = getattr(self._consumer, "_coordinator", None)
