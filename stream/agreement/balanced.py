@@ -57,11 +57,13 @@ def order_balanced(preferences: Sequence[PairPreference], z: float = Z95) -> Est
         return Estimate(None, None, None, n)
     rate = (held["b"] + held["tie"] / 2) / decided
     # N - w D, term by term: k[X] for each side
-    k = {"a": -rate, "b": 1 - rate, "tie": 0.5 - rate, None: 0.0}
+    k: dict[Preferred | None, float] = {"a": -rate, "b": 1 - rate, "tie": 0.5 - rate, None: 0.0}
     g = [k[o] for o in own]
     h = [((k[o] + k[other]) / 2 if fair else k[o]) if o != other else 0.0 for o, other in audited]
     g_audited = [k[o] for o, _ in audited]
     whole, audit = _var(g) / n, _var(h) / m
+    if not any(o != other for o, other in audited):  # no flip seen: not no flip possible
+        audit = max(audit, _unseen(k, fair, m))
     variance = max(whole + audit - 2 * _cov(g_audited, h) / n, 0.0)
     # the audit's term rests on m pairs (about 10 of 100 at the default share): Student's t
     # with Welch-Satterthwaite's degrees of freedom, not the normal quantile
@@ -69,7 +71,25 @@ def order_balanced(preferences: Sequence[PairPreference], z: float = Z95) -> Est
     df = (whole + audit) ** 2 / spread if spread > 0 else math.inf
     half = _student(z, df) * math.sqrt(variance) / decided
     value = min(1.0, max(0.0, rate))
-    return Estimate(value, max(0.0, rate - half), min(1.0, rate + half), n)
+    if m < 2 or value != rate:  # one audited pair says nothing of the audit's spread;
+        return Estimate(value, None, None, n)  # a rate past 0 or 1: shares too noisy to say
+    return Estimate(value, _clipped(rate - half), _clipped(rate + half), n)
+
+
+def _unseen(k: dict[Preferred | None, float], fair: bool, m: int) -> float:
+    """The audit term's least variance when none of the ``m`` audited pairs flipped: a flip
+    share of 1 / (m + 2) (the smoothed share of none in m), each flip weighing the most one
+    can."""
+    if fair:
+        worst = max(((k[x] + k[y]) / 2) ** 2 for x in SIDES for y in SIDES if x != y)
+    else:
+        worst = max(k[x] ** 2 for x in SIDES)
+    share = 1 / (m + 2)
+    return share * (1 - share) * worst / m
+
+
+def _clipped(bound: float) -> float:
+    return min(1.0, max(0.0, bound))
 
 
 def _student(z: float, df: float) -> float:

@@ -100,3 +100,25 @@ def test_scorer_agreement_reports_it_beside_the_plain_rate() -> None:
     assert (
         build([], [pair("a"), pair("b")]).as_dict()["pairs"][0]["order_balanced_win_rate_b"] is None
     )
+
+
+def test_an_interval_only_where_the_audit_can_say_its_spread() -> None:
+    """One audited pair: a rate, no interval. Shares so noisy the rate passes 1: no interval
+    either (not [1, 1]). No flip among the audited pairs: the interval is wider than the plain
+    rate's (no flip seen is not no flip possible)."""
+    one = order_balanced(
+        [pair("b", "b", "fixed")]
+        + [pair("a", None, "fixed")] * 40
+        + [pair("b", None, "fixed")] * 59
+    )
+    assert one is not None and one.value == pytest.approx(0.6) and one.low is None
+    past = [pair("a", "b", "fixed")] * 20 + [pair("b", "b", "fixed")] * 80
+    past += [pair("a", None, "fixed")] * 30 + [pair("b", None, "fixed")] * 870
+    found = order_balanced(past)
+    assert found is not None and found.value == 1.0 and found.low is None and found.high is None
+    none_flipped = [pair("b", "b")] * 10 + [pair("a")] * 30 + [pair("b")] * 60
+    found = order_balanced(none_flipped)
+    plain = build([], none_flipped).win_rates[0].estimate
+    assert found is not None and found.low is not None and found.high is not None
+    assert plain.low is not None and plain.high is not None
+    assert found.high - found.low > 1.15 * (plain.high - plain.low)

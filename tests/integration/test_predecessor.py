@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -46,6 +47,18 @@ MEMBER = textwrap.dedent(
     asyncio.run(main(*sys.argv[1:]))
     """
 )
+
+
+def written(datadir: Path, group: str, member: str, generation: int, host: str = "") -> None:
+    """A member file as mend 11 writes it (on this host and directory unless ``host``)."""
+    said = {
+        "group": group,
+        "member_id": member,
+        "generation": generation,
+        "host": host or socket.gethostname(),
+        "datadir": str(datadir.resolve()),
+    }
+    (datadir / MEMBER_FILE).write_bytes(orjson.dumps(said))
 
 
 def consumer(broker: EmbeddedBroker, group: str, **more: object) -> AIOKafkaConsumer:
@@ -107,8 +120,9 @@ def test_a_killed_members_successor_takes_it_out_of_the_group(
 
 
 def test_no_one_else_is_taken_out(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    """A live member named with another generation, a member id the group never had, a file
-    of another group, a static successor: the group is left as it is."""
+    """A live member named with another generation, or from a directory copied from another
+    host, a member id the group never had, a file of another group, a corrupt file, a static
+    successor: the group is left as it is."""
     group, topic = f"pred-{uuid.uuid4().hex[:8]}", f"pred-{uuid.uuid4().hex[:8]}"
     asyncio.run(ensure_topics(broker.bootstrap, [topic], 2))
 
@@ -125,14 +139,15 @@ def test_no_one_else_is_taken_out(broker: EmbeddedBroker, tmp_path: Path) -> Non
         try:
             datadir = tmp_path / "stale"
             datadir.mkdir()
-            said = {"group": group, "member_id": member, "generation": generation + 5}
-            (datadir / MEMBER_FILE).write_bytes(orjson.dumps(said))
+            written(datadir, group, member, generation + 5)
             assert await leave_for_predecessor(successor._coordinator, datadir) is False
-            said = {"group": group, "member_id": "never-a-member", "generation": generation}
-            (datadir / MEMBER_FILE).write_bytes(orjson.dumps(said))
+            written(datadir, group, member, generation, host="another-host")  # a copy
             assert await leave_for_predecessor(successor._coordinator, datadir) is False
-            said = {"group": "another", "member_id": member, "generation": generation}
-            (datadir / MEMBER_FILE).write_bytes(orjson.dumps(said))
+            written(datadir, group, "never-a-member", generation)
+            assert await leave_for_predecessor(successor._coordinator, datadir) is False
+            written(datadir, "another", member, generation)
+            assert await leave_for_predecessor(successor._coordinator, datadir) is False
+            written(datadir, group, member, 2**40)  # not a generation: no request at all
             assert await leave_for_predecessor(successor._coordinator, datadir) is False
             (datadir / MEMBER_FILE).write_bytes(b"{not json")
             assert await leave_for_predecessor(successor._coordinator, datadir) is False
