@@ -287,7 +287,9 @@ def report(args: argparse.Namespace, tallies: dict[str, Tally]) -> None:
     for order, t in tallies.items():
         said = [r for r in t.balanced if r.value is not None]
         mean = sum(r.value for r in said) / len(said) if said else float("nan")  # type: ignore[misc]
-        width = sum(r.high - r.low for r in said) / len(said) if said else float("nan")  # type: ignore[operator]
+        # a rate without an interval (one audited pair, or past 0 or 1) covers nothing
+        wide = [r.high - r.low for r in said if r.low is not None and r.high is not None]
+        width = sum(wide) / len(wide) if wide else float("nan")
         print(
             f"| {order} | {mean:.3f} | {width:.3f} "
             f"| {share(sum(covers(r, p) for r in t.balanced), len(t.balanced))} |"
