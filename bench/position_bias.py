@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 from prometheus_client import CollectorRegistry
 
 from stream.agreement.measures import Estimate, wilson
@@ -70,7 +69,13 @@ from stream.models import ScoreEvent, TokenUsage
 from stream.ruleset.schema import ComparisonRule, PromptedRule, RuleSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fixtures import critique_rules, pair_closes, settings
+from fixtures import (
+    comparison_answer,
+    comparison_rule,
+    critique_rules,
+    pair_closes,
+    settings,
+)
 from scripted_judge import MockJudge
 
 ORDERS = ("fixed", "alternate", "both")
@@ -107,33 +112,12 @@ class Truth:
         else:
             preference = 2 if self.better(key) == first else -2
             rated = (3, 2) if preference > 0 else (2, 3)
-        return answer(rule, preference, *rated)
+        return comparison_answer(rule, preference, *rated)
 
     def reply_to(self, rule: ComparisonRule, prompt: str) -> str:
         found = SLOT_A.search(prompt)
         assert found is not None, "a comparison prompt names the response read first"
         return self.reply(rule, found.group(1), found.group(2))
-
-
-def answer(rule: ComparisonRule, preference: int, rated_a: int, rated_b: int) -> str:
-    """Seed 001's answer (``tests/engine/test_pair_order.py``'s shape): ``preference``
-    favours Response A when positive."""
-
-    def rated(rating: int) -> dict[str, Any]:
-        overall = {3: "Excellent", 2: "Good", 1: "Poor"}[rating]
-        criteria = {c.id: {"reason": "as scripted", "rating": rating} for c in rule.criteria}
-        return {**criteria, "overall_quality": overall}
-
-    return orjson.dumps(
-        {
-            "prompt_summary": "reverse a string",
-            "response_a": rated(rated_a),
-            "response_b": rated(rated_b),
-            "preference": preference,
-            "justification": "as scripted",
-            "key_differentiators": ["none"],
-        }
-    ).decode()
 
 
 class InProcessJudge:
@@ -163,11 +147,6 @@ class InProcessJudge:
             total_tokens=(len(prompt) + len(content)) // 4,
         )
         return Verdict(parsed, MODEL, 0.0, usage, 1)
-
-
-def comparison(rules: RuleSet) -> ComparisonRule:
-    (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
-    return rule
 
 
 @dataclass
@@ -332,7 +311,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Tally]:
         order: Scorer(rules[order], client, default_model=MODEL, observer=metrics)
         for order in ORDERS
     }
-    rule = comparison(rules["fixed"])
+    rule = comparison_rule(rules["fixed"])
     try:
         for run in range(args.runs):
             keys = [f"{args.seed}-r{run:04d}-p{i:04d}" for i in range(args.pairs)]

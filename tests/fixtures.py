@@ -67,6 +67,36 @@ def critique_rules(order: str = "fixed", audit: float = 0.0) -> RuleSet:
     return load_rules(folder.parent, ["critique"])
 
 
+def comparison_rule(rules: RuleSet) -> ComparisonRule:
+    """The one comparison rule of ``rules``."""
+    (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
+    return rule
+
+
+def comparison_answer(
+    rule: ComparisonRule, preference: int, rated_a: int = 3, rated_b: int = 3
+) -> str:
+    """Seed 001's answer to ``rule``, about slots: ``preference`` favours Response A when
+    positive; each response rated ``rated_a`` / ``rated_b`` (3 Excellent, 2 Good, 1 Poor) on
+    every criterion."""
+
+    def rated(rating: int) -> dict[str, Any]:
+        overall = {3: "Excellent", 2: "Good", 1: "Poor"}[rating]
+        criteria = {c.id: {"reason": "as scripted", "rating": rating} for c in rule.criteria}
+        return {**criteria, "overall_quality": overall}
+
+    return orjson.dumps(
+        {
+            "prompt_summary": "reverse a string",
+            "response_a": rated(rated_a),
+            "response_b": rated(rated_b),
+            "preference": preference,
+            "justification": "as scripted",
+            "key_differentiators": ["none"],
+        }
+    ).decode()
+
+
 PAIR_WALL = 1_800_000_000.0  # the Kafka time a pair's traces arrive at
 
 

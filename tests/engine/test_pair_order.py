@@ -8,9 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 import pytest
-from fixtures import critique_rules, pair_closes, scorer
+from fixtures import (
+    comparison_answer,
+    comparison_rule,
+    critique_rules,
+    pair_closes,
+    scorer,
+)
 from scripted_judge import MockJudge
 
 from stream.models import ScoreEvent
@@ -20,31 +25,9 @@ B_FIRST = "## Response A\n\nanswer of B"  # the prompt with variant B read as Re
 A_FIRST = "## Response A\n\nanswer of A"
 
 
-def comparison(rules: RuleSet) -> ComparisonRule:
-    (rule,) = [r for r in rules.rules if isinstance(r, ComparisonRule)]
-    return rule
-
-
 def answer(rules: RuleSet, preference: int, rated_a: int = 3, rated_b: int = 3) -> str:
     """An answer about slots: ``preference`` favours Response A when positive."""
-
-    def rated(rating: int) -> dict[str, Any]:
-        overall = {3: "Excellent", 2: "Good", 1: "Poor"}[rating]
-        criteria = {
-            c.id: {"reason": "as scripted", "rating": rating} for c in comparison(rules).criteria
-        }
-        return {**criteria, "overall_quality": overall}
-
-    return orjson.dumps(
-        {
-            "prompt_summary": "reverse a string",
-            "response_a": rated(rated_a),
-            "response_b": rated(rated_b),
-            "preference": preference,
-            "justification": "as scripted",
-            "key_differentiators": ["none"],
-        }
-    ).decode()
+    return comparison_answer(comparison_rule(rules), preference, rated_a, rated_b)
 
 
 def judged(rules: RuleSet, keys: list[str], judge: str) -> tuple[dict[str, ScoreEvent], int]:
@@ -154,12 +137,12 @@ def test_both_publishes_a_tie_when_the_preference_flips_with_the_order() -> None
 
 @pytest.mark.parametrize("order", ["alternate", "both", "fixed"])
 def test_the_order_is_a_rule_setting_and_alternate_its_default(order: str) -> None:
-    assert comparison(critique_rules(order)).comparison.order == order
+    assert comparison_rule(critique_rules(order)).comparison.order == order
     from fixtures import RULES_DIR
 
     from stream.ruleset.loader import load_rules
 
-    shipped = comparison(load_rules(RULES_DIR, ["critique"]))
+    shipped = comparison_rule(load_rules(RULES_DIR, ["critique"]))
     assert (shipped.comparison.order, shipped.comparison.audit) == ("alternate", 0.1)
 
 
@@ -173,7 +156,7 @@ def test_a_pair_deferred_to_a_batch_keeps_its_order(order: str) -> None:
     from stream.engine.deferred import finish_deferred
     from stream.engine.plan import JudgedRule
 
-    rule = batched(comparison(critique_rules(order)))
+    rule = batched(comparison_rule(critique_rules(order)))
     rules = RuleSet([rule], f"batched-{order}")
     key = next(k for k in KEYS if order == "both" or (order == "alternate" and _b_first(rule, k)))
     with MockJudge() as server:
@@ -282,12 +265,12 @@ def test_an_audited_pair_publishes_its_own_order_and_measures_the_other() -> Non
 def test_the_audit_share_is_a_hashed_share_of_the_pairs() -> None:
     from stream.engine.kinds.pair_order import AUDITED, order_of
 
-    rule = comparison(critique_rules("alternate", audit=0.25))
+    rule = comparison_rule(critique_rules("alternate", audit=0.25))
     orders = [order_of(rule, f"cmp-{n}") for n in range(400)]
     audited = sum(order.endswith(AUDITED) for order in orders)
     assert 70 <= audited <= 130
     assert orders == [order_of(rule, f"cmp-{n}") for n in range(400)]  # the same every time
-    shipped = comparison(critique_rules("fixed", audit=0.1)).comparison
+    shipped = comparison_rule(critique_rules("fixed", audit=0.1)).comparison
     assert (shipped.order, shipped.audit) == ("fixed", 0.1)
 
 
