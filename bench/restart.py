@@ -37,16 +37,14 @@ import re
 import signal
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
-import orjson
 from process_io import produce as produce_records
-from threads import SESSION_RULES, T0, session_events, wait_metric
-from throughput import Phase, rules_subset, stop
+from threads import folded_sessions_worker, probe_events, probe_scored
+from throughput import stop
 
 from stream.kafka.broker import EmbeddedBroker
-from stream.kafka.io import ensure_topics, reader
 
 # the log lines that end each part, in order (aiokafka's and Faust's, and the worker's own)
 MARKS = (
@@ -94,48 +92,17 @@ def split(found: dict[str, float], scored: float | None) -> str:
     return ", ".join(out)
 
 
-async def probe_scored(bootstrap: str, topic: str, probe: str, timeout: float) -> float | None:
-    """When the probe's score reached ``topic`` (monotonic), or None."""
-    deadline = time.monotonic() + timeout
-    async with reader(bootstrap, topic) as consumer:
-        while time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                if any(probe.encode() in r.value for r in records):
-                    return time.monotonic()
-    return None
-
-
-def probe_events(probe: str, turns: int) -> list[tuple[bytes, bytes]]:
-    """One session of one turn and its end, on the sessions' own timeline (a probe stamped
-    now would move its source two days on in event time and close every open thread)."""
-    at = T0 + timedelta(seconds=8 * turns)
-    events = session_events(1, 1, probe, at)
-    end = {"session_id": f"{probe}-0", "type": "end", "seq": 9, "timestamp": at.isoformat()}
-    events.append((f"{probe}-0".encode(), orjson.dumps(end)))
-    return events
-
-
 def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
-    p = Phase(bootstrap, tmp)
-    topic = f"bench-sessions-{p.suffix}"
-    asyncio.run(ensure_topics(bootstrap, [topic, p.dst], 4))
-    rules = rules_subset(tmp, SESSION_RULES)
     env = {
-        "SCORER_SESSIONS_TOPIC": topic,
-        "SCORER_THREAD_INACTIVITY_GAP_S": "36000",
-        "SCORER_DATA_DIR": str(tmp / f"data-{p.suffix}"),  # the same one after the restart
         "SCORER_BROKER_KIND": args.broker_kind,
         "SCORER_SESSION_TIMEOUT_S": "",  # unset: the default
         **({"SCORER_INSTANCE_ID": args.instance_id} if args.instance_id else {}),
     }
-    proc, port = p.worker(rules, **env)
-    wait_metric(port, "scorer_threads_open", 0, 120)
-    events = session_events(args.sessions, args.turns, f"restart-{p.suffix}")
-    asyncio.run(produce_records(bootstrap, topic, events))
-    wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
-    time.sleep(3)  # the last changelog writes
+    p, topic, rules, env, proc, _ = folded_sessions_worker(
+        bootstrap, tmp, args.sessions, args.turns, ready_s=120, **env
+    )
     print(
-        f"{args.sessions} open sessions folded ({len(events)} events); transport "
+        f"{args.sessions} open sessions folded ({args.sessions * args.turns} events); transport "
         f"{args.broker_kind}, instance id {args.instance_id or '-'}",
         flush=True,
     )
@@ -152,9 +119,9 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
             log = tmp / f"worker-{p.suffix}-{mode}-{round_}.log"
             since = time.time()
             started = time.monotonic()
-            proc, port = p.worker(rules, log=log, loglevel="info", **env)
+            proc, _ = p.worker(rules, log=log, loglevel="info", **env)
             asyncio.run(produce_records(bootstrap, topic, probe_events(probe, args.turns)))
-            scored = asyncio.run(probe_scored(bootstrap, p.dst, probe, 600))
+            scored = asyncio.run(probe_scored(bootstrap, p.dst, probe))
             took = scored - started if scored is not None else None
             found = stamps(log, since)
             said = f"{took:.1f} s" if took is not None else "no score in 600 s"

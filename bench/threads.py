@@ -232,7 +232,13 @@ def close_latency_phase(bs: str, tmp: Path, sessions: int, gap: float) -> None:
 RESTART_TARGET_S = {"default": 10.0, "memory": 20.0}
 
 
-def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> None:
+def folded_sessions_worker(
+    bs: str, tmp: Path, sessions: int, turns: int, ready_s: float = 60, **env: str
+) -> tuple[Phase, str, Path, dict[str, str], subprocess.Popen[bytes], int]:
+    """A worker judging sessions only, with ``sessions`` open sessions of ``turns`` turns
+    folded (none closing: a 10-hour gap) and their changelog written: its phase, sessions
+    topic, rules, environment (``env`` over the sessions' own; the data directory kept for a
+    restart), process and web port. ``ready_s``: how long its web server may take to come up."""
     p = Phase(bs, tmp)
     topic = f"bench-sessions-{p.suffix}"
     asyncio.run(ensure_topics(bs, [topic, p.dst], 4))
@@ -240,15 +246,44 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
     env = {
         "SCORER_SESSIONS_TOPIC": topic,
         "SCORER_THREAD_INACTIVITY_GAP_S": "36000",
-        **({"SCORER_STORE": store} if store != "default" else {}),
-        "SCORER_DATA_DIR": str(tmp / f"data-{p.suffix}"),  # the same one after the restart
+        "SCORER_DATA_DIR": str(tmp / f"data-{p.suffix}"),  # the same one after a restart
+        **env,
     }
     proc, port = p.worker(rules, **env)
-    wait_metric(port, "scorer_threads_open", 0, 60)
+    wait_metric(port, "scorer_threads_open", 0, ready_s)
     events = session_events(sessions, turns, f"restart-{p.suffix}")
     asyncio.run(produce(bs, topic, events))
     wait_metric(port, "scorer_thread_events_total", len(events), 1800, type="turn")
     time.sleep(3)  # the last changelog writes
+    return p, topic, rules, env, proc, port
+
+
+def probe_events(probe: str, turns: int) -> list[tuple[bytes, bytes]]:
+    """One session of one turn and its end, on the folded sessions' own timeline: a probe
+    stamped now would move its source two days on in event time and rightly close every
+    thread of that source. Keyed by its session id, as producers are asked to (keyed
+    otherwise, the probe's close was not scored within 600 s at 4d5083c)."""
+    at = T0 + timedelta(seconds=8 * turns)
+    events = session_events(1, 1, probe, at)
+    end = {"session_id": f"{probe}-0", "type": "end", "seq": 9, "timestamp": at.isoformat()}
+    events.append((f"{probe}-0".encode(), orjson.dumps(end)))
+    return events
+
+
+async def probe_scored(bs: str, topic: str, probe: str, timeout: float = 600) -> float | None:
+    """When (``time.monotonic()``) the probe's score reached ``topic``, or None."""
+    deadline = time.monotonic() + timeout
+    async with reader(bs, topic) as consumer:
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                if any(probe.encode() in r.value for r in records):
+                    return time.monotonic()
+    return None
+
+
+def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> None:
+    stored = {"SCORER_STORE": store} if store != "default" else {}
+    p, topic, rules, env, proc, _ = folded_sessions_worker(bs, tmp, sessions, turns, **stored)
     stopping = time.monotonic()
     stop(proc)
     print(
@@ -256,17 +291,9 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
         f"(exit code {proc.returncode}); data {env['SCORER_DATA_DIR']}",
         flush=True,
     )
-    # the probe goes on the sessions' own timeline: a probe stamped now would move its
-    # source two days on in event time and rightly close every thread of that source
     probe = f"probe-{p.suffix}"
-    at = T0 + timedelta(seconds=8 * turns)
-    # keyed by its session id, as producers are asked to (keyed otherwise, the probe's close
-    # was not scored within 600 s at 4d5083c)
-    probe_events = session_events(1, 1, probe, at)
-    end = {"session_id": f"{probe}-0", "type": "end", "seq": 9, "timestamp": at.isoformat()}
-    probe_events.append((f"{probe}-0".encode(), orjson.dumps(end)))
     started = time.monotonic()
-    proc, port = p.worker(rules, **env)
+    proc, _ = p.worker(rules, **env)
     spy = None
     if pyspy := os.environ.get("SCORER_BENCH_PYSPY"):  # a py-spy binary: sample the restart
         spy = subprocess.Popen(
@@ -287,18 +314,8 @@ def restart_phase(bs: str, tmp: Path, sessions: int, turns: int, store: str) -> 
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    asyncio.run(produce(bs, topic, probe_events))
-
-    async def first_probe_score() -> float | None:
-        deadline = time.monotonic() + 600
-        async with reader(bs, p.dst) as consumer:
-            while time.monotonic() < deadline:
-                for records in (await consumer.getmany(timeout_ms=200)).values():
-                    if any(probe.encode() in r.value for r in records):
-                        return time.monotonic()
-        return None
-
-    scored = asyncio.run(first_probe_score())
+    asyncio.run(produce(bs, topic, probe_events(probe, turns)))
+    scored = asyncio.run(probe_scored(bs, p.dst, probe))
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
