@@ -14,9 +14,9 @@ the rule and the key). So, with ``n`` pairs and ``m`` of them audited,
 (a two-phase difference estimator; no model of the judge is assumed). Its 95 % interval is the
 delta method's over the pairs: for the ratio ``w = N / D``, the spread of ``N - w D``, whose
 terms are one per pair over all ``n`` and one per audited pair over ``m``, with the covariance
-the audited pairs share with the whole; its quantile Student's t at Welch-Satterthwaite's
-degrees of freedom, as the audit's term rests on few pairs. With every pair audited (``both``) it is the rate of
-the consistent verdicts. It rests on the audited pairs (about a tenth at the default share),
+the audited pairs share with the whole; its quantile Student's t (``t_quantile_975``, at
+the whole degrees of freedom below Welch-Satterthwaite's), as the audit's term rests on few
+pairs. With every pair audited (``both``) it is the rate of the consistent verdicts. It rests on the audited pairs (about a tenth at the default share),
 so its interval is wider than the plain rate's: the price of one call a pair instead of two.
 """
 
@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .measures import Z95, Estimate
+from .measures import Z95, Estimate, t_quantile_975
 from .preferences import PairPreference, Preferred
 
 SIDES: tuple[Preferred, ...] = ("a", "b", "tie")
 
 
-def order_balanced(preferences: Sequence[PairPreference], z: float = Z95) -> Estimate | None:
+def order_balanced(preferences: Sequence[PairPreference]) -> Estimate | None:
     """B's order-balanced win rate over ``preferences`` (one rule, project and variant pair),
     or None where no pair was judged in both orders (nothing to balance with) or every pair
     was (``both``: the published rate is already the consistent verdicts')."""
@@ -69,7 +69,9 @@ def order_balanced(preferences: Sequence[PairPreference], z: float = Z95) -> Est
     # with Welch-Satterthwaite's degrees of freedom, not the normal quantile
     spread = whole**2 / max(n - 1, 1) + audit**2 / max(m - 1, 1)
     df = (whole + audit) ** 2 / spread if spread > 0 else math.inf
-    half = _student(z, df) * math.sqrt(variance) / decided
+    # the table's whole degrees of freedom below the fractional ones: never a narrower interval
+    quantile = t_quantile_975(max(1, math.floor(df))) if math.isfinite(df) else Z95
+    half = quantile * math.sqrt(variance) / decided
     value = min(1.0, max(0.0, rate))
     if m < 2 or value != rate:  # one audited pair says nothing of the audit's spread;
         return Estimate(value, None, None, n)  # a rate past 0 or 1: shares too noisy to say
@@ -90,19 +92,6 @@ def _unseen(k: dict[Preferred | None, float], fair: bool, m: int) -> float:
 
 def _clipped(bound: float) -> float:
     return min(1.0, max(0.0, bound))
-
-
-def _student(z: float, df: float) -> float:
-    """Student's t quantile for the normal quantile ``z`` at ``df`` degrees of freedom
-    (Cornish-Fisher's expansion, Hill 1970: 2.262 at df 9 for 1.960, as tables give; exact
-    enough from df 3, and df below 1 is read as 1)."""
-    if math.isinf(df):
-        return z
-    v = max(df, 1.0)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    return z + g1 / v + g2 / v**2 + g3 / v**3
 
 
 def _own(p: PairPreference) -> Preferred | None:
