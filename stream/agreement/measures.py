@@ -71,6 +71,16 @@ class Estimate:
     count: int
 
 
+def shown(e: Estimate, digits: int = 3, missing: str = "undefined") -> str:
+    """An estimate for people: its value and interval to ``digits`` decimals, ``missing``
+    when it has no value."""
+    if e.value is None:
+        return missing
+    if e.low is None or e.high is None:
+        return f"{e.value:.{digits}f}"
+    return f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
+
+
 def _none(count: int) -> Estimate:
     return Estimate(None, None, None, count)
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..engine.kinds.comparison import PREFERENCE
 from ..models import ScoreEvent
 from .events import newest_scores
-from .measures import Estimate, wilson
+from .measures import Estimate, shown, wilson
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +64,7 @@ class PositionAudit:
 
 
 def _share(e: Estimate) -> str:
-    if e.value is None:
-        return "n/a"
-    if e.low is None or e.high is None:
-        return f"{e.value:.2f}"
-    return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]"
+    return shown(e, digits=2, missing="n/a")
 
 
 def slot_verdicts(orders: dict[str, Any], variants: list[str]) -> list[str] | None:

@@ -55,11 +55,11 @@ def pair_preference(score: ScoreEvent) -> PairPreference | None:
         return None
     if score.status != "ok" or score.raw_value is None:
         return None
-    variants = (score.details or {}).get("variants")
+    details = score.details or {}
+    variants = details.get("variants")
     if not isinstance(variants, dict) or len(variants) != 2:
         return None
     variant_a, variant_b = (str(name) for name in variants)
-    details = score.details or {}
     audit = details.get("audit")
     held = audit if isinstance(audit, dict) else details
     return PairPreference(

@@ -19,7 +19,7 @@ from .cascade_curve import CascadeCurve, cascade_curves
 from .cascade_spend import CascadeSpend
 from .events import newest_scores
 from .join import Joined
-from .measures import Estimate, measure, win_rate
+from .measures import Estimate, measure, shown, win_rate
 from .preferences import PairPreference, Preferred, pair_preference
 
 # a WinRate's counts, in its fields' order
@@ -123,7 +123,7 @@ class Report:
             for compared in comparisons:
                 measures = self.agreement[compared]
                 said = ", ".join(
-                    f"{name} {_said(e)}" for name, e in measures.items() if name != "count"
+                    f"{name} {shown(e)}" for name, e in measures.items() if name != "count"
                 )
                 out.append(f"  {compared.title()}: n={measures['count'].count}; {said}")
             for curve in self.cascades:
@@ -139,7 +139,7 @@ class Report:
             e = w.estimate
             out.append(
                 f"{w.rule} [{w.project}] {w.variant_b} over {w.variant_a}: win rate "
-                f"{_said(e)} over {e.count} pairs ({w.b_wins} won, {w.a_wins} lost, "
+                f"{shown(e)} over {e.count} pairs ({w.b_wins} won, {w.a_wins} lost, "
                 f"{w.ties} tied"
                 + (f"; {w.inconsistent} flipped with the order, left out" if w.inconsistent else "")
                 + ")"
@@ -147,7 +147,7 @@ class Report:
             if w.balanced is not None:
                 out.append(
                     f"  order-balanced (the verdicts that survive the swap, from the pairs "
-                    f"also judged the other way round): {_said(w.balanced)}"
+                    f"also judged the other way round): {shown(w.balanced)}"
                 )
         return out
 
@@ -233,14 +233,6 @@ def _estimate(e: Estimate) -> dict[str, Any]:
     return {"value": e.value, "low": e.low, "high": e.high, "count": e.count}
 
 
-def _said(e: Estimate) -> str:
-    if e.value is None:
-        return "undefined"
-    if e.low is None or e.high is None:
-        return f"{e.value:.3f}"
-    return f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
-
-
 def _curve(curve: CascadeCurve) -> dict[str, Any]:
     return {
         "rule": curve.rule,
@@ -273,7 +265,7 @@ def _curve_lines(curve: CascadeCurve) -> list[str]:
     ]
     for p in curve.points:
         out.append(
-            f"    {p.cut:>4.2f}  {_said(p.escalated):<22}  {_said(p.published):<22}  "
-            f"{_said(p.accepted)} ({p.accepted.count})"
+            f"    {p.cut:>4.2f}  {shown(p.escalated):<22}  {shown(p.published):<22}  "
+            f"{shown(p.accepted)} ({p.accepted.count})"
         )
     return out
