@@ -14,9 +14,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
-    ValidatorFunctionWrapHandler,
-    field_validator,
+    model_validator,
 )
 
 Scope = Literal["trace", "thread", "pair", "tool_call"]
@@ -55,48 +55,33 @@ class Trace(BaseModel):
     tags: list[str] = Field(default_factory=list)
     usage: dict[str, Any] | None = None
 
-    @field_validator("id", mode="before")
+    # one validator for the model rather than one a field: pydantic calls a field's Python
+    # validator for every trace and every field it names (2 us a trace); this one calls the
+    # model's own validation once, and again only when a field of the wrong shape is dropped
+    @model_validator(mode="wrap")
     @classmethod
-    def _id_not_blank(cls, value: Any) -> Any:
-        return "" if isinstance(value, str) and not value.strip() else value  # blank: invalid
-
-    # one validator per default rather than one reading the field's name: pydantic builds a
-    # ValidationInfo for each call of a validator that takes one (every trace, every field)
-    @field_validator("project_name", mode="before")
-    @classmethod
-    def _text_or_default(cls, value: Any) -> Any:
-        return _text_or(value, "default")
-
-    @field_validator("name", "thread_id", mode="before")
-    @classmethod
-    def _text_or_absent(cls, value: Any) -> Any:
-        return _text_or(value, None)
-
-    @field_validator("start_time", "end_time", "usage", mode="wrap")
-    @classmethod
-    def _valid_or_absent(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    def _as_taken(cls, data: Any, handler: ModelWrapValidatorHandler[Trace]) -> Trace:
+        if not isinstance(data, dict):
+            return handler(data)
+        taken = _texts_and_tags(data)
         try:
-            return handler(value)
-        except ValidationError:
-            return None
-
-    @field_validator("metadata", mode="wrap")
-    @classmethod
-    def _valid_or_empty(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        try:
-            return handler(value)
-        except ValidationError:
-            return {}
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tag_list(cls, value: Any) -> list[str]:
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list):
-            return []
-        kept = (t for t in value if isinstance(t, str | int | float) and not isinstance(t, bool))
-        return [str(t) for t in kept]
+            try:
+                return handler(taken)
+            except ValidationError as exc:
+                fields = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+                dropped = {field: _ABSENT[field] for field in fields if field in _ABSENT}
+                if not dropped:
+                    raise
+                taken = {**taken, **dropped}
+                return handler(taken)
+        except ValidationError as exc:  # what is wrong with the id: said of the trace as sent
+            if taken is data:
+                raise
+            errors = exc.errors()
+            for error in errors:
+                if error["input"] is taken:
+                    error["input"] = data
+            raise ValidationError.from_exception_data(exc.title, errors) from None  # type: ignore[arg-type]
 
     @cached_property
     def view(self) -> dict[str, Any]:
@@ -128,6 +113,45 @@ class Trace(BaseModel):
             "tags": self.tags,
             "usage": self.usage,
         }
+
+
+# the fields whose value, when it does not validate, counts as absent: what it then is
+_ABSENT: dict[str, Any] = {"start_time": None, "end_time": None, "usage": None, "metadata": {}}
+# the text fields taken as ``_text_or`` says: a missing one is its default
+_TEXTS = (("project_name", "default"), ("name", None), ("thread_id", None))
+
+
+def _texts_and_tags(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its text fields and tags as they are taken (a blank id is empty, which
+    is invalid; a number as text; a lone tag as a list): a copy when one of them changes."""
+    taken: dict[str, Any] | None = None
+    value = data.get("id")
+    if isinstance(value, str) and not value.strip():
+        taken = {"id": ""}
+    for name, absent in _TEXTS:
+        if name in data:
+            value = data[name]
+            if type(value) is not str or not value:
+                taken = taken or {}
+                taken[name] = _text_or(value, absent)
+    if "metadata" in data and data["metadata"] is None:  # as Opik exports say none
+        taken = taken or {}
+        taken["metadata"] = {}
+    if "tags" in data:
+        value = data["tags"]
+        if type(value) is not list or any(type(tag) is not str for tag in value):
+            taken = taken or {}
+            taken["tags"] = _tag_list(value)
+    return data if taken is None else {**data, **taken}
+
+
+def _tag_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return []
+    kept = (t for t in value if isinstance(t, str | int | float) and not isinstance(t, bool))
+    return [str(t) for t in kept]
 
 
 def _text_or(value: Any, absent: str | None) -> Any:

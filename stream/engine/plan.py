@@ -65,8 +65,9 @@ class Plan:
     # the partition a job deferred to a batch is kept in (None: the scored record's)
     partition: int | None = None
     # the placeholders of this target's judge prompts: one value, one placeholder, in every
-    # rule's prompt and every turn of a thread (issue 47)
-    redaction: Redaction = field(default_factory=Redaction)
+    # rule's prompt and every turn of a thread (issue 47); made when a prompt is first masked
+    # (``redaction``), so a target that no judge reads makes none
+    placeholders: Redaction | None = None
     # a trace's tool calls, each a plan of its own (``scope: tool_call``): finished with the
     # trace, their records published with the trace's
     parts: list[Plan] = field(default_factory=list)
@@ -80,6 +81,13 @@ class Plan:
         if not self.parts:
             return self.outcomes
         return [outcome for plan in self.each() for outcome in plan.outcomes]
+
+    @property
+    def redaction(self) -> Redaction:
+        """The target's placeholders (its calls' plans share the trace's)."""
+        if self.placeholders is None:
+            self.placeholders = Redaction()
+        return self.placeholders
 
     @property
     def waits(self) -> bool:

@@ -154,7 +154,7 @@ class Scorer:
                 trace=trace.id,
                 tool=call.name,
             )
-            part = Plan(target, created_at=plan.created_at, redaction=plan.redaction)
+            part = Plan(target, created_at=plan.created_at, placeholders=plan.redaction)
             called = call_document(call, briefs, view, tools)
             for rule in self.call_rules:
                 if (why := rule.filter.mismatch(trace, topic, called)) is not None:
