@@ -118,6 +118,18 @@ def test_only_a_missing_or_invalid_id_makes_a_trace_invalid(document: dict, prob
     assert info.value.error_count() == 1  # nothing else is reported
 
 
+def test_a_trace_without_an_id_is_refused_as_it_was_sent() -> None:
+    # the fields taken leniently are not shown as they were taken: the error names the
+    # message as it came (the dead letter's reason)
+    document = {"name": 5, "metadata": None, "tags": "x", "start_time": "soon", "usage": [1]}
+    with pytest.raises(ValidationError) as info:
+        parse_trace(orjson.dumps(document))
+    assert info.value.error_count() == 1
+    ((error,),) = [info.value.errors()]
+    assert error["loc"] == ("id",) and error["type"] == "missing"
+    assert error["input"] == document
+
+
 def test_every_shape_is_decided_by_every_rule_without_an_error() -> None:
     ruleset = load_rules(RULES_DIR, ["fretcoach"])
     scorer = Scorer(ruleset, None, default_model="gpt-4o-mini")
