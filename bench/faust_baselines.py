@@ -7,6 +7,8 @@ asserts nothing.
 - (a'') the competent one (``faust_competent.py``): batches (``Stream.take_events``), forwards
   handed to the producer unawaited (``Topic.send_soon``), a producer linger, on the transport
   the scorer's worker gets (the mends of ``stream/kafka/mends``, ``tansu://``).
+- (a''') the competent one doing (b)'s job by hand (``faust_same_job.py``): the same two
+  checks on each trace, a score and a decision record published for it.
 
 Each runs in a process of its own; ``measure`` (the bench's drain) gives its rate from the
 output records' timestamps and its CPU time per trace between its first output and its last.
@@ -45,6 +47,7 @@ class Baseline:
 BASELINES = (
     Baseline("a'", "Faust agent, naive", BENCH / "faust_forward.py"),
     Baseline("a''", "Faust agent, competent + mends", BENCH / "faust_competent.py"),
+    Baseline("a'''", "Faust worker, (b)'s job by hand", BENCH / "faust_same_job.py"),
 )
 
 
@@ -58,7 +61,7 @@ def run_baseline(
     """``messages`` through ``baseline``'s app, on topics of their own: (traces/s, CPU us)."""
     suffix = uuid.uuid4().hex[:8]
     src, dst = f"bench-in-{suffix}", f"bench-out-{suffix}"
-    asyncio.run(ensure_topics(bootstrap, [src, dst], 4))
+    asyncio.run(ensure_topics(bootstrap, [src, dst, f"{dst}-decisions"], 4))
     asyncio.run(produce(bootstrap, src, messages))
     env = {
         **os.environ,
@@ -91,7 +94,7 @@ def faust_baselines(
     labels: set[str],
 ) -> dict[str, float]:
     """The baselines among ``labels``, each on fresh ``traces()``: prints and returns their
-    rates (``a'``, ``a''``) and CPU per trace (``a' cpu``, ``a'' cpu``)."""
+    rates (``a'``, ``a''``, ``a'''``) and CPU per trace (``a' cpu``, ...)."""
     results: dict[str, float] = {}
     for baseline in BASELINES:
         if baseline.label not in labels:

@@ -3,8 +3,9 @@
 Phases: (a) raw aiokafka consume-and-produce pass-through; (a') and (a'') the Faust baselines
 (faust_baselines.py), a Faust agent that parses and forwards each trace: (a') the naive one on
 stock Faust, (a'') the one a competent user writes (batches, unawaited sends, a producer linger)
-on the transport mends the scorer gets; (b) the scorer with deterministic rules only, its
-worker's CPU per trace set against both baselines'; (t) agents' traces with tool calls
+on the transport mends the scorer gets, and (a''') that one doing (b)'s job by hand (the same two
+checks, a score and a decision record a trace); (b) the scorer with deterministic rules only,
+its worker's CPU per trace set against the baselines'; (t) agents' traces with tool calls
 (tool_call_cpu.py); (c) the scorer with one LLM rule against a local judge of fixed latency; (d)
 the same against a judge that enforces a requests-per-minute limit with 429s. Rates are from the
 output records' Kafka timestamps (first to last), so start-up and consumer-group joins are not
@@ -250,7 +251,7 @@ def main() -> None:
     parser.add_argument(
         "--phases",
         default="a,a',b,t,c,d,d-silent",
-        help="comma-separated subset of a,a',a'',b,t,c,d,d-silent (a' runs a'' too)",
+        help="comma-separated subset of a,a',a'',a''',b,t,c,d,d-silent (a' runs the other two)",
     )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -272,13 +273,13 @@ def main() -> None:
             print(f"(a)  raw aiokafka pass-through      {results['a']:8.0f} traces/s")
 
         # (a') the naive Faust agent, and (a'') the competent one
-        if phases & {"a'", "a''"}:
+        if phases & {"a'", "a''", "a'''"}:
 
             def measure(topic: str, expected: int, pid: int) -> tuple[float, float]:
                 count, secs = asyncio.run(drain(bs, topic, expected, 300, pid))
                 return count / secs, CPU_US.get(pid, nan)
 
-            labels = {"a'", "a''"} if "a'" in phases else {"a''"}
+            labels = {"a'", "a''", "a'''"} if "a'" in phases else phases & {"a''", "a'''"}
             results.update(faust_baselines(bs, tmp, lambda: traces(args.traces), measure, labels))
 
         # (b) deterministic rules only (one check matches each trace)
@@ -317,6 +318,11 @@ def main() -> None:
                 f"{naive_cpu / b_cpu:.2f}, (a'') / (b) = {competent_cpu / b_cpu:.2f}  "
                 "[target: scorer CPU per trace <= competent's]"
             )
+            if (same_cpu := results.get("a''' cpu")) is not None:
+                print(
+                    f"     the same job by hand (a''') {same_cpu:.0f} us; (a''') / (b) = "
+                    f"{same_cpu / b_cpu:.2f}  [the engine's cost over hand-written code]"
+                )
             p50 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.5)
             p99 = histogram_quantile(overhead, "scorer_scoring_overhead_seconds", 0.99)
             print(
