@@ -6,46 +6,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
-    Histogram,
     generate_latest,
 )
-from prometheus_client.metrics import MetricWrapperBase
 
-from ..agreement.preferences import PREFERRED_SIDES, pair_preference
-from ..models import ScoreEvent, TokenUsage
-from ..observer import Observer
-from .families import MetricFamilies
-from .low import is_low
+from ..agreement.preferences import PREFERRED_SIDES
+from ..models import TokenUsage
 from .projects import ProjectLabels
+from .scores import ScoreCallbacks
 
 if TYPE_CHECKING:
     from ..canary.compare import CanaryRound
     from ..judge.fleet import FleetReading
 
-M = TypeVar("M", bound=MetricWrapperBase)
-Powers = tuple[Counter, Counter, Counter, Counter]  # the moments of one score series (power 0-3)
 
-
-class ScorerMetrics(MetricFamilies, Observer):
+class ScorerMetrics(ScoreCallbacks):
     """The worker's metrics on ``registry``, updated through the observer callbacks."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         super().__init__(registry)
-        # Label children resolved once: ``labels()`` on every trace shows on the hot path.
-        self._children: dict[tuple[int | str, ...], MetricWrapperBase] = {}
         # the per-trace callbacks keep their own caches, keyed by the labels alone
         self._decision_children: dict[tuple[str, str, str], Counter] = {}
         self._consumed_children: dict[str, Counter] = {}
-        self._score_children: dict[
-            tuple[str, str, str, str], tuple[dict[str, Counter], Histogram, Counter, Powers]
-        ] = {}
         # the score metrics' project label, bounded (automatic until the worker configures it)
         self.projects = ProjectLabels()
 
@@ -53,13 +41,6 @@ class ScorerMetrics(MetricFamilies, Observer):
     def default(cls) -> ScorerMetrics:
         """The process's metrics on prometheus_client's global registry (built once)."""
         return _default()
-
-    def _child(self, metric: M, *labels: str) -> M:
-        key: tuple[int | str, ...] = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child  # type: ignore[return-value]  # the same metric type, by its key
 
     def label_projects(self, projects: ProjectLabels) -> None:
         """Which projects the score metrics label by name (``SCORER_METRIC_PROJECTS``)."""
@@ -89,58 +70,6 @@ class ScorerMetrics(MetricFamilies, Observer):
 
     def on_trace_batch(self, size: int) -> None:
         self.trace_batch.observe(size)
-
-    def on_score_published(self, score: ScoreEvent) -> None:
-        if score.variant is not None:  # a shadow judge's: out of the quality metrics
-            shadow = (score.rule_id, score.pack, score.variant, score.status)
-            self._child(self.shadow_scores, *shadow).inc()
-            return
-        self.tool_calls.published(score)  # by tool too, when a tool call's
-        # every score: the three series of one (rule, pack, criterion, project) resolved
-        # together; the project bounded (a kept project's name, or "other")
-        project = self.projects.label(score.project_name)
-        labels = (score.rule_id, score.pack, score.criterion or "", project)
-        try:
-            by_status, value, low, powers = self._score_children[labels]
-        except KeyError:
-            by_status = {}
-            value, low = self.score_value.labels(*labels), self.low_scores.labels(*labels)
-            powers = tuple(self.score_moments.labels(*labels, str(k)) for k in range(4))  # type: ignore[assignment]
-            self._score_children[labels] = (by_status, value, low, powers)
-        try:
-            counted = by_status[score.status]
-        except KeyError:
-            counted = by_status[score.status] = self.scores.labels(*labels, score.status)
-        counted.inc()
-        if score.status == "ok" and score.value is not None:
-            value.observe(score.value)
-            for k, moment in enumerate(powers):
-                moment.inc(score.value**k)
-            # the low-score series exists from a rule's first ok score, so its share reads 0,
-            # not nothing, until a low score comes
-            low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
-        elif score.status == "error" and score.details and "counted_as" in score.details:
-            self._count_error(score, project, score.details["counted_as"])
-        if score.scope == "pair":
-            pair = pair_preference(score)
-            if pair is not None:
-                self.on_pair_preference(
-                    pair.rule, pair.pack, project, pair.variant_a, pair.variant_b, pair.preferred
-                )
-
-    def _count_error(self, score: ScoreEvent, project: str, counted: Any) -> None:
-        """An error score whose rule counts errors as a value: that value once per score the
-        rule would have published (``details.counted_as``, the engine's ``settle``; no other)."""
-        if not isinstance(counted, dict) or not isinstance(counted.get("criteria"), list):
-            return
-        value = counted.get("value")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return
-        for criterion in counted["criteria"]:
-            labels = (score.rule_id, score.pack, str(criterion or ""), project)
-            self._child(self.errors_counted, *labels).observe(value)
-            # the ok series too, at 0 if none came yet: a pass rate adds the two
-            self._child(self.score_value, *labels)
 
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         self._child(self.offset_gaps, topic, outcome).inc()

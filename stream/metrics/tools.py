@@ -126,4 +126,5 @@ class ToolCallMetrics:
         counted.inc()
         if score.status == "ok" and score.value is not None:
             value.observe(score.value)
-            low.inc(1 if is_low(score.value, score.higher_is_better) else 0)
+            if is_low(score.value, score.higher_is_better):  # (the series is there from 0)
+                low.inc()
