@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import orjson
@@ -39,6 +39,13 @@ def constraints_result(results: list[Constraint]) -> CheckResult:
     )
 
 
+@lru_cache(maxsize=8)  # a result is frozen: one to share for each count
+def all_met(count: int) -> CheckResult:
+    """``constraints_result`` of ``count`` constraints that all hold, without building them:
+    most traces pass, and their constraints' names and details would go unread."""
+    return CheckResult(raw_value=1.0, label="pass", reason=f"all {count} constraints met")
+
+
 def as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -61,6 +68,34 @@ class LiveCoachParams(CheckParams):
     max_sentences: int = 2
     metrics: dict[str, MetricSpec]
 
+    @cached_property
+    def readers(self) -> tuple[tuple[str, re.Pattern[str], tuple[str, str, str]], ...]:
+        """Per metric: its key, how its label reads in text, and the JSON keys that name it
+        (its key, its label lowercased, then with underscores); built once per rule."""
+        out = []
+        for key, spec in self.metrics.items():
+            low = spec.label.lower()
+            out.append((key, _metric_pattern(spec.label), (key, low, low.replace(" ", "_"))))
+        return tuple(out)
+
+    @cached_property
+    def names(self) -> dict[str, list[str]]:
+        """Metric key -> the words that name it."""
+        return {key: spec.names for key, spec in self.metrics.items()}
+
+    @cached_property
+    def fixes(self) -> dict[str, list[str]]:
+        """Metric key -> the words of a fix aligned with it."""
+        return {key: spec.fix_keywords for key, spec in self.metrics.items()}
+
+
+def _mentions_any(text: str, keys: list[str], phrases: Mapping[str, list[str]]) -> bool:
+    """Whether ``text`` mentions any phrase of any of the metrics ``keys``."""
+    for key in keys:  # noqa: SIM110 - a loop: any() of a generator costs more, on every trace
+        if mentions(text, phrases[key]):
+            return True
+    return False
+
 
 FEEDBACK_SHAPE = re.compile(
     r"^(?P<good>.+?),?\s+but\s+(?P<weak>.+?)\s+[-–—]\s+(?P<fix>.+)$", re.IGNORECASE | re.DOTALL
@@ -75,7 +110,7 @@ def _metric_pattern(label: str) -> re.Pattern[str]:
     return re.compile(name + r"\s*[:=]?\s*" + NUMBER, re.IGNORECASE)
 
 
-def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, float]:
+def parse_metrics(value: Any, params: LiveCoachParams) -> dict[str, float]:
     """Read the player's metrics from the coach's input (text like ``Pitch Accuracy: 82%``
     or a JSON object keyed by metric key or label). Percentages and 0..1 fractions agree."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
@@ -88,15 +123,15 @@ def parse_metrics(value: Any, metrics: Mapping[str, MetricSpec]) -> dict[str, fl
     found: dict[str, float] = {}
     if isinstance(value, dict):
         lowered = {str(k).lower(): v for k, v in value.items()}
-        for key, spec in metrics.items():
-            for candidate in (key, spec.label.lower(), spec.label.lower().replace(" ", "_")):
+        for key, _, candidates in params.readers:
+            for candidate in candidates:
                 if isinstance(lowered.get(candidate), int | float):
                     found[key] = float(lowered[candidate])
                     break
     else:
         text = as_text(value)
-        for key, spec in metrics.items():
-            match = _metric_pattern(spec.label).search(text)
+        for key, pattern, _ in params.readers:
+            match = pattern.search(text)
             if match:
                 found[key] = float(match["value"])
     if found and max(found.values()) > 1.0:
@@ -110,7 +145,7 @@ def live_coach_feedback_format(values: Mapping[str, Any], params: Any) -> CheckR
     metric named where they belong, and a fix aligned with the weakest metric."""
     assert isinstance(params, LiveCoachParams)
     feedback = as_text(values["output"]).strip()
-    metrics = parse_metrics(values["input"], params.metrics)
+    metrics = parse_metrics(values["input"], params)
     if len(metrics) < 2:
         raise NotApplicable(
             f"could not read at least two player metrics ({', '.join(m.label for m in params.metrics.values())}) from the input"
@@ -118,44 +153,54 @@ def live_coach_feedback_format(values: Mapping[str, Any], params: Any) -> CheckR
     top, bottom = max(metrics.values()), min(metrics.values())
     strongest = [k for k, v in metrics.items() if v == top]
     weakest = [k for k, v in metrics.items() if v == bottom]
-    label = {k: params.metrics[k].label for k in params.metrics}
 
     n_sentences, n_words = len(sentences(feedback)), len(words(feedback))
     shape = FEEDBACK_SHAPE.match(feedback)
     good = shape["good"] if shape else ""
     weak = shape["weak"] if shape else ""
     fix = shape["fix"] if shape else feedback
-    names_weak_metric = any(mentions(weak or feedback, params.metrics[k].names) for k in weakest)
+    specs = params.metrics
+    met = (
+        1 <= n_sentences <= params.max_sentences,
+        n_words <= params.max_words,
+        shape is not None,
+        shape is not None and _mentions_any(good, strongest, params.names),
+        shape is not None and _mentions_any(weak or feedback, weakest, params.names),
+        _mentions_any(fix, weakest, params.fixes),
+    )
+    if all(met):
+        return all_met(len(met))
+    label = {k: specs[k].label for k in specs}
     results = [
         Constraint(
             name=f"1-{params.max_sentences} sentences",
-            ok=1 <= n_sentences <= params.max_sentences,
+            ok=met[0],
             detail=f"{n_sentences} sentences",
         ),
         Constraint(
             name=f"at most {params.max_words} words",
-            ok=n_words <= params.max_words,
+            ok=met[1],
             detail=f"{n_words} words",
         ),
         Constraint(
             name='"[good], but [weak] - [fix]" format',
-            ok=shape is not None,
+            ok=met[2],
             detail="no '<good>, but <weak> - <fix>' structure",
         ),
         Constraint(
             name="strongest metric named as the good part",
-            ok=bool(shape) and any(mentions(good, params.metrics[k].names) for k in strongest),
+            ok=met[3],
             detail=f"expected {' or '.join(label[k] for k in strongest)}",
         ),
         Constraint(
             name="weakest metric named as the weak part",
-            ok=bool(shape) and names_weak_metric,
+            ok=met[4],
             detail=f"expected {' or '.join(label[k] for k in weakest)}",
         ),
         Constraint(
             name="fix aligned with the weakest metric",
-            ok=any(mentions(fix, params.metrics[k].fix_keywords) for k in weakest),
-            detail=f"expected a fix about {' or '.join(', '.join(params.metrics[k].fix_keywords[:2]) for k in weakest)}",
+            ok=met[5],
+            detail=f"expected a fix about {' or '.join(', '.join(specs[k].fix_keywords[:2]) for k in weakest)}",
         ),
     ]
     return constraints_result(results)
@@ -201,16 +246,40 @@ def _scale_pattern(types: tuple[str, ...]) -> re.Pattern[str]:
 
 def _recommendation_fields(value: Any) -> dict[str, Any] | None:
     if isinstance(value, str):
-        text = value.strip()
-        start, end = text.find("{"), text.rfind("}")
+        # the first "{" to the last "}": stripping the text first would find the same pair
+        start, end = value.find("{"), value.rfind("}")
         if start != -1 and end > start:
             try:
-                decoded = orjson.loads(text[start : end + 1])
+                decoded = orjson.loads(value[start : end + 1])
             except orjson.JSONDecodeError:
                 return None
             return decoded if isinstance(decoded, dict) else None
         return None
     return value if isinstance(value, dict) else None
+
+
+def _named_scale(fields: Mapping[str, Any]) -> Any:
+    """The first of scale_name, scale, root and key that holds a value, else ""."""
+    for key in ("scale_name", "scale", "root", "key"):
+        if fields.get(key):
+            return fields[key]
+    return ""
+
+
+def _any_set(fields: Mapping[str, Any], keys: list[str]) -> bool:
+    """Whether any of ``keys`` holds a value (not null) in ``fields``."""
+    for key in keys:  # noqa: SIM110 - as in _mentions_any
+        if fields.get(key) is not None:
+            return True
+    return False
+
+
+EMPTY = CheckResult(raw_value=0.0, label="fail", reason="empty response: no recommendation")
+NO_PRACTICE = CheckResult(
+    raw_value=1.0,
+    label="not_applicable",
+    reason="no practice action in the response (acknowledgement-only): scored 1.0 as the rule specifies",
+)
 
 
 @check("practice_recommendation_actionability", variables=("output",), params=ActionabilityParams)
@@ -222,20 +291,15 @@ def practice_recommendation_actionability(values: Mapping[str, Any], params: Any
     output = values["output"]
     text = as_text(output)
     fields = _recommendation_fields(output)
-    flat = {str(k).lower(): v for k, v in (fields or {}).items()}
-    low = text.lower()
 
     if not fields and not text.strip():
-        return CheckResult(raw_value=0.0, label="fail", reason="empty response: no recommendation")
+        return EMPTY
     if not fields and not mentions(text, params.practice_words):
-        return CheckResult(
-            raw_value=1.0,
-            label="not_applicable",
-            reason="no practice action in the response (acknowledgement-only): scored 1.0 as the rule specifies",
-        )
+        return NO_PRACTICE
 
     if fields is not None:
-        named = next((flat[k] for k in ("scale_name", "scale", "root", "key") if flat.get(k)), "")
+        flat = {str(k).lower(): v for k, v in fields.items()}
+        named = _named_scale(flat)
         scale_type = flat.get("scale_type") or flat.get("type") or ""
         goals = len(named) if isinstance(named, list) else 1
         if isinstance(scale_type, list):
@@ -244,8 +308,9 @@ def practice_recommendation_actionability(values: Mapping[str, Any], params: Any
         else:
             types_mentioned = [str(scale_type).lower()] if scale_type else []
         scale_name = str(named)
-        params_present = {p: flat.get(p) is not None for p in params.difficulty_parameters}
+        parameter_set = _any_set(flat, params.difficulty_parameters)
     else:
+        low = text.lower()
         scales = {
             (m["note"].replace(" ", "").lower(), m["kind"].lower())
             for m in _scale_pattern(tuple(params.known_scale_types)).finditer(text)
@@ -253,26 +318,34 @@ def practice_recommendation_actionability(values: Mapping[str, Any], params: Any
         scale_name = ", ".join(sorted(note for note, _ in scales))
         types_mentioned = [t for t in params.known_scale_types if mentions(low, [t])]
         goals = len(scales)
-        params_present = {p: mentions(low, [p]) for p in params.difficulty_parameters}
+        parameter_set = any(mentions(low, [p]) for p in params.difficulty_parameters)
 
     unsupported = [t for t in types_mentioned if t not in params.supported_scale_types]
-    set_params = [p for p, ok in params_present.items() if ok]
+    met = (
+        bool(scale_name),
+        bool(types_mentioned),
+        goals <= 1,
+        bool(types_mentioned) and not unsupported,
+        parameter_set,
+    )
+    if all(met):
+        return all_met(len(met))
     results = [
-        Constraint(name="scale name given", ok=bool(scale_name), detail="no scale name"),
-        Constraint(name="scale type given", ok=bool(types_mentioned), detail="no scale type"),
+        Constraint(name="scale name given", ok=met[0], detail="no scale name"),
+        Constraint(name="scale type given", ok=met[1], detail="no scale type"),
         Constraint(
             name="a single practice goal",
-            ok=goals <= 1,
+            ok=met[2],
             detail=f"{goals} scales recommended",
         ),
         Constraint(
             name="only supported scale types",
-            ok=bool(types_mentioned) and not unsupported,
+            ok=met[3],
             detail=f"unsupported: {unsupported}" if unsupported else "no scale type",
         ),
         Constraint(
             name="a difficulty parameter set",
-            ok=bool(set_params),
+            ok=met[4],
             detail=f"none of {params.difficulty_parameters}",
         ),
     ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+# "[.!?][.!?]*", not "[.!?]+": the same matches, but an expression that opens on a class
+# lets the engine skip to its next candidate character instead of trying every position
+_SENTENCE_END = re.compile(r"[.!?][.!?]*(?=\s|$)")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’%.\-/]*")
 
 
@@ -43,7 +45,7 @@ def sentences(text: str) -> list[str]:
         parts.append(text[start : end.start()])
         start = end.end()
     parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
+    return [stripped for p in parts if (stripped := p.strip())]
 
 
 def words(text: str) -> list[str]:
