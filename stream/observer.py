@@ -41,6 +41,12 @@ class Observer:
         """``score`` is on the scores topic (a shadow judge's, with its ``variant``, is counted
         apart from the rule's own scores)."""
 
+    def on_scores_published(self, scores: Iterable[ScoreEvent]) -> None:
+        """Each of ``scores`` is on the scores topic: ``on_score_published`` of each, in order
+        (a batch's at once, where counting them together costs less)."""
+        for score in scores:
+            self.on_score_published(score)
+
     def on_offset_gap(self, topic: str, outcome: str) -> None:
         """A fetch of ``topic`` skipped offsets: ``detected`` (fetched again), then ``filled``
         (they came) or ``persistent`` (still missing after the patience: delivered past)."""

@@ -57,7 +57,8 @@ def test_base_observer_callbacks_do_nothing_and_metrics_implement_them_all() -> 
     # + on_canary_round, on_canary_stopped (issue 49, item 2: the judge canary's gauges)
     # + on_alert_bounds (issue 49, item 1: each rule's alert.min_drop)
     # + on_pair_order (issue 51: pairs judged in both orders; implemented by the families)
-    assert len(callbacks) == 52
+    # + on_scores_published (issue 52: a batch's scores counted at once)
+    assert len(callbacks) == 53
     # every one implemented, by ScorerMetrics itself or the families it is built on
     assert {
         name for name in callbacks if getattr(ScorerMetrics, name) is getattr(Observer, name)
