@@ -176,14 +176,12 @@ class TraceAgent:
                 else (trace, document)
             )
             plan = self.scorer.plan(judged, joined, topic)
-            routed = (
-                self.router.events_for_trace(
+            early: list[Send] = []
+            if self.router:
+                routed = self.router.events_for_trace(
                     trace, document, topic, message.timestamp, source_of(message), message.key
                 )
-                if self.router
-                else []
-            )
-            early = [topics.to_threads(event) for event in routed]
+                early = [topics.to_threads(event) for event in routed]
         except Exception as exc:
             return Scored(dead_letters.engine_failure(message, exc))
         entry.moment = trace.start_time or trace.end_time

@@ -47,7 +47,8 @@ class OrderedDelivery:
         self.observer = observer or Observer()
         self.acker = InOrderAcker(ack)
         self.slots = asyncio.Semaphore(max_in_flight)
-        self.finished: asyncio.Queue[tuple[TP, Pending]] = asyncio.Queue()
+        # what the broker has, in the order it was told so: a batch's entries in one item
+        self.finished: asyncio.Queue[list[tuple[TP, Pending]]] = asyncio.Queue()
         self.background: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -70,12 +71,13 @@ class OrderedDelivery:
         return message.tp, self.acker.track(event, message.tp, message.offset)
 
     async def _ack_finished(self) -> None:
+        finish = self.acker.finish
         while True:
-            tp, entry = await self.finished.get()
-            try:
-                await self.acker.finish(tp, entry)
-            except Exception:  # never let one failed ack stop every later ack
-                log.exception("acking %s@%s failed", tp, entry.offset)
+            for tp, entry in await self.finished.get():
+                try:
+                    await finish(tp, entry)
+                except Exception:  # never let one failed ack stop every later ack
+                    log.exception("acking %s@%s failed", tp, entry.offset)
 
     def _published(self, tp: TP, entry: Pending, scores: list[ScoreEvent]) -> None:
         """The broker has every message of this entry: count its scores, free its slot, and
@@ -83,7 +85,7 @@ class OrderedDelivery:
         for score in scores:
             self.observer.on_score_published(score)
         self.slots.release()
-        self.finished.put_nowait((tp, entry))
+        self.finished.put_nowait([(tp, entry)])
 
     def _delivered(
         self,
@@ -167,11 +169,12 @@ class OrderedDelivery:
             for tp, entry, entry_sends, scores, early in batch:
                 self._resend(tp, entry, (early or ([], []))[0] + entry_sends, scores)
             return
-        unique = {id(future): future for future in futures}
+        # a record batch's messages share its future: each waited for once
+        unique = dict.fromkeys(futures)
         for _, _, _, _, early in batch:
-            for future in (early or ([], []))[1]:
-                unique[id(future)] = future
-        delivery = asyncio.gather(*unique.values())
+            if early is not None:
+                unique.update(dict.fromkeys(early[1]))
+        delivery = asyncio.gather(*unique)
         delivery.add_done_callback(partial(self._batch_delivered, batch, time.perf_counter()))
 
     def _batch_delivered(
@@ -182,9 +185,13 @@ class OrderedDelivery:
                 self._resend(tp, entry, (early or ([], []))[0] + sends, scores)
             return
         latency = time.perf_counter() - handed
-        for tp, entry, _, scores, _ in batch:
-            self.observer.on_publish_latency(latency)  # one per message, as ``deliver``
-            self._published(tp, entry, scores)
+        observer, release = self.observer, self.slots.release
+        for _, _, _, scores, _ in batch:  # as ``_published`` for each, one hand-over to the acker
+            observer.on_publish_latency(latency)  # one per message, as ``deliver``
+            for score in scores:
+                observer.on_score_published(score)
+            release()
+        self.finished.put_nowait([(tp, entry) for tp, entry, _, _, _ in batch])
 
     def _resend(self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]) -> None:
         self.failed(tp, entry)

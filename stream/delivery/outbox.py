@@ -14,6 +14,7 @@ from faust.types import TopicT
 
 from ..agreement.events import SCORE, join_target, judged, slim
 from ..engine.records import Records
+from ..models import ScoreEvent
 from .publisher import Send
 
 
@@ -30,15 +31,19 @@ class Outbox:
         """The messages that publish ``records``: score events, then decision records, then
         the judged scores for the join (a shadow's after its primary's: the join pairs it
         with the primary just read)."""
+        to_scores, to_decisions = self.scores, self.decisions
         sends: list[Send] = [
-            (self.scores, key, score.to_bytes(), None) for key, score in records.scores
+            (to_scores, key, score.to_bytes(), None) for key, score in records.scores
         ]
-        sends.extend(
-            (self.decisions, key, record.to_bytes(), None) for key, record in records.decisions
-        )
+        sends += [(to_decisions, key, record.to_bytes(), None) for key, record in records.decisions]
         if self.agreement_events is not None:
             events = self.agreement_events
-            scores = (score for _, score in records.scores if judged(score))
-            ordered = sorted(scores, key=lambda s: s.variant is not None)
-            sends.extend((events, join_target(s).encode(), SCORE + slim(s), None) for s in ordered)
+            ordered = [score for _, score in records.scores if judged(score)]
+            if ordered:  # a deterministic check's score is not judged: most have none
+                ordered.sort(key=_shadow)  # stable: each kind in the order scored
+                sends += [(events, join_target(s).encode(), SCORE + slim(s), None) for s in ordered]
         return sends
+
+
+def _shadow(score: ScoreEvent) -> bool:
+    return score.variant is not None

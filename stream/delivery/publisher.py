@@ -12,7 +12,7 @@ from faust.types import TopicT
 
 from ..kafka.mends.faust_state import aiokafka_producer
 from ..kafka.mends.handover import Handover
-from ..kafka.mends.partitioning import cached_murmur2_partitioner
+from ..kafka.mends.partitioning import BatchPartitioner
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ class Publisher:
         (more when one fills; a message larger than a batch gets one of its own); return a
         delivery future for each message, in order (the messages of one batch share its
         future). Each message goes to the partition a single send would give it (Kafka's
-        default: murmur2 of the key; a keyless one, a random available partition).
+        default: murmur2 of the key, the batch's keys hashed together; a keyless one, a random
+        available partition).
 
         A message per send costs aiokafka a future, a partitioner call and a lookup of
         the open batch each: for the many messages of a batch of traces, building the
@@ -74,6 +75,7 @@ class Publisher:
         # per topic object (a batch's messages go to a few): its name, its partitions
         topics: dict[int, tuple[str, list[int], list[int]]] = {}
         placed: dict[tuple[str, int], list[int]] = {}
+        partition = BatchPartitioner(key for _, key, _, _ in sends)  # the producer's own
         for index, (topic, key, _, _) in enumerate(sends):
             if (known := topics.get(id(topic))) is None:
                 name = topic.get_topic_name()
@@ -81,7 +83,7 @@ class Publisher:
                 up = sorted(producer.client.cluster.available_partitions_for_topic(name) or ())
                 known = topics[id(topic)] = (name, every, up)
             name, every, up = known
-            number = cached_murmur2_partitioner(key, every, up)  # the producer's own partitioner
+            number = partition(key, every, up)
             if (group := placed.get((name, number))) is None:
                 group = placed[(name, number)] = []
             group.append(index)

@@ -15,10 +15,14 @@ in between), and through Faust's race otherwise. The handler is the one
 (``transport/_cython/conductor.pyx``, built in the installed wheel: flow control, the
 producer's ebb, a full queue) or, where it is not built, ``ConductorCompiler.build``'s
 ``on_message`` in ``transport/conductor.py`` (the same waits and the callback map's lock);
-both are fingerprinted in ``tests/kafka/test_upstream_fingerprints.py``. The rest of the loop is Faust's, minus its read offsets (switched
-off by mend 3, ``delivery.py``): stop checks, a yield every 100 records, the commit every
-``broker_commit_every`` acks, the fetching flag, and the same handling of a stopped
-consumer and of cancellation.
+both are fingerprinted in ``tests/kafka/test_upstream_fingerprints.py``. The objects those
+checks read (flow control, the conductor's lock and index, the producer's buffer, its
+``producer_threaded`` setting) are looked up once a fetch (``ConductorWaits``), their state
+per record: the buffer's size as ``ProducerBuffer.size`` measures it (fingerprinted too), but
+with the setting read once, not through Faust's settings registry per record. The rest of the
+loop is Faust's, minus its read offsets (switched off by mend 3, ``delivery.py``): stop
+checks, a yield every 100 records, the commit every ``broker_commit_every`` acks, the
+fetching flag, and the same handling of a stopped consumer and of cancellation.
 """
 
 from __future__ import annotations
@@ -38,16 +42,41 @@ def hands_over_at_once(app: faust.App, tp: TP) -> bool:
     """Would the conductor hand a record of ``tp`` to its agents without waiting? Each
     check is one await of the handler ``Conductor._build_handler`` returns (the Cython
     ``ConductorHandler.__call__``, or ``ConductorCompiler.build``'s ``on_message``)."""
-    conductor: Any = app.topics
-    if not app.flow_control.is_active():  # on_message: acquire_flow_control()
-        return False
-    if conductor._tp_to_callback_lock.locked():  # async with _tp_to_callback_lock
-        return False
-    buffer = app.producer.buffer
-    if buffer.size > buffer.max_messages:  # wait_until_producer_ebb()
-        return False
-    # a full queue: asyncio.wait(... chan.put(event) ...)
-    return not any(channel.queue.full() for channel in conductor._tp_index.get(tp, ()))
+    return ConductorWaits(app).none_for(tp)
+
+
+class ConductorWaits:
+    """The conductor's waits for the records of one fetch: what holds them looked up once,
+    their state read per record. The producer buffer's size is ``ProducerBuffer.size``'s,
+    the ``producer_threaded`` setting it reads per call read once: the length of the queue
+    the property measures in that mode (``qsize()``, its ``len(_queue)``)."""
+
+    __slots__ = ("buffer", "flow", "index", "lock", "threaded")
+
+    def __init__(self, app: faust.App) -> None:
+        conductor: Any = app.topics
+        self.flow = app.flow_control
+        self.lock: asyncio.Lock = conductor._tp_to_callback_lock
+        self.index: dict[TP, Any] = conductor._tp_index
+        self.buffer: Any = app.producer.buffer
+        self.threaded = bool(app.conf.producer_threaded)
+
+    def none_for(self, tp: TP) -> bool:
+        """True when no wait of the conductor can happen for a record of ``tp`` now."""
+        if not self.flow.is_active():  # on_message: acquire_flow_control()
+            return False
+        if self.lock.locked():  # async with _tp_to_callback_lock
+            return False
+        buffer = self.buffer
+        if self.threaded:  # ProducerBuffer.size
+            queue = buffer.queue
+            size = queue.qsize() if queue else 0
+        else:
+            size = buffer.pending.qsize()
+        if size > buffer.max_messages:  # wait_until_producer_ebb()
+            return False
+        # a full queue: asyncio.wait(... chan.put(event) ...)
+        return not any(channel.queue.full() for channel in self.index.get(tp, ()))
 
 
 class DirectHandover:
@@ -67,6 +96,7 @@ class DirectHandover:
                 records = getmany(timeout=1.0)
                 await consumer.sleep(0)  # getmany may be called in a loop that never yields
                 if not consumer.should_stop:
+                    waits = ConductorWaits(app)
                     async for tp, message in records:
                         since_yield += 1
                         if since_yield > YIELD_EVERY:
@@ -76,7 +106,7 @@ class DirectHandover:
                         if every is not None and consumer._n_acked >= every:
                             consumer._n_acked = 0
                             await consumer.commit()
-                        if not suspended.is_set() and hands_over_at_once(app, tp):
+                        if not suspended.is_set() and waits.none_for(tp):
                             await callback(message)
                         else:
                             await consumer.wait_first(callback(message), suspended.wait())
