@@ -82,8 +82,7 @@ class OrderedDelivery:
     def _published(self, tp: TP, entry: Pending, scores: list[ScoreEvent]) -> None:
         """The broker has every message of this entry: count its scores, free its slot, and
         let the acker ack it once the offsets before it are done too."""
-        for score in scores:
-            self.observer.on_score_published(score)
+        self.observer.on_scores_published(scores)
         self.slots.release()
         self.finished.put_nowait([(tp, entry)])
 
@@ -184,12 +183,14 @@ class OrderedDelivery:
             for tp, entry, sends, scores, early in batch:
                 self._resend(tp, entry, (early or ([], []))[0] + sends, scores)
             return
+        # as ``_published`` for each entry: its latency, its scores counted (the batch's at
+        # once), its slot freed; then the acker given the batch as one item
         latency = time.perf_counter() - handed
         observer, release = self.observer, self.slots.release
-        for _, _, _, scores, _ in batch:  # as ``_published`` for each, one hand-over to the acker
+        for _ in batch:
             observer.on_publish_latency(latency)  # one per message, as ``deliver``
-            for score in scores:
-                observer.on_score_published(score)
+        observer.on_scores_published([score for _, _, _, scores, _ in batch for score in scores])
+        for _ in batch:
             release()
         self.finished.put_nowait([(tp, entry) for tp, entry, _, _, _ in batch])
 
