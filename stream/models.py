@@ -6,7 +6,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 import orjson
@@ -204,14 +204,24 @@ def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str
     """Deterministic id: a redelivered event yields the same id (idempotent downstream).
 
     A UUIDv5 (RFC 4122: SHA-1 of namespace + name) of rule id, version, scope and target,
-    formatted directly: ``uuid.uuid5`` builds objects that cost more than the hash itself.
+    formatted directly: ``uuid.uuid5`` builds objects that cost more than the hash itself. The
+    hash of the namespace and the rule's part of the name is taken once a rule (a copy of it
+    goes on with the target).
     """
-    name = f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f{target_id}".encode()
-    raw = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).digest()[:16])
-    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    digest = _rule_hash(rule_id, rule_version, scope).copy()
+    digest.update(target_id.encode())
+    h = digest.hexdigest()
+    # version 5 in the version nibble, RFC 4122's variant in the two top bits of the next
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+@lru_cache(maxsize=4096)
+def _rule_hash(rule_id: str, rule_version: int, scope: str) -> Any:
+    name = f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f".encode()
+    return hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False)
+
+
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 class Scale(BaseModel):

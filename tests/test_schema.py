@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 from fixtures import as_trace, live_trace, scorer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stream.event_schema import (
     LABEL_SCHEMA_PATH,
@@ -97,3 +99,21 @@ def test_score_id_is_the_uuid5_of_rule_version_scope_and_target() -> None:
         name = "\x1f".join(str(a) for a in args)
         assert score_id(*args) == str(uuid.uuid5(SCORE_ID_NAMESPACE, name))
     assert score_id("r", 1, "trace", "t") != score_id("r", 2, "trace", "t")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(),
+    st.integers(0, 10**6),
+    st.sampled_from(["trace", "thread", "pair", "tool_call"]),
+    st.text(),
+)
+def test_any_score_id_is_the_uuid5_of_its_parts(
+    rule: str, version: int, scope: str, target: str
+) -> None:
+    import uuid
+
+    from stream.models import SCORE_ID_NAMESPACE, score_id
+
+    name = f"{rule}\x1f{version}\x1f{scope}\x1f{target}"
+    assert score_id(rule, version, scope, target) == str(uuid.uuid5(SCORE_ID_NAMESPACE, name))
