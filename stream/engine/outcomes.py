@@ -3,6 +3,7 @@ and nowhere else (one factory for one-verdict, check, rubric and unscored outcom
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -147,33 +148,45 @@ def make_score(
     ok = measured.status == "ok" and measured.raw_value is not None
     raw = measured.raw_value if ok else None
     variant = rule.variant  # read once: a private attribute
-    return ScoreEvent(
-        score_id=score_id(
-            _rule_key(rule.id, shape.criterion, variant), rule.version, rule.scope, target.score_key
-        ),
-        rule_id=rule.id,
-        pack=rule.pack,
-        rule_version=rule.version,
-        scope=rule.scope,
-        criterion=shape.criterion,
-        target_id=target.id,
-        project_name=target.project_name,
-        value=shape.scale.normalise(raw) if raw is not None else None,
-        raw_value=raw,
-        scale=shape.scale,
-        label=measured.label,
-        reason=measured.reason,
-        higher_is_better=shape.higher_is_better,
-        status=measured.status,
-        status_reason=measured.status_reason,
-        judge_model=measured.judge_model,
-        latency_ms=measured.latency_ms,
-        usage=measured.usage,
-        thread=target.thread,
-        details=_details(target, measured.details),
-        variant=variant,
-        created_at=created_at,
+    # the model's validator given the fields at once: what ``ScoreEvent(**fields)`` does,
+    # without the keyword arguments' unpacking and ``BaseModel.__init__`` (1 us a score)
+    return _validated_score(
+        {
+            "score_id": score_id(
+                _rule_key(rule.id, shape.criterion, variant),
+                rule.version,
+                rule.scope,
+                target.score_key,
+            ),
+            "rule_id": rule.id,
+            "pack": rule.pack,
+            "rule_version": rule.version,
+            "scope": rule.scope,
+            "criterion": shape.criterion,
+            "target_id": target.id,
+            "project_name": target.project_name,
+            "value": shape.scale.normalise(raw) if raw is not None else None,
+            "raw_value": raw,
+            "scale": shape.scale,
+            "label": measured.label,
+            "reason": measured.reason,
+            "higher_is_better": shape.higher_is_better,
+            "status": measured.status,
+            "status_reason": measured.status_reason,
+            "judge_model": measured.judge_model,
+            "latency_ms": measured.latency_ms,
+            "usage": measured.usage,
+            "thread": target.thread,
+            "details": _details(target, measured.details),
+            "variant": variant,
+            "created_at": created_at,
+        }
     )
+
+
+_validated_score: Callable[[dict[str, Any]], ScoreEvent] = (
+    ScoreEvent.__pydantic_validator__.validate_python
+)
 
 
 def _details(target: Target, details: dict[str, Any] | None) -> dict[str, Any] | None:
