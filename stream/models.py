@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
@@ -197,7 +198,11 @@ def parse_trace(raw: bytes | None) -> tuple[Trace, Any]:
     document = orjson.loads(raw)
     if not isinstance(document, dict):
         raise ValueError(f"a trace must be a JSON object, got {type(document).__name__}")
-    return Trace.model_validate(document), document
+    return _validated_trace(document), document
+
+
+# the model's validator, as ``Trace.model_validate`` calls it, without its Python frame
+_validated_trace: Callable[[Any], Trace] = Trace.__pydantic_validator__.validate_python
 
 
 def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str:
