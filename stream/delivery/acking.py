@@ -11,7 +11,7 @@ acked only when it and every earlier offset of its partition are done.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,9 +33,12 @@ class Pending:
 
 @dataclass
 class InOrderAcker:
-    """Acks each partition's offsets strictly in order, as they finish."""
+    """Acks each partition's offsets strictly in order, as they finish: one by one with
+    ``ack``, or, with ``ack_all`` (given a list of events in order per partition, as
+    ``ack`` in turn for each), what a set of finished entries lets be acked at once."""
 
     ack: Callable[[EventT[bytes]], Awaitable[Any]]
+    ack_all: Callable[[list[EventT[bytes]]], Any] | None = None
     _queues: dict[TP, deque[Pending]] = field(default_factory=dict)
 
     def track(self, event: EventT[bytes], tp: TP, offset: int) -> Pending:
@@ -53,6 +56,24 @@ class InOrderAcker:
             await self.ack(queue.popleft().event)
             acked += 1
         return acked
+
+    def finish_all(self, finished: Iterable[tuple[TP, Pending]]) -> int:
+        """``finish`` for each of ``finished``, the events it releases acked with one
+        ``ack_all`` call (which needs to be given)."""
+        queues = self._queues
+        touched: dict[TP, None] = {}
+        for tp, entry in finished:
+            entry.done = True
+            touched[tp] = None
+        events: list[EventT[bytes]] = []
+        for tp in touched:
+            queue = queues[tp]
+            while queue and queue[0].done:
+                events.append(queue.popleft().event)
+        if events:
+            assert self.ack_all is not None
+            self.ack_all(events)
+        return len(events)
 
     def in_flight(self) -> int:
         return sum(len(q) for q in self._queues.values())

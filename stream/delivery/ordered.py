@@ -31,7 +31,9 @@ class OrderedDelivery:
     At most ``max_in_flight`` messages are in flight; a failed send is retried in the
     background until it succeeds (the offset stays unacked meanwhile). ``retrying`` is told
     when a message's retries begin (True) and when they have delivered (False): later
-    messages go on meanwhile, so what was sent after it is no sign that it was.
+    messages go on meanwhile, so what was sent after it is no sign that it was. With
+    ``ack_all`` (``ack`` for a list of events at once), what the broker's answer to a batch
+    lets be acked is acked in one call.
     """
 
     def __init__(
@@ -41,11 +43,12 @@ class OrderedDelivery:
         max_in_flight: int,
         observer: Observer | None = None,
         retrying: Callable[[TP, Pending, bool], None] | None = None,
+        ack_all: Callable[[list[EventT[bytes]]], Any] | None = None,
     ) -> None:
         self.publisher = publisher
         self.retrying = retrying
         self.observer = observer or Observer()
-        self.acker = InOrderAcker(ack)
+        self.acker = InOrderAcker(ack, ack_all)
         self.slots = asyncio.Semaphore(max_in_flight)
         # what the broker has, in the order it was told so: a batch's entries in one item
         self.finished: asyncio.Queue[list[tuple[TP, Pending]]] = asyncio.Queue()
@@ -71,9 +74,16 @@ class OrderedDelivery:
         return message.tp, self.acker.track(event, message.tp, message.offset)
 
     async def _ack_finished(self) -> None:
-        finish = self.acker.finish
+        finish, finish_all = self.acker.finish, self.acker.finish_all
         while True:
-            for tp, entry in await self.finished.get():
+            finished = await self.finished.get()
+            if self.acker.ack_all is not None:  # what the item releases, acked at once
+                try:
+                    finish_all(finished)
+                except Exception:
+                    log.exception("acking %s failed", finished)
+                continue
+            for tp, entry in finished:
                 try:
                     await finish(tp, entry)
                 except Exception:  # never let one failed ack stop every later ack
