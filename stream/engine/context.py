@@ -83,7 +83,7 @@ class ScoringContext:
         (default: when the plan was made, one timestamp for everything decided synchronously)."""
         now = now or plan.created_at
         # a rubric scored here could not be judged: it publishes one score, its primary one
-        assert measured.status != "ok" or not isinstance(rule, RubricRule | ComparisonRule)
+        assert measured.status != "ok" or not isinstance(rule, (RubricRule, ComparisonRule))
         score = make_score(rule, plan.target, self.shapes[rule.id], measured, now)
         outcome = OUTCOME_OF_STATUS[measured.status]
         detail = measured.status_reason or measured.decision_detail

@@ -83,11 +83,13 @@ class TraceResult:
 
     @property
     def scores(self) -> list[ScoreEvent]:
-        return [
-            score
-            for o in self.outcomes
-            for score in ([o.score] if o.score is not None else []) + o.extra
-        ]
+        scores = []
+        for o in self.outcomes:  # a loop: no list made for each outcome (every trace's)
+            if o.score is not None:
+                scores.append(o.score)
+            if o.extra:
+                scores.extend(o.extra)
+        return scores
 
     @property
     def decisions(self) -> list[Decision]:
