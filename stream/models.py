@@ -220,7 +220,7 @@ def score_id(rule_id: str, rule_version: int, scope: str, target_id: str) -> str
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)  # a version of 1 and of True are two names
 def _rule_hash(rule_id: str, rule_version: int, scope: str) -> Any:
     name = f"{rule_id}\x1f{rule_version}\x1f{scope}\x1f".encode()
     return hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False)

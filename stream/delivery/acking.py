@@ -38,7 +38,7 @@ class InOrderAcker:
     ``ack`` in turn for each), what a set of finished entries lets be acked at once."""
 
     ack: Callable[[EventT[bytes]], Awaitable[Any]]
-    ack_all: Callable[[list[EventT[bytes]]], Any] | None = None
+    ack_all: Callable[[list[EventT[bytes]]], int] | None = None  # called, never awaited
     _queues: dict[TP, deque[Pending]] = field(default_factory=dict)
 
     def track(self, event: EventT[bytes], tp: TP, offset: int) -> Pending:
@@ -59,7 +59,7 @@ class InOrderAcker:
 
     def finish_all(self, finished: Iterable[tuple[TP, Pending]]) -> int:
         """``finish`` for each of ``finished``, the events it releases acked with one
-        ``ack_all`` call (which needs to be given)."""
+        ``ack_all`` call (which needs to be given, and is synchronous: it is not awaited)."""
         queues = self._queues
         touched: dict[TP, None] = {}
         for tp, entry in finished:

@@ -92,9 +92,11 @@ class OrderedDelivery:
     def _published(self, tp: TP, entry: Pending, scores: list[ScoreEvent]) -> None:
         """The broker has every message of this entry: count its scores, free its slot, and
         let the acker ack it once the offsets before it are done too."""
-        self.observer.on_scores_published(scores)
-        self.slots.release()
-        self.finished.put_nowait([(tp, entry)])
+        try:
+            self.observer.on_scores_published(scores)
+        finally:  # a metric that raises must not hold the partition back
+            self.slots.release()
+            self.finished.put_nowait([(tp, entry)])
 
     def _delivered(
         self,
@@ -197,12 +199,14 @@ class OrderedDelivery:
         # once), its slot freed; then the acker given the batch as one item
         latency = time.perf_counter() - handed
         observer, release = self.observer, self.slots.release
-        for _ in batch:
-            observer.on_publish_latency(latency)  # one per message, as ``deliver``
-        observer.on_scores_published([score for _, _, _, scores, _ in batch for score in scores])
-        for _ in batch:
-            release()
-        self.finished.put_nowait([(tp, entry) for tp, entry, _, _, _ in batch])
+        try:
+            for _ in batch:
+                observer.on_publish_latency(latency)  # one per message, as ``deliver``
+            observer.on_scores_published([s for _, _, _, scores, _ in batch for s in scores])
+        finally:  # a metric that raises must not hold the batch's partitions back
+            for _ in batch:
+                release()
+            self.finished.put_nowait([(tp, entry) for tp, entry, _, _, _ in batch])
 
     def _resend(self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]) -> None:
         self.failed(tp, entry)

@@ -257,3 +257,34 @@ async def test_a_batch_the_producer_refuses_is_sent_again_entry_by_entry() -> No
     assert publisher.redelivered == [batch[0][2], batch[1][2]]
     assert acked == [("p0", 5), ("p0", 6)]
     delivery.stop()
+
+
+async def test_a_metric_that_raises_holds_no_offset_back() -> None:
+    """The broker has a batch: its offsets are acked and its slots freed even when counting
+    its scores raises (a metric's bug must not stall the partition)."""
+
+    class Raising(Counting):
+        def on_score_published(self, score: ScoreEvent) -> None:
+            raise RuntimeError("a metric's bug")
+
+    acked: list[Any] = []
+
+    async def ack(e: Any) -> None:
+        acked.append((e.message.tp, e.message.offset))
+
+    publisher = FakePublisher()
+    delivery = OrderedDelivery(publisher, ack, 2, Raising())  # type: ignore[arg-type]
+    delivery.start()
+    entries = [await delivery.admit(event(0, o)) for o in (1, 2)]
+    batch: list[Delivery] = [
+        (tp, entry, [("scores", b"k", f"s{entry.offset}".encode(), None)], [score("x")], None)
+        for tp, entry in entries
+    ]
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: None)
+    await delivery.deliver_batch(batch)
+    publisher.broker_has(b"s1")
+    publisher.broker_has(b"s2")
+    await settle()
+    assert acked == [("p0", 1), ("p0", 2)]
+    await asyncio.wait_for(delivery.admit(event(0, 3)), 1)  # both slots free again
+    delivery.stop()

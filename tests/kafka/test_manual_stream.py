@@ -216,3 +216,10 @@ async def test_a_stream_it_cannot_read_so_is_read_by_faust(worker: Worker) -> No
     acking = app.stream(stream.channel)  # acks on: Faust acks each record itself
     assert not manual_stream.readable(acking)
     assert not manual_stream.readable(stream.filter(lambda value: True))  # a processor
+
+
+def test_a_hook_replaced_on_the_sensor_itself_is_not_quiet() -> None:
+    sensor = Sensor()
+    assert manual_stream.quiet_acks([sensor])
+    sensor.on_message_out = lambda *args: None  # type: ignore[method-assign]
+    assert not manual_stream.quiet_acks([sensor])  # Faust's delegate would call it

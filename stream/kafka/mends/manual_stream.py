@@ -150,9 +150,10 @@ async def _events(stream: Stream[Any]) -> AsyncGenerator[EventT[Any], None]:
 
 def quiet_acks(sensors: Iterable[Any]) -> bool:
     """Do none of ``sensors`` do anything when an event is acked?"""
+    # the instance's hooks (one replaced on the instance, a test's mock, is not quiet)
     return all(
-        type(sensor).on_stream_event_out in _QUIET_EVENT_OUT
-        and type(sensor).on_message_out in _QUIET_MESSAGE_OUT
+        getattr(sensor.on_stream_event_out, "__func__", None) in _QUIET_EVENT_OUT
+        and getattr(sensor.on_message_out, "__func__", None) in _QUIET_MESSAGE_OUT
         for sensor in sensors
     )
 
