@@ -10,45 +10,21 @@ batch's records when the loop asks for the next batch, before the broker has wha
 ``send_soon`` buffered: it is the commit's wait for the producer (mend 5 of the transport) that
 keeps a committed offset from passing a forward not yet on the broker.
 
-The app is built as ``stream/app.py`` builds the scorer's (that the bench runs with
-``SCORER_BROKER_KIND=tansu``): the mended transport for the embedded broker (``tansu://``, mends
-1-10 and the broker's fixes), Faust's monitor without its per-record bookkeeping, the cached
-partitioner, acks from every replica, a commit every second; the worker is the scorer's
-(``MendedWorker``: no spinner). The session and heartbeat are the naive baseline's
-(``faust_forward.py``). Nothing of the scorer's engine, agents or delivery is used.
+The app is ``faust_apps.competent_app`` (the scorer's transport and its mends; the worker is the
+scorer's, ``MendedWorker``: no spinner). Nothing of the scorer's engine, agents or delivery is
+used.
 """
 
 from __future__ import annotations
 
 import os
 
-import faust
 import orjson
+from faust_apps import BATCH_MAX, BATCH_WITHIN_S, competent_app
 
-from stream.kafka.mends import tansu  # registers tansu://: the mended transport
 from stream.kafka.mends.faust_worker import MendedWorker
-from stream.kafka.mends.monitor import QuietMonitor
-from stream.kafka.mends.partitioning import cached_murmur2_partitioner
 
-BATCH_MAX = int(os.environ.get("BENCH_BATCH_MAX", "64"))
-BATCH_WITHIN_S = float(os.environ.get("BENCH_BATCH_WITHIN_MS", "5")) / 1000
-LINGER_S = float(os.environ.get("BENCH_LINGER_MS", "5")) / 1000
-
-app = faust.App(
-    os.environ["BENCH_APP_ID"],
-    broker=f"{tansu.SCHEME}://{os.environ['KAFKA_BOOTSTRAP_SERVERS']}",
-    store="memory://",
-    Monitor=QuietMonitor,
-    web_enabled=False,
-    consumer_auto_offset_reset="earliest",
-    producer_acks=-1,
-    producer_linger=LINGER_S,
-    producer_partitioner=cached_murmur2_partitioner,
-    broker_session_timeout=6,
-    broker_heartbeat_interval=2,
-    broker_commit_interval=1.0,
-    datadir=os.environ.get("BENCH_DATA_DIR", "/tmp/bench-faust-competent"),
-)
+app = competent_app("/tmp/bench-faust-competent")
 source = app.topic(os.environ["BENCH_IN"], key_serializer="raw", value_serializer="raw")
 sink = app.topic(os.environ["BENCH_OUT"], key_serializer="raw", value_serializer="raw")
 

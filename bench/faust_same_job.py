@@ -29,19 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import faust
 import orjson
+from faust_apps import BATCH_MAX, BATCH_WITHIN_S, competent_app
 
-from stream.kafka.mends import tansu  # registers tansu://: the mended transport
 from stream.kafka.mends.faust_worker import MendedWorker
-from stream.kafka.mends.monitor import QuietMonitor
-from stream.kafka.mends.partitioning import cached_murmur2_partitioner
 from stream.ruleset.checks import NotApplicable
 from stream.ruleset.loader import load_rules
 
-BATCH_MAX = int(os.environ.get("BENCH_BATCH_MAX", "64"))
-BATCH_WITHIN_S = float(os.environ.get("BENCH_BATCH_WITHIN_MS", "5")) / 1000
-LINGER_S = float(os.environ.get("BENCH_LINGER_MS", "5")) / 1000
 NAMESPACE = uuid.UUID("6f1c8f5e-3b7a-4c1e-9a57-5d1b2f0c9e11")  # the scorer's score ids'
 RULES = Path(__file__).resolve().parent.parent / "rules"
 
@@ -68,21 +62,7 @@ CHECKS = [
     for params in [rule.validated_params]
 ]
 
-app = faust.App(
-    os.environ["BENCH_APP_ID"],
-    broker=f"{tansu.SCHEME}://{os.environ['KAFKA_BOOTSTRAP_SERVERS']}",
-    store="memory://",
-    Monitor=QuietMonitor,
-    web_enabled=False,
-    consumer_auto_offset_reset="earliest",
-    producer_acks=-1,
-    producer_linger=LINGER_S,
-    producer_partitioner=cached_murmur2_partitioner,
-    broker_session_timeout=6,
-    broker_heartbeat_interval=2,
-    broker_commit_interval=1.0,
-    datadir=os.environ.get("BENCH_DATA_DIR", "/tmp/bench-faust-same-job"),
-)
+app = competent_app("/tmp/bench-faust-same-job")
 source = app.topic(os.environ["BENCH_IN"], key_serializer="raw", value_serializer="raw")
 scores = app.topic(os.environ["BENCH_OUT"], key_serializer="raw", value_serializer="raw")
 decisions = app.topic(

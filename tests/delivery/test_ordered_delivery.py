@@ -78,14 +78,14 @@ async def settle() -> None:
 
 
 async def delivery_under_test(
-    max_in_flight: int = 8,
+    max_in_flight: int = 8, observer: Counting | None = None
 ) -> tuple[OrderedDelivery, FakePublisher, list[Any], Counting]:
     acked: list[Any] = []
 
     async def ack(e: Any) -> None:
         acked.append((e.message.tp, e.message.offset))
 
-    publisher, observer = FakePublisher(), Counting()
+    publisher, observer = FakePublisher(), observer or Counting()
     delivery = OrderedDelivery(publisher, ack, max_in_flight, observer)  # type: ignore[arg-type]
     delivery.start()
     return delivery, publisher, acked, observer
@@ -267,14 +267,7 @@ async def test_a_metric_that_raises_holds_no_offset_back() -> None:
         def on_score_published(self, score: ScoreEvent) -> None:
             raise RuntimeError("a metric's bug")
 
-    acked: list[Any] = []
-
-    async def ack(e: Any) -> None:
-        acked.append((e.message.tp, e.message.offset))
-
-    publisher = FakePublisher()
-    delivery = OrderedDelivery(publisher, ack, 2, Raising())  # type: ignore[arg-type]
-    delivery.start()
+    delivery, publisher, acked, _ = await delivery_under_test(2, Raising())
     entries = [await delivery.admit(event(0, o)) for o in (1, 2)]
     batch: list[Delivery] = [
         (tp, entry, [("scores", b"k", f"s{entry.offset}".encode(), None)], [score("x")], None)
