@@ -17,7 +17,7 @@ changed, and when a file outside this room overrides upstream code.
   ``rocksdb_store.py`` and ``snapshot_store.py`` (the stores), ``stale_state.py`` (another
   cluster's tables found before the start).
 - What the worker reads of Faust's and aiokafka's state: ``faust_state.py``, ``lag.py``.
-- The in-order agents' streams: ``manual_stream.py`` (a stream with manual acks read, and its
+- The batched in-order agent's stream: ``manual_stream.py`` (a stream with manual acks read, and its
   records acked, with less per record).
 - The rest of the worker: ``monitor.py`` (Faust's per-record bookkeeping), ``partitioning.py``
   (aiokafka's partitioner, cached), ``faust_worker.py`` (Faust's worker: spinner, logging,
