@@ -89,14 +89,24 @@ class OrderedDelivery:
                 except Exception:  # never let one failed ack stop every later ack
                     log.exception("acking %s@%s failed", tp, entry.offset)
 
-    def _published(self, tp: TP, entry: Pending, scores: list[ScoreEvent]) -> None:
-        """The broker has every message of this entry: count its scores, free its slot, and
-        let the acker ack it once the offsets before it are done too."""
+    def _published(
+        self,
+        entries: list[tuple[TP, Pending]],
+        scores: list[ScoreEvent],
+        latency: float | None = None,
+    ) -> None:
+        """The broker has every message of these entries (``latency`` after they were handed
+        over, if timed: one observation a message): count their scores, free their slots, and
+        let the acker ack them, as one item, once the offsets before them are done too."""
         try:
+            if latency is not None:
+                for _ in entries:
+                    self.observer.on_publish_latency(latency)
             self.observer.on_scores_published(scores)
-        finally:  # a metric that raises must not hold the partition back
-            self.slots.release()
-            self.finished.put_nowait([(tp, entry)])
+        finally:  # a metric that raises must not hold a partition back
+            for _ in entries:
+                self.slots.release()
+            self.finished.put_nowait(entries)
 
     def _delivered(
         self,
@@ -111,8 +121,7 @@ class OrderedDelivery:
             self.failed(tp, entry)
             self.spawn(self._redeliver(tp, entry, sends, scores))
             return
-        self.observer.on_publish_latency(time.perf_counter() - handed)
-        self._published(tp, entry, scores)
+        self._published([(tp, entry)], scores, time.perf_counter() - handed)
 
     async def _redeliver(
         self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]
@@ -120,7 +129,7 @@ class OrderedDelivery:
         await self.publisher.send_until_delivered(sends)
         if self.retrying:
             self.retrying(tp, entry, False)
-        self._published(tp, entry, scores)
+        self._published([(tp, entry)], scores)
 
     def watch(self, tp: TP, entry: Pending, futures: list[Awaitable[Any]]) -> None:
         """``entry``'s messages sent ahead of ``deliver`` (their delivery ``futures``): one
@@ -195,18 +204,11 @@ class OrderedDelivery:
             for tp, entry, sends, scores, early in batch:
                 self._resend(tp, entry, (early or ([], []))[0] + sends, scores)
             return
-        # as ``_published`` for each entry: its latency, its scores counted (the batch's at
-        # once), its slot freed; then the acker given the batch as one item
-        latency = time.perf_counter() - handed
-        observer, release = self.observer, self.slots.release
-        try:
-            for _ in batch:
-                observer.on_publish_latency(latency)  # one per message, as ``deliver``
-            observer.on_scores_published([s for _, _, _, scores, _ in batch for s in scores])
-        finally:  # a metric that raises must not hold the batch's partitions back
-            for _ in batch:
-                release()
-            self.finished.put_nowait([(tp, entry) for tp, entry, _, _, _ in batch])
+        self._published(
+            [(tp, entry) for tp, entry, _, _, _ in batch],
+            [score for _, _, _, scores, _ in batch for score in scores],
+            time.perf_counter() - handed,
+        )
 
     def _resend(self, tp: TP, entry: Pending, sends: list[Send], scores: list[ScoreEvent]) -> None:
         self.failed(tp, entry)
