@@ -127,7 +127,7 @@ class SilenceWatch:
     @property
     def silent(self) -> set[str]:
         """The rules reported silent and not heard since."""
-        return {rule_id for rule_id, since in self.since.items() if since >= self.after}
+        return set(self._silent)
 
     def saw(self, trace: Trace, matched: Iterable[str], topic: str | None = None) -> None:
         """One trace (read from ``topic``), and the trace rules whose filter matched it."""
