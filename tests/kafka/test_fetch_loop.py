@@ -1,6 +1,6 @@
 """Mend 10 (``fetch_loop.py``): a record goes to the agents directly only when Faust's own
 conductor would hand it over without waiting. Each case runs the real conductor of a real
-Faust app (no broker): where ``hands_over_at_once`` says yes, the conductor's hand-over
+Faust app (no broker): where ``ConductorWaits.none_for`` says yes, the conductor's hand-over
 finishes at its first step; where it says no, the hand-over waits, as Faust's race expects."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from agent_tools import Worker
 from faust.types import TP, Message
 
-from stream.kafka.mends.fetch_loop import hands_over_at_once
+from stream.kafka.mends.fetch_loop import ConductorWaits
 
 TOPIC = "traces-in"
 
@@ -76,7 +76,7 @@ def over_its_size(buffer: Any) -> None:
 
 async def test_a_record_is_handed_over_directly_when_nothing_can_wait(worker: Worker) -> None:
     app, channel, tp = await conductor_for(worker)
-    assert hands_over_at_once(app, tp)
+    assert ConductorWaits(app).none_for(tp)
     assert finishes_at_once(app.topics.on_message(record(0)))
     assert channel.queue.qsize() == 1  # it reached the agent's queue
 
@@ -89,5 +89,5 @@ async def test_through_fausts_race_whenever_the_conductor_would_wait(
     made = WAITS[wait](app, channel)
     if asyncio.iscoroutine(made):
         await made
-    assert not hands_over_at_once(app, tp)
+    assert not ConductorWaits(app).none_for(tp)
     assert not finishes_at_once(app.topics.on_message(record(1)))

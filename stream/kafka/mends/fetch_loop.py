@@ -9,7 +9,7 @@ and an event-loop turn per record (about 25 µs here; a fifth of what a Faust ag
 only forwards spends per record), although a hand-over nearly never waits.
 
 Here the record is handed over directly when none of the conductor's waits can happen
-(``hands_over_at_once``: each one its handler awaits, checked before the call, with no await
+(``ConductorWaits.none_for``: each one its handler awaits, checked before the call, with no await
 in between), and through Faust's race otherwise. The handler is the one
 ``Conductor._build_handler`` returns: faust-streaming 0.15's Cython ``ConductorHandler``
 (``transport/_cython/conductor.pyx``, built in the installed wheel: flow control, the
@@ -38,16 +38,11 @@ from mode import Service, ServiceT
 YIELD_EVERY = 100  # records handed over between two turns of the event loop (as Faust)
 
 
-def hands_over_at_once(app: faust.App, tp: TP) -> bool:
-    """Would the conductor hand a record of ``tp`` to its agents without waiting? Each
-    check is one await of the handler ``Conductor._build_handler`` returns (the Cython
-    ``ConductorHandler.__call__``, or ``ConductorCompiler.build``'s ``on_message``)."""
-    return ConductorWaits(app).none_for(tp)
-
-
 class ConductorWaits:
-    """The conductor's waits for the records of one fetch: what holds them looked up once,
-    their state read per record. The producer buffer's size is ``ProducerBuffer.size``'s,
+    """Would the conductor hand a record to its agents without waiting? Each check is one
+    await of the handler ``Conductor._build_handler`` returns (the Cython
+    ``ConductorHandler.__call__``, or ``ConductorCompiler.build``'s ``on_message``), for the
+    records of one fetch: what holds the waits looked up once, their state read per record. The producer buffer's size is ``ProducerBuffer.size``'s,
     the ``producer_threaded`` setting it reads per call read once: the length of the queue
     the property measures in that mode (``qsize()``, its ``len(_queue)``)."""
 
