@@ -139,6 +139,9 @@ class Worker:
 async def produce(
     bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]]
 ) -> list[Any]:
+    """Send ``messages`` and return their ``RecordMetadata``. Its ``timestamp`` is not the
+    record's Kafka time for any but a producer batch's first record (aiokafka 0.14.0,
+    docs/upstream/aiokafka-send-metadata-timestamp.md): read that with ``stored_times``."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
@@ -146,6 +149,19 @@ async def produce(
         return list(await asyncio.gather(*futures))
     finally:
         await producer.stop()
+
+
+async def stored_times(bootstrap: str, topic: str, sent: list[Any]) -> list[int]:
+    """The Kafka time (ms) the broker stored for each record of ``sent`` (the metadata of
+    ``produce``), read back from ``topic``."""
+    wanted = {(m.partition, m.offset) for m in sent}
+
+    def seen(records: list[Any]) -> bool:
+        return wanted <= {(r.partition, r.offset) for r in records}
+
+    records = await read(bootstrap, topic, until=seen)
+    times = {(r.partition, r.offset): r.timestamp for r in records}
+    return [times[m.partition, m.offset] for m in sent]
 
 
 def trace_bytes(document: dict[str, Any]) -> tuple[bytes, bytes]:

@@ -28,7 +28,7 @@ from scripted_judge import MockJudge
 from stream.kafka.broker import EmbeddedBroker
 from stream.otlp.document import NO_CONTENT
 
-from .harness import Names, Worker, produce, read, read_scores
+from .harness import Names, Worker, produce, read, read_scores, stored_times
 
 HUB_RULES = {
     "hub_actionability",
@@ -203,8 +203,9 @@ async def test_spans_from_an_instrumented_app_are_assembled_and_scored(
         "cut_spans": 0,
     }
     assert first_trace["thread_id"] == "conv-otlp-1"
-    assert record.timestamp == max(sent[0].timestamp, sent[4].timestamp)
-    assert documents[ids[1]][1].timestamp == sent[1].timestamp
+    times = await stored_times(broker.bootstrap, names.otlp, sent)
+    assert record.timestamp == max(times[0], times[4])
+    assert documents[ids[1]][1].timestamp == times[1]
 
     (dead,) = await read(broker.bootstrap, names.dlq, until=lambda rs: len(rs) >= 1)
     headers = dict(dead.headers)
