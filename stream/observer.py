@@ -22,8 +22,8 @@ class Observer:
 
     # -- input and delivery ----------------------------------------------------------
 
-    def on_trace_consumed(self, topic: str) -> None:
-        """A trace message was consumed from ``topic`` (valid or not)."""
+    def on_trace_consumed(self, topic: str, count: int = 1) -> None:
+        """``count`` trace messages were consumed from ``topic`` (valid or not)."""
 
     def on_dead_letter(self, topic: str, reason: str) -> None:
         """A message of ``topic`` went to the dead-letter topic for ``reason``."""

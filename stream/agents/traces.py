@@ -163,7 +163,6 @@ class TraceAgent:
         for the judge; and its turn's messages (sent ahead, before any judge call)."""
         topics, observer, dead_letters = self.topics, self.observer, self.dead_letters
         topic = topics.input_topic(message.topic)  # assembled from spans: their topic
-        observer.on_trace_consumed(topic)
         started = entry.taken_at or time.perf_counter()  # its wait for the batch counts
         try:
             trace, document = parse_trace(message.value)
@@ -196,6 +195,15 @@ class TraceAgent:
         observer.on_scoring_overhead(time.perf_counter() - started)
         return Scored(sends, result.scores, early)
 
+    def count_consumed(self, taken: Taken) -> None:
+        """The batch's traces counted as consumed, by topic (a batch's are from one or two)."""
+        counts: dict[str, int] = {}
+        for _, entry in taken:
+            name = entry.event.message.topic
+            counts[name] = counts.get(name, 0) + 1
+        for name, count in counts.items():  # assembled from spans: counted for their topic
+            self.observer.on_trace_consumed(self.topics.input_topic(name), count)
+
     async def send_turns(self, sends: list[Send]) -> list[Awaitable[Any]]:
         """The batch's turns handed to the producer; if it refuses them (its buffer full
         through a broker outage), they are sent until the broker has them before the batch
@@ -220,6 +228,7 @@ class TraceAgent:
         if self.references is not None:  # never against half of the references
             await self.references.wait_loaded()
         self.observer.on_trace_batch(len(taken))
+        self.count_consumed(taken)
         scored = []
         for _, entry in taken:
             with scoring(entry.event):  # its table writes (verdicts, batch jobs) in its partition

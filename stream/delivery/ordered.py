@@ -15,6 +15,7 @@ from ..models import ScoreEvent
 from ..observer import Observer
 from .acking import InOrderAcker, Pending
 from .publisher import Publisher, Send
+from .slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class OrderedDelivery:
         self.retrying = retrying
         self.observer = observer or Observer()
         self.acker = InOrderAcker(ack, ack_all)
-        self.slots = asyncio.Semaphore(max_in_flight)
+        self.slots = Slots(max_in_flight)
         # what the broker has, in the order it was told so: a batch's entries in one item
         self.finished: asyncio.Queue[list[tuple[TP, Pending]]] = asyncio.Queue()
         self.background: set[asyncio.Task[Any]] = set()
@@ -70,6 +71,13 @@ class OrderedDelivery:
     async def admit(self, event: EventT[bytes]) -> tuple[TP, Pending]:
         """Wait for a free slot, then track ``event`` as in flight (in offset order)."""
         await self.slots.acquire()
+        message = event.message
+        return message.tp, self.acker.track(event, message.tp, message.offset)
+
+    def admit_now(self, event: EventT[bytes]) -> tuple[TP, Pending] | None:
+        """``admit`` when a slot is free now, without a wait; None when there is none."""
+        if not self.slots.take():
+            return None
         message = event.message
         return message.tp, self.acker.track(event, message.tp, message.offset)
 

@@ -52,12 +52,12 @@ class ScorerMetrics(ScoreCallbacks):
 
     # -- input and delivery ----------------------------------------------------------
 
-    def on_trace_consumed(self, topic: str) -> None:
+    def on_trace_consumed(self, topic: str, count: int = 1) -> None:
         try:
             child = self._consumed_children[topic]
         except KeyError:
             child = self._consumed_children[topic] = self.traces_consumed.labels(topic)
-        child.inc()
+        child.inc(count)
 
     def on_dead_letter(self, topic: str, reason: str) -> None:
         self._child(self.dlq_messages, topic, reason).inc()
