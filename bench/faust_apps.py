@@ -21,6 +21,16 @@ BATCH_WITHIN_S = float(os.environ.get("BENCH_BATCH_WITHIN_MS", "5")) / 1000
 LINGER_S = float(os.environ.get("BENCH_LINGER_MS", "5")) / 1000
 
 
+def collector_as_asked() -> None:
+    """With ``BENCH_SCORER_GC`` set, the garbage collector as the scorer's worker sets it
+    (``settle_collector``: what was imported frozen, the youngest generation collected every
+    20,000 new objects); else Python's defaults, as a user's worker has them."""
+    if os.environ.get("BENCH_SCORER_GC"):
+        from stream.cli.commands import settle_collector
+
+        settle_collector()
+
+
 def competent_app(default_datadir: str) -> faust.App:
     """The app of ``BENCH_APP_ID`` on ``KAFKA_BOOTSTRAP_SERVERS``, its data in
     ``BENCH_DATA_DIR`` (else ``default_datadir``)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 import orjson
-from faust_apps import BATCH_MAX, BATCH_WITHIN_S, competent_app
+from faust_apps import BATCH_MAX, BATCH_WITHIN_S, collector_as_asked, competent_app
 
 from stream.kafka.mends.faust_worker import MendedWorker
 
@@ -41,4 +41,5 @@ async def forward(stream):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
+    collector_as_asked()
     MendedWorker(app, loglevel="warn", quiet=True).execute_from_commandline()

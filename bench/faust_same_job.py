@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from faust_apps import BATCH_MAX, BATCH_WITHIN_S, competent_app
+from faust_apps import BATCH_MAX, BATCH_WITHIN_S, collector_as_asked, competent_app
 
 from stream.kafka.mends.faust_worker import MendedWorker
 from stream.ruleset.checks import NotApplicable
@@ -120,4 +120,5 @@ async def score(stream):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
+    collector_as_asked()
     MendedWorker(app, loglevel="warn", quiet=True).execute_from_commandline()
