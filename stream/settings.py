@@ -178,7 +178,7 @@ class Settings(BaseSettings):
     # the tool calls of one trace the tool-call rules score, the first ones; a trace with more
     # says so in a decision per rule (its decision record and its scores stay bounded)
     tool_calls_max: int = Field(default=200, ge=1)
-    max_in_flight: int = 512  # traces per worker being scored at once
+    max_in_flight: int = Field(default=512, ge=1)  # traces per worker being scored at once
     # traces taken from the stream and scored together (their messages sent as one producer
     # batch); while traces arrive fast, a batch waits up to the wait to fill (design record 32)
     trace_batch_max: int = Field(default=64, ge=1)

@@ -118,6 +118,17 @@ def test_an_invalid_value_in_the_environment_is_rejected(monkeypatch: pytest.Mon
         Settings()
 
 
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_no_trace_in_flight_at_a_time_is_rejected(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # a worker that could hold no trace in flight would wait for ever, saying nothing
+    monkeypatch.setenv("SCORER_MAX_IN_FLIGHT", value)
+
+    with pytest.raises(ValidationError, match="max_in_flight"):
+        Settings()
+
+
 def test_an_unknown_broker_kind_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCORER_BROKER_KIND", "redpanda")
 

@@ -52,8 +52,8 @@ def settle_collector() -> None:
       objects, not every 700. At 700 a trace batch in flight is still alive at most
       collections: it is walked, moved to the older generations and walked again there
       before it dies. That cost 2.9 us a trace of the bench's 40,000 (257 against 141 ms of
-      collections, design record 54); the cyclic garbage waiting meanwhile is a few MB at
-      most."""
+      collections, design record 54). The garbage waiting meanwhile stays small: on traces
+      of 100 KB the worker's peak RSS was 158 MiB against 150 MiB at 700."""
     gc.collect()  # the imports' cyclic garbage freed, not frozen with the rest
     gc.freeze()
     _, older, oldest = gc.get_threshold()

@@ -19,6 +19,8 @@ class Slots:
     __slots__ = ("_waiters", "free")
 
     def __init__(self, size: int) -> None:
+        if size < 1:  # none could ever be taken: a reader would wait for ever
+            raise ValueError(f"at least one slot is needed, got {size}")
         self.free = size
         self._waiters: deque[asyncio.Future[None]] = deque()
 

@@ -77,3 +77,9 @@ async def test_a_waiter_cancelled_after_it_was_given_a_slot_passes_it_on() -> No
     assert slots.free == 0
     slots.release()
     assert slots.free == 1 and not slots.locked()
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_fewer_than_one_slot_is_refused(size: int) -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        Slots(size)

@@ -160,6 +160,7 @@ async def stored_times(bootstrap: str, topic: str, sent: list[Any]) -> list[int]
         return wanted <= {(r.partition, r.offset) for r in records}
 
     records = await read(bootstrap, topic, until=seen)
+    assert seen(records), f"{topic}: not every sent record was read back within the timeout"
     times = {(r.partition, r.offset): r.timestamp for r in records}
     return [times[m.partition, m.offset] for m in sent]
 
