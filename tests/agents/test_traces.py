@@ -19,6 +19,7 @@ from scripted_judge import MockJudge
 from stream.agents import forward, traces
 from stream.agents.traces import register_trace_agent
 from stream.delivery.publisher import Send
+from stream.observer import Observer
 from stream.ruleset.loader import load_rules
 
 
@@ -326,3 +327,34 @@ async def test_a_judged_trace_that_fails_once_holds_back_the_acks_behind_it_and_
         assert all(broker.decided(key) for key in keys.values())  # every trace's decision
         assert judge.statuses[0] == 503 and judge.statuses[-1] == 200
         assert not any(topic is topics.dlq for topic, _, _, _ in broker.handed)
+
+
+class Consumed(Observer):
+    """Records ``on_trace_consumed``'s calls (the metrics' ``scorer_traces_consumed_total``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def on_trace_consumed(self, topic: str, count: int = 1) -> None:
+        self.calls.append((topic, count))
+
+
+async def test_every_trace_of_a_batch_is_counted_consumed_once_for_the_topic_it_came_in_on(
+    worker: Worker, broker: Broker, acked: Acked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's traces, valid or not (a dead letter counts), counted per topic at once: a
+    trace read from an internal topic (assembled from spans) for the topic it came in on."""
+    app, topics, _, _ = worker
+    monkeypatch.setitem(topics.seen_as, TRACES, "spans-in")  # as the assembled traces' topic
+    observer = Consumed()
+    ruleset = load_rules(RULES_DIR, ["fretcoach"], disabled=JUDGED_BUT_ONE)
+    agent = register_trace_agent(
+        app, topics, scorer(None, ruleset), max_in_flight=16, batch_max=64, observer=observer
+    )
+    async with agent.test_context() as context:
+        await put(context, 0, 0, trace_bytes(studio_trace(), uuid7()), b"a")
+        await put(context, 0, 1, b"{not json", b"b")
+        await put(context, 1, 2, trace_bytes(studio_trace(1), uuid7()), b"c")
+        await settled(lambda: len(acked) == 3)
+    assert {topic for topic, _ in observer.calls} == {"spans-in"}
+    assert sum(count for _, count in observer.calls) == 3

@@ -190,6 +190,26 @@ async def test_admission_waits_for_a_free_slot() -> None:
     delivery.stop()
 
 
+async def test_admission_without_a_wait_takes_a_free_slot_or_none() -> None:
+    """``admit_now``: ``admit`` when a slot is free (tracked in offset order, as ``admit``
+    tracks it), None when none is, taking nothing."""
+    delivery, publisher, acked, _ = await delivery_under_test(max_in_flight=1)
+    admitted = delivery.admit_now(event(0, 4))
+    assert admitted is not None
+    tp, entry = admitted
+    assert (tp, entry.offset) == ("p0", 4)
+    assert delivery.admit_now(event(0, 5)) is None  # the one slot is taken
+    waiting = asyncio.create_task(delivery.admit(event(0, 5)))
+    await settle()
+    assert not waiting.done()
+    await delivery.deliver(tp, entry, [("scores", b"k", b"four", None)], [])
+    publisher.broker_has(b"four")
+    await settle()
+    assert waiting.done() and acked == [("p0", 4)]
+    assert delivery.admit_now(event(0, 6)) is None  # the freed slot went to the waiter
+    delivery.stop()
+
+
 async def test_a_batch_is_handed_over_at_once_and_acked_in_order_as_it_is_delivered() -> None:
     """``deliver_batch``: the messages of many consumed messages in one hand-over; each
     offset acked once the broker has all of the batch (and its early messages), in order."""
