@@ -23,12 +23,10 @@ from pathlib import Path
 
 from faust_baselines import BASELINES, run_baseline
 from process_io import produce
-from throughput import CPU_US, Phase, drain, rules_subset, stop, traces
+from throughput import CHECK_RULES, CPU_US, Phase, drain, rules_subset, stop, traces
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics
-
-RULES = ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
 
 
 def competent(bootstrap: str, tmp: Path, count: int) -> float:
@@ -47,7 +45,7 @@ def scorer(bootstrap: str, tmp: Path, count: int, **env: str) -> float:
     phase = Phase(bootstrap, tmp)
     asyncio.run(ensure_topics(bootstrap, [phase.src, phase.dst], 4))
     asyncio.run(produce(bootstrap, phase.src, traces(count)))
-    proc, _ = phase.worker(rules_subset(tmp, RULES), **env)
+    proc, _ = phase.worker(rules_subset(tmp, CHECK_RULES), **env)
     try:
         asyncio.run(drain(bootstrap, phase.dst, count, 300, proc.pid))
     finally:

@@ -43,12 +43,11 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from process_io import cpu_seconds
-from throughput import Phase, fetch_metrics, rules_subset, stop, traces
+from throughput import CHECK_RULES, Phase, fetch_metrics, rules_subset, stop, traces
 
 from stream.kafka.broker import EmbeddedBroker
 from stream.kafka.io import ensure_topics, reader
 
-RULES = ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
 TARGET = 1.1
 
 
@@ -272,7 +271,7 @@ def main() -> None:
     )
     steps: list[Step] = []
     try:
-        rules = rules_subset(tmp, RULES)
+        rules = rules_subset(tmp, CHECK_RULES)
         for k in counts:
             step = run_step(broker.bootstrap, tmp, rules, args.traces, k, args.partitions)
             steps.append(step)

@@ -61,6 +61,8 @@ def traces(n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
+# (b)'s rules: the FretCoach pack's two checks, one matching each of the two sample traces
+CHECK_RULES = ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
 CPU_US: dict[int, float] = {}  # worker pid -> CPU microseconds per output record
 
 
@@ -287,9 +289,7 @@ def main() -> None:
             p = Phase(bs, tmp)
             asyncio.run(ensure_topics(bs, [p.src, p.dst], 4))
             asyncio.run(produce(bs, p.src, traces(args.traces)))
-            rules = rules_subset(
-                tmp, ["studio_live_coach_feedback_format", "studio_immediate_actionability_check"]
-            )
+            rules = rules_subset(tmp, CHECK_RULES)
             batching = {
                 name: value
                 for name, value in (

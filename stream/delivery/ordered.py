@@ -71,13 +71,13 @@ class OrderedDelivery:
     async def admit(self, event: EventT[bytes]) -> tuple[TP, Pending]:
         """Wait for a free slot, then track ``event`` as in flight (in offset order)."""
         await self.slots.acquire()
-        message = event.message
-        return message.tp, self.acker.track(event, message.tp, message.offset)
+        return self._track(event)
 
     def admit_now(self, event: EventT[bytes]) -> tuple[TP, Pending] | None:
         """``admit`` when a slot is free now, without a wait; None when there is none."""
-        if not self.slots.take():
-            return None
+        return self._track(event) if self.slots.take() else None
+
+    def _track(self, event: EventT[bytes]) -> tuple[TP, Pending]:
         message = event.message
         return message.tp, self.acker.track(event, message.tp, message.offset)
 
